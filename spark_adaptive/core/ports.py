@@ -1,0 +1,107 @@
+"""The few things the core asks of the outside world.
+
+The core decides; the boundary (:mod:`spark_adaptive.spark`) carries out. These
+protocols are the whole contract between them. Unit tests implement them with
+hand-written fakes; :mod:`spark_adaptive.spark.driver` and
+:mod:`spark_adaptive.spark.actuator` implement them with py4j.
+
+Operations that take time in Spark (stopping a query between micro-batches,
+repartitioning its state, starting it) are asynchronous: the call returns at
+once and the boundary calls ``on_done`` later, from any thread. The core wraps
+every ``on_done`` so that it runs on the scheduler thread and only if the state
+that asked is still current (``run_if_state``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class QueryInfo:
+    """What the boundary knows about a query before it runs."""
+
+    key: str
+    """Stable handle the boundary uses for the query until Spark gives its id."""
+    name: str | None
+    configured_partitions: int
+    """``spark.sql.shuffle.partitions`` the app started the query with."""
+    checkpoint_location: str | None
+    """Set only when the app gave one (option or ``spark.sql.streaming.checkpointLocation``)."""
+    trigger_interval: float
+    """Seconds between micro-batches; 0 for the default trigger."""
+    state_partitions: int | None = None
+    """Partitions of the state already in the checkpoint (None: no state yet or stateless)."""
+
+
+@dataclass(frozen=True)
+class RepartitionSupport:
+    """Whether a query's partition count can change by a restart, and why not."""
+
+    possible: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class StartResult:
+    ok: bool
+    parallelism: int = 0
+    query_id: str | None = None
+    run_id: str | None = None
+    error: str | None = None
+    repartitioned: bool = False
+    """True when the checkpoint's state was repartitioned before the start."""
+    timings: tuple[tuple[str, float], ...] = ()
+    """Named phases and their seconds, e.g. (("repartition", 2.4), ("start", 0.1))."""
+
+
+@dataclass(frozen=True)
+class StopResult:
+    clean: bool
+    """The checkpoint ends with a committed batch (no batch left unfinished)."""
+    error: str | None = None
+    """The query had failed by itself before or while being stopped."""
+    timings: tuple[tuple[str, float], ...] = ()
+
+
+class QueryDriver(Protocol):
+    """Starts and stops one streaming query for the scheduler."""
+
+    @property
+    def info(self) -> QueryInfo: ...
+
+    def repartition_support(self, stateful: bool) -> RepartitionSupport:
+        """Can the partition count change? ``stateful``: the query has state operators."""
+        ...
+
+    def start(self, parallelism: int, on_done: Callable[[StartResult], None]) -> None:
+        """Start the query at ``parallelism`` partitions.
+
+        Repartitions the checkpoint's state first when the query is stateful and
+        its state has a different partition count. ``on_done`` reports the outcome.
+        """
+        ...
+
+    def stop(self, clean: bool, on_done: Callable[[StopResult], None]) -> None:
+        """Stop the running query.
+
+        ``clean=True`` stops exactly between two micro-batches, leaving the
+        checkpoint complete (finishing an interrupted batch if need be);
+        ``clean=False`` stops at once (cancel). Stopping a query that is not
+        running reports at once.
+        """
+        ...
+
+
+class ExecutorActuator(Protocol):
+    """Declares and releases executors (Spark's ExecutorAllocationClient calls)."""
+
+    def request_total_executors(self, total: int) -> None:
+        """Declare how many executors the application wants in all."""
+        ...
+
+    def kill_executors(self, executor_ids: Sequence[str], reason: str) -> None:
+        """Release these executors (lowering the target by as many)."""
+        ...
