@@ -156,7 +156,8 @@ class Option:
             try:
                 value = parse_size(text)
             except ValueError:
-                raise ValueError("expected a size such as 16m, 64m, 1g (a bare number is bytes)") from None
+                raise ValueError(
+                    "expected a size such as 16m, 64m, 1g (a bare number is bytes)") from None
         else:  # pragma: no cover - a declaration bug
             raise AssertionError(self.type)
         if self.minimum is not None and value < self.minimum and not math.isinf(value):
@@ -373,7 +374,7 @@ class Settings:
             if not key.startswith(PREFIX):
                 continue
             if key not in by_key:
-                hint = difflib.get_close_matches(key, list(by_key), n=1)
+                hint = difflib.get_close_matches(key, list(by_key), n=1, cutoff=0.8)
                 problems.append(
                     f"{key} is not a spark-adaptive option"
                     + (f" (did you mean {hint[0]}?)" if hint else "")

@@ -1,0 +1,157 @@
+"""Executor control through Spark's ExecutorAllocationClient calls.
+
+``SparkContext.requestTotalExecutors`` declares how many executors the
+application wants; ``SparkContext.killExecutors`` releases chosen ones (and
+lowers the target by as many). Both are developer APIs every cluster manager
+backend implements (standalone, YARN, Kubernetes: ``CoarseGrainedSchedulerBackend``),
+which is why nothing here is specific to one cluster manager. ``local[*]`` has
+no such backend: :meth:`SparkExecutorActuator.supported` is then false and the
+calls are skipped with one warning.
+
+The actuator also tracks the application's executors and their task slots
+(executor cores / ``spark.task.cpus``) from the executor events, not from
+polling. That makes a declared total mean what it says: in standalone mode
+lowering the target never ends an executor, so when more executors are alive
+than declared, the newest ones are released (they hold the least cached and
+state-store data).
+
+The py4j calls run on a worker thread of their own, so the scheduler thread
+never waits on an RPC to the cluster manager. Requests coalesce: when several
+totals are declared quickly, only the newest is sent.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from spark_adaptive.core import events as ev
+from spark_adaptive.spark.jvm import empty_scala_map, scala_string_seq
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+
+log = logging.getLogger(__name__)
+
+
+class SparkExecutorActuator:
+    """:class:`spark_adaptive.core.ports.ExecutorActuator` for a live SparkContext."""
+
+    def __init__(self, sc: SparkContext, synchronous: bool = False) -> None:
+        self._sc = sc
+        self._synchronous = synchronous
+        self._queue: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self._latest_total: int | None = None
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._warned = False
+        self.supported = self._check_supported()
+        self.requested: list[int] = []
+        self.killed: list[str] = []
+        self.task_cpus = int(sc.getConf().get("spark.task.cpus", "1"))
+        self._alive: dict[str, ev.ExecutorAdded] = {}
+        self._releasing: set[str] = set()
+
+    def _check_supported(self) -> bool:
+        try:
+            backend = self._sc._jsc.sc().schedulerBackend()
+            jcls = self._sc._jvm.java.lang.Class.forName("org.apache.spark.ExecutorAllocationClient")
+            return bool(jcls.isInstance(backend))
+        except Exception:  # pragma: no cover - depends on the master
+            return False
+
+    def master(self) -> str:
+        return str(self._sc.master)
+
+    # -- executors, from the events ------------------------------------------------------
+    def observe(self, event: ev.Event) -> None:
+        """Bus subscriber: keep the set of live executors current."""
+        if isinstance(event, ev.ExecutorAdded):
+            self._alive.setdefault(event.executor_id, event)
+        elif isinstance(event, ev.ExecutorRemoved):
+            self._alive.pop(event.executor_id, None)
+            self._releasing.discard(event.executor_id)
+
+    @property
+    def executors(self) -> dict[str, int]:
+        """Live executors and their cores."""
+        return {k: e.cores for k, e in self._alive.items()}
+
+    def live_executor_events(self) -> list[ev.ExecutorAdded]:
+        return list(self._alive.values())
+
+    @property
+    def slots(self) -> int:
+        return sum(e.cores // self.task_cpus for e in self._alive.values())
+
+    # -- the port -----------------------------------------------------------------
+    def request_total_executors(self, total: int) -> None:
+        """Declare ``total`` executors; release the newest surplus ones if more are alive."""
+        staying = [k for k in self._alive if k not in self._releasing]
+        surplus = len(staying) - total
+        if surplus > 0:
+            newest = sorted(staying, key=lambda k: self._alive[k].time)[-surplus:]
+            self.kill_executors(newest, f"more executors alive than the {total} declared")
+        with self._lock:
+            self._latest_total = total
+        self._enqueue("request", None)
+
+    def kill_executors(self, executor_ids: Sequence[str], reason: str) -> None:
+        if executor_ids:
+            self._releasing.update(executor_ids)
+            self._enqueue("kill", (list(executor_ids), reason))
+
+    # -- execution ----------------------------------------------------------------
+    def _enqueue(self, what: str, arg: Any) -> None:
+        if not self.supported:
+            if not self._warned:
+                self._warned = True
+                log.warning("master %s cannot add or remove executors "
+                            "(no ExecutorAllocationClient); executor requests are skipped",
+                            self.master())
+            return
+        if self._synchronous:
+            self._run(what, arg)
+            return
+        self._queue.put((what, arg))
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="spark-adaptive-actuator",
+                                            daemon=True)
+            self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            what, arg = self._queue.get()
+            if what == "stop":
+                return
+            self._run(what, arg)
+
+    def _run(self, what: str, arg: Any) -> None:
+        jsc = self._sc._jsc.sc()
+        try:
+            if what == "request":
+                with self._lock:
+                    total, self._latest_total = self._latest_total, None
+                if total is None:
+                    return  # coalesced into a newer request already sent
+                ok = jsc.requestTotalExecutors(int(total), 0, empty_scala_map(self._sc))
+                self.requested.append(int(total))
+                log.info("requested %d executor(s) in total (accepted: %s)",
+                         total, ok)
+            elif what == "kill":
+                ids, reason = arg
+                ok = jsc.killExecutors(scala_string_seq(self._sc, ids))
+                self.killed.extend(ids)
+                log.info("released executor(s) %s: %s (accepted: %s)",
+                         ", ".join(ids), reason, ok)
+        except Exception:
+            log.exception("executor %s failed", what)
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._queue.put(("stop", None))
+            self._thread.join(5)
+            self._thread = None

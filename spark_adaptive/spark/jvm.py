@@ -1,0 +1,86 @@
+"""Small py4j helpers. Everything that touches a JVM handle lives in this package.
+
+Handles are ``_j``-prefixed where they are kept; nothing here returns a
+``JavaObject`` to code outside :mod:`spark_adaptive.spark`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from spark_adaptive.errors import ShimNotAvailableError
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+
+log = logging.getLogger(__name__)
+
+PACKAGED_SHIM = Path(__file__).resolve().parent.parent / "jars" / "spark-adaptive-shim.jar"
+_loader_lock = threading.Lock()
+_loaders: dict[tuple[int, str], Any] = {}
+
+
+def ensure_callback_server(sc: SparkContext) -> None:
+    """Start py4j's callback server the way PySpark itself does, once."""
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    ensure_callback_server_started(sc._gateway)
+
+
+def scala_string_seq(sc: SparkContext, items: list[str]) -> Any:
+    return sc._jvm.PythonUtils.toSeq(list(items))
+
+
+def empty_scala_map(sc: SparkContext) -> Any:
+    return sc._jvm.PythonUtils.toScalaMap({})
+
+
+def seq_to_list(jseq: Any) -> list[Any]:
+    return [jseq.apply(i) for i in range(jseq.size())]
+
+
+def shim_jar_path(configured: str = "") -> Path | None:
+    """The shim jar to use: the configured path, else the packaged one, if it exists."""
+    path = Path(configured) if configured else PACKAGED_SHIM
+    return path if path.is_file() else None
+
+
+def shim_class(sc: SparkContext, name: str, jar: Path) -> Any:
+    """Load ``io.sparkadaptive.shim.<name>`` from the shim jar into the running driver.
+
+    The driver JVM's class path is fixed by the time Python runs (spark-submit
+    starts the JVM first), so the jar gets its own ``URLClassLoader`` whose
+    parent is Spark's loader. py4j calls methods by reflection on the object's
+    own class, so objects from that loader work like any other; the Python side
+    only ever passes JDK and Spark types to them.
+    """
+    key = (id(sc._gateway), str(jar))
+    with _loader_lock:
+        loader = _loaders.get(key)
+        if loader is None:
+            jvm = sc._jvm
+            try:
+                urls = sc._gateway.new_array(jvm.java.net.URL, 1)
+                urls[0] = jvm.java.io.File(str(jar)).toURI().toURL()
+                parent = jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
+                loader = jvm.java.net.URLClassLoader(urls, parent)
+            except Exception as e:  # py4j errors carry the Java trace
+                raise ShimNotAvailableError(f"could not open the shim jar {jar}: {e}") from e
+            _loaders[key] = loader
+    try:
+        return loader.loadClass(f"io.sparkadaptive.shim.{name}")
+    except Exception as e:
+        raise ShimNotAvailableError(
+            f"the shim jar {jar} has no class io.sparkadaptive.shim.{name} "
+            "(rebuild it with jvm-shim/build.sh)"
+        ) from e
+
+
+def new_shim_object(sc: SparkContext, name: str, jar: Path) -> Any:
+    cls = shim_class(sc, name, jar)
+    return cls.getDeclaredConstructor(sc._gateway.new_array(sc._jvm.java.lang.Class, 0)).newInstance(
+        sc._gateway.new_array(sc._jvm.java.lang.Object, 0)
+    )

@@ -1,0 +1,307 @@
+"""Spark's listener events into :mod:`spark_adaptive.core.events`.
+
+Two paths deliver the same events:
+
+* **shim** (:class:`ShimListener`): the JVM shim's ``AdaptiveListener`` handles
+  task events inside the JVM and sends Python only the events we use, as JSON
+  lines, one py4j call per batch.
+* **py4j** (:class:`Py4jSparkListener`): a Python object implementing
+  ``SparkListenerInterface``. Spark calls it for every event, task events
+  included, each a py4j round trip; it returns at once for those it ignores.
+
+Streaming query events always come through :class:`QueryEventListener`, a
+PySpark ``StreamingQueryListener`` (one event per micro-batch at most).
+
+Every callback converts and hands the event to ``sink`` and returns; ``sink``
+only queues it for the scheduler thread. A callback that fails logs the failure
+with the event type and returns normally, so Spark's listener bus never sees
+an exception from us.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from spark_adaptive.core import events as ev
+from spark_adaptive.spark.jvm import ensure_callback_server, new_shim_object, seq_to_list
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+Sink = Callable[[ev.Event], None]
+
+_SHIM_TYPES: dict[str, type[ev.Event]] = {
+    t.__name__: t
+    for t in (ev.ExecutorAdded, ev.ExecutorRemoved, ev.ExecutorHeartbeat, ev.StageSubmitted,
+              ev.StageCompleted, ev.JobStarted, ev.JobEnded)
+}
+
+
+def event_from_shim(obj: dict[str, Any]) -> ev.Event:
+    """One JSON object from the shim to an event (times arrive in epoch millis)."""
+    cls = _SHIM_TYPES[obj.pop("type")]
+    obj["time"] = obj["time"] / 1000.0
+    if "stage_ids" in obj:
+        obj["stage_ids"] = tuple(obj["stage_ids"])
+    return cls(**obj)
+
+
+def _opt(jopt: Any, default: Any = None) -> Any:
+    return jopt.get() if jopt.isDefined() else default
+
+
+def _guard(name: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    def wrap(fn: Callable[..., None]) -> Callable[..., None]:
+        def run(self: Any, jevent: Any) -> None:
+            try:
+                fn(self, jevent)
+            except Exception:
+                self.errors += 1
+                log.exception("could not convert Spark's %s event; ignored", name)
+
+        run.__name__ = fn.__name__
+        return run
+
+    return wrap
+
+
+class Py4jSparkListener:
+    """``SparkListenerInterface`` implemented in Python (the fallback path)."""
+
+    class Java:
+        implements = ["org.apache.spark.scheduler.SparkListenerInterface"]
+
+    def __init__(self, sink: Sink) -> None:
+        self._sink = sink
+        self.errors = 0
+        self.calls = 0
+
+    def __getattr__(self, name: str) -> Callable[[Any], None]:
+        # Every other SparkListenerInterface method, task events included: ignored.
+        if name.startswith("on"):
+            return self._ignore
+        raise AttributeError(name)
+
+    def _ignore(self, _jevent: Any) -> None:
+        self.calls += 1
+
+    @_guard("ExecutorAdded")
+    def onExecutorAdded(self, e: Any) -> None:  # noqa: N802 - Spark's name
+        info = e.executorInfo()
+        self._sink(ev.ExecutorAdded(e.time() / 1000.0, e.executorId(), info.executorHost(),
+                                    info.totalCores()))
+
+    @_guard("ExecutorRemoved")
+    def onExecutorRemoved(self, e: Any) -> None:  # noqa: N802
+        self._sink(ev.ExecutorRemoved(e.time() / 1000.0, e.executorId(), e.reason()))
+
+    @_guard("ExecutorMetricsUpdate")
+    def onExecutorMetricsUpdate(self, e: Any) -> None:  # noqa: N802
+        eid = e.execId()
+        if eid != "driver":
+            self._sink(ev.ExecutorHeartbeat(time.time(), eid))
+
+    @_guard("StageSubmitted")
+    def onStageSubmitted(self, e: Any) -> None:  # noqa: N802
+        s = e.stageInfo()
+        props = e.properties()
+        group = props.getProperty("spark.jobGroup.id") if props is not None else None
+        self._sink(ev.StageSubmitted(_opt(s.submissionTime(), time.time() * 1000) / 1000.0,
+                                     s.stageId(), s.attemptNumber(), s.numTasks(), s.name(), group))
+
+    @_guard("StageCompleted")
+    def onStageCompleted(self, e: Any) -> None:  # noqa: N802
+        s = e.stageInfo()
+        m = s.taskMetrics()
+        submitted = _opt(s.submissionTime())
+        completed = _opt(s.completionTime(), time.time() * 1000)
+        self._sink(ev.StageCompleted(
+            time=completed / 1000.0,
+            stage_id=s.stageId(),
+            attempt=s.attemptNumber(),
+            num_tasks=s.numTasks(),
+            input_bytes=m.inputMetrics().bytesRead() if m is not None else 0,
+            shuffle_read_bytes=m.shuffleReadMetrics().totalBytesRead() if m is not None else 0,
+            shuffle_write_bytes=m.shuffleWriteMetrics().bytesWritten() if m is not None else 0,
+            duration=(completed - submitted) / 1000.0 if submitted is not None else 0.0,
+            failure=_opt(s.failureReason()),
+            name=s.name(),
+        ))
+
+    @_guard("JobStart")
+    def onJobStart(self, e: Any) -> None:  # noqa: N802
+        props = e.properties()
+        group = props.getProperty("spark.jobGroup.id") if props is not None else None
+        self._sink(ev.JobStarted(e.time() / 1000.0, e.jobId(),
+                                 tuple(int(i) for i in seq_to_list(e.stageIds())), group))
+
+    @_guard("JobEnd")
+    def onJobEnd(self, e: Any) -> None:  # noqa: N802
+        result = e.jobResult()
+        failed = result.getClass().getSimpleName() == "JobFailed"
+        self._sink(ev.JobEnded(e.time() / 1000.0, e.jobId(), not failed,
+                               str(result.exception().toString()) if failed else None))
+
+
+class _ShimSink:
+    """The Python end of the shim: ``java.util.function.Consumer<String>``."""
+
+    class Java:
+        implements = ["java.util.function.Consumer"]
+
+    def __init__(self, sink: Sink) -> None:
+        self._sink = sink
+        self.errors = 0
+
+    def accept(self, batch: str) -> None:
+        for line in batch.split("\n"):
+            try:
+                self._sink(event_from_shim(json.loads(line)))
+            except Exception:
+                self.errors += 1
+                log.exception("bad event from the JVM shim: %.200s", line)
+
+    def andThen(self, other: Any) -> Any:  # noqa: N802 - part of the Java interface
+        raise NotImplementedError
+
+
+class ShimListener:
+    """The JVM shim's listener, registered on the SparkContext."""
+
+    def __init__(self, sc: SparkContext, jar: Path, sink: Sink) -> None:
+        self._sc = sc
+        self._jlistener = new_shim_object(sc, "AdaptiveListener", jar)
+        self._python_sink = _ShimSink(sink)
+        self._jlistener.start(self._python_sink)
+        sc._jsc.sc().addSparkListener(self._jlistener)
+
+    def stats(self) -> dict[str, int]:
+        j = self._jlistener
+        return {"delivered": j.delivered(), "batches": j.batches(), "failures": j.failures(),
+                "queued": j.queued()}
+
+    def close(self) -> None:
+        self._sc._jsc.sc().removeSparkListener(self._jlistener)
+        self._jlistener.close(2000)
+
+
+class Py4jListener:
+    """The fallback: :class:`Py4jSparkListener` registered on the SparkContext."""
+
+    def __init__(self, sc: SparkContext, sink: Sink) -> None:
+        self._sc = sc
+        self._listener = Py4jSparkListener(sink)
+        sc._jsc.sc().addSparkListener(self._listener)
+
+    def close(self) -> None:
+        self._sc._jsc.sc().removeSparkListener(self._listener)
+
+
+def make_query_listener(sink: Sink) -> Any:
+    """A PySpark ``StreamingQueryListener`` that turns query events into ours."""
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class QueryEventListener(StreamingQueryListener):
+        def onQueryStarted(self, event: Any) -> None:  # noqa: N802
+            _safe(lambda: sink(ev.QueryStarted(_ts(event.timestamp), str(event.id),
+                                               str(event.runId), event.name)), "QueryStarted")
+
+        def onQueryProgress(self, event: Any) -> None:  # noqa: N802
+            _safe(lambda: sink(progress_from_pyspark(event.progress)), "QueryProgress")
+
+        def onQueryIdle(self, event: Any) -> None:  # noqa: N802
+            _safe(lambda: sink(ev.QueryIdle(_ts(event.timestamp), str(event.id),
+                                            str(event.runId))), "QueryIdle")
+
+        def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
+            _safe(lambda: sink(ev.QueryTerminated(time.time(), str(event.id), str(event.runId),
+                                                  event.exception, event.errorClassOnException)),
+                  "QueryTerminated")
+
+    return QueryEventListener()
+
+
+def progress_from_pyspark(p: Any) -> ev.QueryProgress:
+    durations = p.durationMs or {}
+    ops = tuple(
+        ev.StateOperatorProgress(s.operatorName, s.numRowsTotal, s.memoryUsedBytes,
+                                 s.numShufflePartitions, s.numStateStoreInstances)
+        for s in (p.stateOperators or ())
+    )
+    return ev.QueryProgress(
+        time=_ts(p.timestamp), query_id=str(p.id), run_id=str(p.runId), name=p.name,
+        batch_id=p.batchId, num_input_rows=p.numInputRows,
+        input_rows_per_second=float(p.inputRowsPerSecond or 0.0),
+        processed_rows_per_second=float(p.processedRowsPerSecond or 0.0),
+        batch_duration=p.batchDuration / 1000.0,
+        trigger_execution=durations.get("triggerExecution", 0) / 1000.0,
+        state_operators=ops,
+    )
+
+
+def _ts(text: str | None) -> float:
+    """Spark's ISO-8601 UTC timestamps ('2026-11-22T03:53:35.123Z') to epoch seconds."""
+    if not text:
+        return time.time()
+    from datetime import datetime, timezone
+
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc).timestamp()
+
+
+def _safe(fn: Callable[[], None], what: str) -> None:
+    try:
+        fn()
+    except Exception:
+        log.exception("could not convert the %s query event; ignored", what)
+
+
+def attach_spark_listener(
+    sc: SparkContext, sink: Sink, mode: str, jar: Path | None
+) -> tuple[ShimListener | Py4jListener, str]:
+    """Register the listener for ``mode`` (auto|shim|py4j); returns it and the path used."""
+    ensure_callback_server(sc)
+    if mode in ("auto", "shim") and jar is not None:
+        try:
+            return ShimListener(sc, jar, sink), "shim"
+        except Exception as e:
+            if mode == "shim":
+                raise
+            log.warning("the JVM shim did not load (%s); using the py4j listener", e)
+    elif mode == "shim":
+        from spark_adaptive.errors import ShimNotAvailableError
+
+        raise ShimNotAvailableError(
+            "spark.adaptive.listener=shim but no shim jar was found; build it with "
+            "jvm-shim/build.sh or set spark.adaptive.shim.jar")
+    return Py4jListener(sc, sink), "py4j"
+
+
+def live_executors(sc: SparkContext) -> list[ev.ExecutorAdded]:
+    """Executors already registered, from Spark's status store, as ExecutorAdded events.
+
+    The listener is attached first and this read second, so no executor falls
+    between the two; one seen by both arrives twice, which consumers ignore.
+    """
+    out = []
+    for s in seq_to_list(sc._jsc.sc().statusStore().executorList(True)):
+        eid = s.id()
+        if eid == "driver":
+            continue
+        host = str(s.hostPort()).rsplit(":", 1)[0]
+        out.append(ev.ExecutorAdded(s.addTime().getTime() / 1000.0, eid, host, s.totalCores()))
+    return out
+
+
+def attach_query_listener(spark: SparkSession, sink: Sink) -> Any:
+    ensure_callback_server(spark.sparkContext)
+    listener = make_query_listener(sink)
+    spark.streams.addListener(listener)
+    return listener

@@ -1,0 +1,142 @@
+"""spark-adaptive inside one driver: settings, the scheduler thread, listeners, executors.
+
+There is one :class:`AdaptiveRuntime` per SparkContext. It is created by
+activation (:func:`spark_adaptive.enable` or the zero-code startup hook) and
+ends before the SparkContext stops, removing its listeners first so Spark never
+calls into a Python process that is going away (which Spark would log as
+"Listener threw an exception").
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from spark_adaptive.core.bus import EventBus, Handler
+from spark_adaptive.core.events import Event
+from spark_adaptive.core.loop import EventLoop
+from spark_adaptive.core.options import Settings
+from spark_adaptive.spark.actuator import SparkExecutorActuator
+from spark_adaptive.spark.jvm import shim_jar_path
+from spark_adaptive.spark.listener import (
+    attach_query_listener,
+    attach_spark_listener,
+    live_executors,
+)
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+_lock = threading.RLock()
+_runtimes: dict[int, AdaptiveRuntime] = {}
+
+
+class AdaptiveRuntime:
+    """Everything spark-adaptive runs for one SparkContext."""
+
+    def __init__(self, sc: SparkContext, settings: Settings) -> None:
+        self.sc = sc
+        self.settings = settings
+        self.loop = EventLoop()
+        self.bus = EventBus(self.loop.submit)
+        self.actuator = SparkExecutorActuator(sc)
+        self.bus.subscribe(self.actuator.observe, "executor tracking")
+        self._query_listener: Any = None
+        self._query_listener_session: SparkSession | None = None
+        self._closers: list[Callable[[], None]] = []
+        self._closed = False
+        self.loop.start()
+        jar = shim_jar_path(settings.shim_jar)
+        self.listener, self.listener_path = attach_spark_listener(
+            sc, self.bus.post, settings.listener, jar)
+        for event in live_executors(sc):
+            self.bus.post(event)
+        log.info("listening to Spark through the %s (%s)",
+                 "JVM shim" if self.listener_path == "shim" else "pure-py4j listener",
+                 jar if self.listener_path == "shim" else "no per-task filtering in the JVM")
+
+    # -- plumbing for the scheduler, the REST API and tests ----------------------------
+    def subscribe(self, handler: Handler, name: str = "", replay_executors: bool = True
+                  ) -> Callable[[], None]:
+        """Add a bus subscriber; returns its unsubscribe function.
+
+        With ``replay_executors`` the subscriber first gets an ExecutorAdded for
+        every executor alive now. Both happen on the scheduler thread in one
+        step, so every executor is seen exactly once: replayed or as a new event.
+        """
+
+        def do() -> Callable[[], None]:
+            unsubscribe = self.bus.subscribe(handler, name)
+            if replay_executors:
+                for event in self.actuator.live_executor_events():
+                    handler(event)
+            return unsubscribe
+
+        result = self.loop.call_sync(do)
+        assert callable(result)
+        return result
+
+    def post(self, event: Event) -> None:
+        self.bus.post(event)
+
+    def on_close(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` at shutdown, before the listeners are removed (last added, first run)."""
+        self._closers.append(fn)
+
+    def ensure_query_listener(self, spark: SparkSession) -> None:
+        """Register the streaming query listener on ``spark`` once."""
+        with _lock:
+            if self._query_listener is None:
+                self._query_listener = attach_query_listener(spark, self.bus.post)
+                self._query_listener_session = spark
+
+    # -- shutdown -------------------------------------------------------------------
+    def shutdown(self) -> None:
+        """Stop everything spark-adaptive runs; idempotent; never raises."""
+        with _lock:
+            if self._closed:
+                return
+            self._closed = True
+            _runtimes.pop(id(self.sc), None)
+        for fn in reversed(self._closers):
+            _quietly(fn, "a shutdown hook")
+        if self._query_listener is not None and self._query_listener_session is not None:
+            session, listener = self._query_listener_session, self._query_listener
+            _quietly(lambda: session.streams.removeListener(listener), "the query listener")
+        _quietly(self.listener.close, "the Spark listener")
+        _quietly(self.actuator.close, "the executor actuator")
+        _quietly(self.loop.stop, "the scheduler thread")
+        log.info("spark-adaptive stopped")
+
+
+def _quietly(fn: Callable[[], Any], what: str) -> None:
+    try:
+        fn()
+    except Exception as e:  # the JVM may already be going down
+        log.debug("stopping %s: %s", what, e)
+
+
+def runtime_for(sc: SparkContext) -> AdaptiveRuntime | None:
+    return _runtimes.get(id(sc))
+
+
+def start_runtime(sc: SparkContext, settings: Settings) -> AdaptiveRuntime:
+    """The runtime of ``sc``, created on first use."""
+    with _lock:
+        rt = _runtimes.get(id(sc))
+        if rt is None:
+            rt = AdaptiveRuntime(sc, settings)
+            _runtimes[id(sc)] = rt
+            atexit.register(rt.shutdown)
+        return rt
+
+
+def shutdown_all() -> None:
+    for rt in list(_runtimes.values()):
+        rt.shutdown()

@@ -1,0 +1,24 @@
+"""Testing spark-adaptive, and your own apps with it, on a real local Spark cluster.
+
+* :class:`~spark_adaptive.testing.cluster.LocalCluster`: a standalone master and
+  workers on 127.0.0.1, with workers and executors that join, leave, crash and hang.
+* pytest fixtures (registered automatically through the ``pytest11`` entry point):
+  ``local_cluster`` (a fresh cluster per test, one worker by default) and
+  ``local_cluster_factory``.
+
+Imports are lazy so ``python -m spark_adaptive.testing.cluster`` runs cleanly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["LocalCluster"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "LocalCluster":
+        from spark_adaptive.testing.cluster import LocalCluster
+
+        return LocalCluster
+    raise AttributeError(name)

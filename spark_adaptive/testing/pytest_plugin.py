@@ -1,0 +1,46 @@
+"""pytest fixtures for a real local Spark cluster (registered via the pytest11 entry point).
+
+* ``local_cluster_factory(workers=1, cores_per_worker=1, ...)`` makes clusters
+  that are all ended when the test ends, also when it fails;
+* ``local_cluster``: a fresh cluster with one one-core worker;
+* ``cluster_spark_factory(cluster, **conf)``: a SparkSession on a cluster,
+  stopped at the end of the test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from spark_adaptive.testing.cluster import LocalCluster
+
+
+@pytest.fixture
+def local_cluster_factory(tmp_path_factory: pytest.TempPathFactory
+                          ) -> Iterator[Callable[..., LocalCluster]]:
+    made: list[LocalCluster] = []
+
+    def make(workers: int = 1, cores_per_worker: int = 1, **kw: Any) -> LocalCluster:
+        kw.setdefault("work_dir", tmp_path_factory.mktemp("cluster"))
+        c = LocalCluster(workers, cores_per_worker, **kw)
+        made.append(c)
+        return c.start()
+
+    yield make
+    for c in made:
+        c.close()
+
+
+@pytest.fixture
+def local_cluster(local_cluster_factory: Callable[..., LocalCluster]) -> LocalCluster:
+    return local_cluster_factory(1)
+
+
+@pytest.fixture
+def cluster_spark_factory() -> Iterator[Callable[..., Any]]:
+    from spark_adaptive.testing.session import cluster_session, stop_active_session
+
+    yield cluster_session
+    stop_active_session()

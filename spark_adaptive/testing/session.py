@@ -1,0 +1,50 @@
+"""SparkSessions on a :class:`~spark_adaptive.testing.cluster.LocalCluster`."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from spark_adaptive.testing.cluster import LocalCluster
+
+#: Settings that keep a test app small and quick on a laptop-sized machine.
+TEST_CONF = {
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.executor.memory": "512m",
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.default.parallelism": "4",
+    "spark.sql.streaming.stateStore.providerClass":
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    "spark.executor.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
+}
+
+
+def stop_active_session() -> None:
+    """Stop whatever SparkContext this process has, so a new one can take other settings."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.stop()
+    if SparkContext._active_spark_context is not None:
+        SparkContext._active_spark_context.stop()
+
+
+def cluster_session(cluster: LocalCluster, app_name: str = "spark-adaptive-test",
+                    **conf: str) -> SparkSession:
+    """A new SparkSession whose master is ``cluster``; ``conf`` overrides :data:`TEST_CONF`."""
+    from pyspark.sql import SparkSession
+
+    stop_active_session()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.master(cluster.master_url).appName(app_name)
+    for k, v in {**TEST_CONF, **conf}.items():
+        builder = builder.config(k, v)
+    return builder.getOrCreate()
