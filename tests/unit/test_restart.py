@@ -1,0 +1,163 @@
+"""Restart backoff strategies, Flink's keys and defaults."""
+
+from __future__ import annotations
+
+import pytest
+
+from spark_adaptive.core.options import Settings
+from spark_adaptive.core.restart import (
+    ExponentialDelay,
+    Failure,
+    FailureRate,
+    FailureResult,
+    FixedDelay,
+    NoRestart,
+    handle_failure,
+    strategy_from_settings,
+)
+
+BOOM = Failure("java.lang.RuntimeException: boom", "RUNTIME")
+
+
+def test_none_never_restarts() -> None:
+    s = NoRestart()
+    s.notify_failure(0)
+    assert not s.can_restart()
+
+
+def test_fixed_delay_allows_attempts_restarts_then_fails() -> None:
+    s = FixedDelay(attempts=2, delay=5)
+    for t in (0, 100):
+        s.notify_failure(t)
+        assert s.can_restart()
+        assert s.backoff() == 5
+    s.notify_failure(200)
+    assert not s.can_restart()
+
+
+def test_fixed_delay_with_zero_attempts_fails_at_once() -> None:
+    s = FixedDelay(attempts=0, delay=1)
+    s.notify_failure(0)
+    assert not s.can_restart()
+
+
+def test_failure_rate_within_rate_keeps_restarting() -> None:
+    s = FailureRate(max_failures=1, interval=60, delay=2)
+    for t in (0, 61, 122, 183):
+        s.notify_failure(t)
+        assert s.can_restart(), t
+        assert s.backoff() == 2
+
+
+def test_failure_rate_exceeded_fails() -> None:
+    s = FailureRate(max_failures=3, interval=60, delay=0)
+    for t in (0, 10, 20):
+        s.notify_failure(t)
+        assert s.can_restart()
+    s.notify_failure(30)  # the fourth within 60 s
+    assert not s.can_restart()
+
+
+def test_failure_rate_old_failures_leave_the_window() -> None:
+    s = FailureRate(max_failures=2, interval=60, delay=0)
+    for t in (0, 50, 100):  # 0 is out of the window at 100 (100 - 0 > 60)
+        s.notify_failure(t)
+    assert s.can_restart()
+    s.notify_failure(101)  # 50, 100, 101 within 60 s
+    assert not s.can_restart()
+
+
+def test_exponential_delay_grows_to_the_cap_without_jitter() -> None:
+    s = ExponentialDelay(initial=1, max_backoff=5, multiplier=2, reset_threshold=3600, jitter=0)
+    waits = []
+    t = 0.0
+    for _ in range(5):
+        s.notify_failure(t)
+        assert s.can_restart()
+        waits.append(s.backoff())
+        t += s.backoff() + 1  # ran one second after each restart
+    assert waits == [1, 2, 4, 5, 5]
+
+
+def test_exponential_delay_resets_after_a_long_run() -> None:
+    s = ExponentialDelay(initial=1, max_backoff=60, multiplier=2, reset_threshold=100, jitter=0)
+    s.notify_failure(0)
+    s.notify_failure(5)
+    assert s.backoff() == 2
+    s.notify_failure(5 + 2 + 100)  # ran 100 s since the restart
+    assert s.backoff() == 1
+
+
+def test_exponential_delay_jitter_uses_the_injected_random() -> None:
+    low = ExponentialDelay(initial=10, max_backoff=60, multiplier=1.5, reset_threshold=3600,
+                           jitter=0.1, random=lambda: 0.0)
+    high = ExponentialDelay(initial=10, max_backoff=60, multiplier=1.5, reset_threshold=3600,
+                            jitter=0.1, random=lambda: 0.999999)
+    low.notify_failure(0)
+    high.notify_failure(0)
+    assert low.backoff() == pytest.approx(9.0)
+    assert high.backoff() == pytest.approx(11.0, abs=1e-4)
+
+
+def test_exponential_delay_jitter_never_exceeds_max_backoff() -> None:
+    s = ExponentialDelay(initial=60, max_backoff=60, multiplier=1.5, reset_threshold=3600,
+                         jitter=0.5, random=lambda: 0.999)
+    s.notify_failure(0)
+    assert s.backoff() == 60
+
+
+def test_exponential_delay_attempts_before_reset() -> None:
+    s = ExponentialDelay(initial=1, max_backoff=60, multiplier=2, reset_threshold=3600,
+                         jitter=0, attempts_before_reset=2)
+    s.notify_failure(0)
+    s.notify_failure(10)
+    assert s.can_restart()
+    s.notify_failure(20)
+    assert not s.can_restart()
+
+
+@pytest.mark.parametrize(("kind", "has_checkpoint", "expected"), [
+    (None, True, ExponentialDelay),
+    (None, False, NoRestart),
+    ("none", True, NoRestart),
+    ("fixed-delay", False, FixedDelay),
+    ("failure-rate", False, FailureRate),
+    ("exponential-delay", False, ExponentialDelay),
+])
+def test_factory_picks_the_strategy(kind: str | None, has_checkpoint: bool,
+                                    expected: type) -> None:
+    settings = Settings(restart_strategy=kind)
+    assert isinstance(strategy_from_settings(settings, has_checkpoint), expected)
+
+
+def test_factory_reads_flink_keys_from_settings() -> None:
+    conf = {
+        "spark.adaptive.restart-strategy.type": "fixeddelay",
+        "spark.adaptive.restart-strategy.fixed-delay.attempts": "3",
+        "spark.adaptive.restart-strategy.fixed-delay.delay": "7s",
+    }
+    s = strategy_from_settings(Settings.from_conf(conf), has_checkpoint=False)
+    assert isinstance(s, FixedDelay)
+    assert (s.attempts, s.delay) == (3, 7.0)
+
+
+def test_factory_exponential_defaults_are_flinks() -> None:
+    s = strategy_from_settings(Settings(), has_checkpoint=True)
+    assert isinstance(s, ExponentialDelay)
+    assert (s.initial, s.max_backoff, s.multiplier, s.reset_threshold, s.jitter,
+            s.attempts_before_reset) == (1.0, 60.0, 1.5, 3600.0, 0.1, None)
+
+
+def test_handle_failure_returns_restart_with_backoff() -> None:
+    result = handle_failure(FixedDelay(1, 3), BOOM, now=0)
+    assert result == FailureResult.restart(BOOM, 3, result.strategy)
+    assert result.can_restart and result.backoff == 3
+    assert "FixedDelay" in result.strategy
+
+
+def test_handle_failure_cannot_restart_has_no_backoff() -> None:
+    result = handle_failure(NoRestart(), BOOM, now=0)
+    assert not result.can_restart
+    assert result.failure is BOOM
+    with pytest.raises(ValueError, match="no backoff"):
+        _ = result.backoff
