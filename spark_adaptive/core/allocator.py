@@ -1,0 +1,159 @@
+"""Who gets which slots, and whether a running query must change to use them.
+
+Two pure functions:
+
+* :func:`determine_parallelism` shares an application's task slots among its
+  managed queries, the way Flink's ``SlotSharingSlotAllocator`` shares a
+  cluster's slots among slot-sharing groups. Each query is one group with
+  bounds ``[lower, upper]``.
+* :func:`decide_rescale` compares a running query with its share and returns a
+  :class:`RescaleDecision`: nothing to do, a *live* rescale, or a *restart*
+  rescale, always with the reason.
+
+Why Spark has two kinds of rescale (Flink has only restarts): a Spark query's
+parallelism is its partition count P, fixed while it runs, but its tasks run
+on whatever executors exist. When P is a whole multiple of the query's slots
+the tasks run in balanced waves, so a query keeping its partitions on more or
+fewer slots is rescaled *live*, with no restart at all (4 partitions on 2
+slots after executors were lost, then again on 4). Only a partition count
+that must change needs a *restart* rescale: stop between micro-batches,
+repartition the state, start again from the same checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+from typing import Literal, TypeVar
+
+from spark_adaptive.core.ports import RepartitionSupport
+from spark_adaptive.core.requirements import ResourceRequirements
+
+K = TypeVar("K", bound=Hashable)
+
+RescaleKind = Literal["none", "live", "restart"]
+
+
+def determine_parallelism(
+    slots: int, requirements: Mapping[K, ResourceRequirements]
+) -> dict[K, int] | None:
+    """Each query's slot share, or None when the slots cannot cover every lower bound.
+
+    Queries with the narrowest range ``upper - lower`` are served first (ties in
+    the mapping's order). Each gets its lower bound plus an even part of the
+    slots the remaining queries' lower bounds leave over, never above its upper
+    bound. Integer division can leave slots unused, as in Flink. Example:
+    A[1..4], B[2..10] on 9 slots -> A=4, B=5.
+    """
+    required = sum(r.lower for r in requirements.values())
+    if required > slots:
+        return None
+    available = slots
+    ordered = sorted(requirements.items(), key=lambda kv: kv[1].upper - kv[1].lower)
+    shares: dict[K, int] = {}
+    for index, (key, req) in enumerate(ordered):
+        remaining = len(ordered) - index
+        optional = (available - required) // remaining
+        share = req.lower + min(req.upper - req.lower, optional)
+        shares[key] = share
+        required -= req.lower
+        available -= share
+    return shares
+
+
+def desired_slots(requirements: Mapping[K, ResourceRequirements], max_parallelism: int) -> int:
+    """Slots to ask the cluster for: every query at its upper bound, capped by max-parallelism."""
+    return min(sum(r.upper for r in requirements.values()), max_parallelism)
+
+
+@dataclass(frozen=True)
+class RescaleDecision:
+    """What to do with a running query, and why.
+
+    ``kind``: ``none`` (keep running as is), ``live`` (keep the partitions, run on
+    ``target_slots`` slots from now on) or ``restart`` (restart at
+    ``target_parallelism`` partitions). ``held_back`` marks a scale-up that
+    ``min-parallelism-increase`` keeps from happening (yet); ``forced`` one that
+    it held back until ``scaling-interval.max`` forced it.
+    """
+
+    kind: RescaleKind
+    current_parallelism: int
+    target_parallelism: int
+    current_slots: int
+    target_slots: int
+    reason: str
+    held_back: bool = False
+    forced: bool = False
+
+    @property
+    def is_scale_up(self) -> bool:
+        return self.target_parallelism > self.current_parallelism
+
+
+def decide_rescale(
+    *,
+    parallelism: int,
+    slots: int,
+    share: int | None,
+    requirements: ResourceRequirements,
+    repartition: RepartitionSupport,
+    min_parallelism_increase: int = 1,
+    held_back_since: float | None = None,
+    now: float = 0.0,
+    scaling_interval_max: float | None = None,
+) -> RescaleDecision:
+    """The rescale rule for a query running ``parallelism`` partitions on ``slots`` slots.
+
+    ``share`` is the query's slot share now (None: not enough slots for every
+    query's lower bound). The target is the share, which the allocator already
+    keeps within the bounds. Rules, in order:
+
+    1. No share: nothing to do; the query keeps running (Spark queues its tasks).
+    2. Partitions within the bounds and a whole multiple of the share: the query
+       runs balanced; a changed share is a live rescale, an unchanged one nothing.
+    3. Otherwise the partition count must become the share: a restart rescale.
+       Bounds always win: a count outside the bounds is restarted even if balanced.
+    4. A scale-up within the bounds smaller than ``min_parallelism_increase`` is
+       held back, unless it has been held back (since ``held_back_since``) for
+       ``scaling_interval_max`` seconds already.
+    5. A query whose partition count cannot change (``repartition.possible`` is
+       false) never restarts: it keeps its partitions and follows its share live.
+    """
+    p, s = parallelism, slots
+    if share is None:
+        return RescaleDecision("none", p, p, s, s,
+                               "not enough slots for every query's lower bound; keeps running "
+                               f"{p} partitions")
+    in_bounds = requirements.lower <= p <= requirements.upper
+    if in_bounds and p % share == 0:
+        if share == s:
+            return RescaleDecision("none", p, p, s, s,
+                                   f"runs balanced: {p} partitions on {s} slots")
+        return RescaleDecision("live", p, p, s, share,
+                               f"{p} partitions run balanced on {share} slots (was {s}); no "
+                               "restart needed")
+    if not in_bounds:
+        why = (f"{p} partitions are outside the bounds [{requirements.lower}, "
+               f"{requirements.upper}]")
+    else:
+        why = f"{p} partitions do not divide evenly over {share} slots"
+    forced = False
+    if in_bounds and share > p and share - p < min_parallelism_increase:
+        waited = None if held_back_since is None else now - held_back_since
+        if scaling_interval_max is None or waited is None or waited < scaling_interval_max:
+            return RescaleDecision(
+                "none", p, share, s, s,
+                f"scale-up {p} -> {share} is below min-parallelism-increase "
+                f"{min_parallelism_increase}; held back", held_back=True)
+        forced = True
+        why += (f"; the scale-up held back by min-parallelism-increase is forced after "
+                f"scaling-interval.max {scaling_interval_max:g}s")
+    if not repartition.possible:
+        reason = (f"{why}, but the partition count cannot change ({repartition.reason}); keeps "
+                  f"{p} partitions")
+        if share == s:
+            return RescaleDecision("none", p, p, s, s, reason)
+        return RescaleDecision("live", p, p, s, share, f"{reason} on {share} slots")
+    return RescaleDecision("restart", p, share, s, share, f"{why}: restart at {share} partitions",
+                           forced=forced)

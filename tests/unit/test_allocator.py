@@ -1,0 +1,163 @@
+"""Slot sharing across queries and the rescale rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from spark_adaptive.core.allocator import (
+    RescaleDecision,
+    decide_rescale,
+    desired_slots,
+    determine_parallelism,
+)
+from spark_adaptive.core.ports import RepartitionSupport
+from spark_adaptive.core.requirements import ResourceRequirements as R
+
+OK = RepartitionSupport(True, "RocksDB state store")
+NO = RepartitionSupport(False, "stateful query on the HDFS state store")
+B8 = R(1, 8)
+
+
+# -- determine_parallelism ----------------------------------------------------------------
+def test_flinks_example() -> None:
+    assert determine_parallelism(9, {"A": R(1, 4), "B": R(2, 10)}) == {"A": 4, "B": 5}
+
+
+def test_insufficient_when_lower_bounds_exceed_slots() -> None:
+    assert determine_parallelism(2, {"A": R(2, 4), "B": R(1, 1)}) is None
+
+
+def test_exactly_the_lower_bounds() -> None:
+    assert determine_parallelism(3, {"A": R(2, 4), "B": R(1, 5)}) == {"A": 2, "B": 1}
+
+
+def test_single_query_capped_by_upper_bound() -> None:
+    assert determine_parallelism(10, {"A": R(1, 3)}) == {"A": 3}
+    assert determine_parallelism(2, {"A": R(1, 3)}) == {"A": 2}
+
+
+def test_narrowest_range_first_and_even_split() -> None:
+    shares = determine_parallelism(10, {"wide": R(1, 100), "narrow": R(2, 3), "mid": R(1, 10)})
+    assert shares == {"narrow": 3, "mid": 3, "wide": 4}
+
+
+def test_integer_division_can_leave_slots_unused() -> None:
+    shares = determine_parallelism(5, {"A": R(1, 10), "B": R(1, 10)})
+    assert shares is not None
+    assert shares == {"A": 3, "B": 2} or shares == {"A": 2, "B": 3}
+    assert sum(shares.values()) <= 5
+
+
+def test_no_queries() -> None:
+    assert determine_parallelism(4, {}) == {}
+
+
+def test_desired_slots_is_the_sum_of_upper_bounds_capped() -> None:
+    assert desired_slots({"A": R(1, 4), "B": R(2, 10)}, 32768) == 14
+    assert desired_slots({"A": R(1, 32768), "B": R(1, 32768)}, 32768) == 32768
+
+
+# -- decide_rescale -----------------------------------------------------------------------
+def decide(p: int, s: int, share: int | None, bounds: R = B8, support: RepartitionSupport = OK,
+           **kw: float | int | None) -> RescaleDecision:
+    return decide_rescale(parallelism=p, slots=s, share=share, requirements=bounds,
+                          repartition=support, **kw)  # type: ignore[arg-type]
+
+
+def test_unchanged_share_is_nothing() -> None:
+    d = decide(4, 4, 4)
+    assert (d.kind, d.target_parallelism, d.target_slots) == ("none", 4, 4)
+
+
+def test_four_partitions_on_two_slots_is_a_live_rescale() -> None:
+    d = decide(4, 4, 2)
+    assert (d.kind, d.current_parallelism, d.target_parallelism) == ("live", 4, 4)
+    assert (d.current_slots, d.target_slots) == (4, 2)
+    assert "balanced" in d.reason
+
+
+def test_back_on_four_slots_is_live_again() -> None:
+    d = decide(4, 2, 4)
+    assert (d.kind, d.target_parallelism, d.target_slots) == ("live", 4, 4)
+
+
+def test_uneven_split_needs_a_restart() -> None:
+    d = decide(4, 4, 3)
+    assert (d.kind, d.target_parallelism, d.target_slots) == ("restart", 3, 3)
+    assert "do not divide evenly" in d.reason
+
+
+def test_scale_up_beyond_the_partitions_needs_a_restart() -> None:
+    d = decide(1, 1, 3)
+    assert (d.kind, d.target_parallelism) == ("restart", 3)
+    assert d.is_scale_up
+
+
+def test_bounds_win_over_balance() -> None:
+    # 4 partitions on 2 slots would be balanced, but the upper bound is now 2.
+    d = decide(4, 4, 2, bounds=R(1, 2))
+    assert (d.kind, d.target_parallelism) == ("restart", 2)
+    assert "outside the bounds [1, 2]" in d.reason
+
+
+def test_raised_lower_bound_restarts() -> None:
+    d = decide(2, 2, 4, bounds=R(4, 8))
+    assert (d.kind, d.target_parallelism) == ("restart", 4)
+
+
+def test_no_share_keeps_running() -> None:
+    d = decide(4, 4, None)
+    assert d.kind == "none"
+    assert "not enough slots" in d.reason
+
+
+def test_small_scale_up_is_held_back_by_min_parallelism_increase() -> None:
+    d = decide(4, 4, 5, min_parallelism_increase=2)
+    assert d.kind == "none" and d.held_back
+    assert "min-parallelism-increase 2" in d.reason
+    big = decide(4, 4, 6, min_parallelism_increase=2)
+    assert big.kind == "restart" and not big.held_back
+
+
+def test_min_parallelism_increase_does_not_hold_back_scale_downs() -> None:
+    d = decide(4, 4, 3, min_parallelism_increase=5)
+    assert d.kind == "restart"
+
+
+def test_min_parallelism_increase_does_not_override_bounds() -> None:
+    d = decide(1, 1, 2, bounds=R(2, 8), min_parallelism_increase=5)
+    assert d.kind == "restart"
+
+
+def test_held_back_scale_up_is_forced_after_scaling_interval_max() -> None:
+    held = decide(4, 4, 5, min_parallelism_increase=2, held_back_since=100.0, now=159.0,
+                  scaling_interval_max=60.0)
+    assert held.kind == "none" and held.held_back
+    forced = decide(4, 4, 5, min_parallelism_increase=2, held_back_since=100.0, now=160.0,
+                    scaling_interval_max=60.0)
+    assert forced.kind == "restart" and forced.forced
+    assert "scaling-interval.max" in forced.reason
+
+
+def test_without_scaling_interval_max_it_stays_held_back() -> None:
+    d = decide(4, 4, 5, min_parallelism_increase=2, held_back_since=0.0, now=1e9)
+    assert d.held_back
+
+
+def test_no_repartition_means_live_only() -> None:
+    d = decide(4, 4, 3, support=NO)
+    assert (d.kind, d.target_parallelism, d.target_slots) == ("live", 4, 3)
+    assert "cannot change" in d.reason and "HDFS" in d.reason
+
+
+def test_no_repartition_and_same_slots_is_nothing_with_reason() -> None:
+    d = decide(4, 3, 3, support=NO)
+    assert d.kind == "none"
+    assert "keeps 4 partitions" in d.reason
+
+
+@pytest.mark.parametrize(("p", "s", "share", "kind"), [
+    (6, 6, 3, "live"), (6, 3, 2, "live"), (6, 2, 4, "restart"), (2, 2, 1, "live"),
+])
+def test_whole_multiples(p: int, s: int, share: int, kind: str) -> None:
+    assert decide(p, s, share).kind == kind
