@@ -1,0 +1,226 @@
+"""What happened to a query: its rescales and restarts, and its decisions.
+
+:class:`RescaleHistory` keeps one :class:`RescaleRecord` per (re)start or live
+rescale, in Flink's rescale-timeline terms (FLIP-495): a trigger cause, from/to
+parallelism and slots, the duration from the decision to the first completed
+micro-batch at the new parallelism, the outcome, and the seconds spent in each
+phase (stop, repartition, start) as the driver reported them.
+
+At most one record is *pending* at a time. A new record supersedes the
+pending one; a failure fails it; the first completed micro-batch completes it.
+
+Counters follow Flink's ``numRestarts`` / ``numRescales``: every restart counts
+as a restart; a restart without a failure counts as a rescale as well. Live
+rescales count as rescales (and as live rescales), never as restarts; the
+first start counts as neither. ``failures`` counts every failure of the query,
+restarted or not.
+
+:class:`DecisionLog` is where every decision of a query's scheduler goes: it
+becomes the query's ``lastDecision`` and one INFO line with its reason on the
+``spark_adaptive.scheduler`` logger.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from spark_adaptive.core.clock import Timers
+
+LOGGER_NAME = "spark_adaptive.scheduler"
+decision_log = logging.getLogger(LOGGER_NAME)
+
+
+class Trigger(str, enum.Enum):
+    """Why a query was (re)started or rescaled."""
+
+    INITIAL_SCHEDULE = "INITIAL_SCHEDULE"
+    NEW_RESOURCES = "NEW_RESOURCES"
+    RESOURCES_LOST = "RESOURCES_LOST"
+    REQUIREMENTS_CHANGED = "REQUIREMENTS_CHANGED"
+    FAILURE = "FAILURE"
+
+
+Kind = Literal["live", "restart"]
+Outcome = Literal["pending", "completed", "failed", "superseded"]
+
+
+@dataclass(frozen=True)
+class RescaleRecord:
+    """One (re)start or live rescale. ``kind``: ``restart`` = the query was (re)started
+    (the first start included), ``live`` = it kept running."""
+
+    id: int
+    time: float
+    """Wall-clock epoch seconds of the decision."""
+    trigger: Trigger
+    kind: Kind
+    from_parallelism: int
+    to_parallelism: int
+    from_slots: int
+    to_slots: int
+    reason: str
+    started: float
+    """Monotonic time of the decision, for the duration."""
+    duration: float | None = None
+    outcome: Outcome = "pending"
+    timings: tuple[tuple[str, float], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The REST form (camelCase)."""
+        return {
+            "id": self.id,
+            "time": self.time,
+            "trigger": self.trigger.value,
+            "kind": self.kind,
+            "fromParallelism": self.from_parallelism,
+            "toParallelism": self.to_parallelism,
+            "fromSlots": self.from_slots,
+            "toSlots": self.to_slots,
+            "duration": self.duration,
+            "outcome": self.outcome,
+            "timings": dict(self.timings),
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class Counters:
+    restarts: int = 0
+    rescales: int = 0
+    live_rescales: int = 0
+    failures: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return {"restarts": self.restarts, "rescales": self.rescales,
+                "liveRescales": self.live_rescales, "failures": self.failures}
+
+
+class RescaleHistory:
+    """The records of one query, newest last, at most ``limit`` of them."""
+
+    def __init__(self, timers: Timers, limit: int = 100) -> None:
+        self._timers = timers
+        self._records: deque[RescaleRecord] = deque(maxlen=limit)
+        self._next_id = 1
+        self._pending: RescaleRecord | None = None
+        self.counters = Counters()
+
+    @property
+    def pending(self) -> RescaleRecord | None:
+        return self._pending
+
+    def records(self) -> tuple[RescaleRecord, ...]:
+        return tuple(self._records)
+
+    def open(
+        self,
+        trigger: Trigger,
+        kind: Kind,
+        *,
+        from_parallelism: int,
+        to_parallelism: int,
+        from_slots: int,
+        to_slots: int,
+        reason: str,
+    ) -> RescaleRecord:
+        """Start a record (superseding the pending one) and count it."""
+        if self._pending is not None:
+            self._finish("superseded")
+        record = RescaleRecord(
+            self._next_id, self._timers.wall(), trigger, kind, from_parallelism,
+            to_parallelism, from_slots, to_slots, reason, self._timers.now())
+        self._next_id += 1
+        self._records.append(record)
+        self._pending = record
+        c = self.counters
+        if kind == "live":
+            c = dataclasses.replace(c, rescales=c.rescales + 1, live_rescales=c.live_rescales + 1)
+        elif trigger is Trigger.FAILURE:
+            c = dataclasses.replace(c, restarts=c.restarts + 1)
+        elif trigger is not Trigger.INITIAL_SCHEDULE:
+            c = dataclasses.replace(c, restarts=c.restarts + 1, rescales=c.rescales + 1)
+        self.counters = c
+        return record
+
+    def count_failure(self) -> None:
+        """A failure of the query (whether or not it leads to a restart)."""
+        self.counters = dataclasses.replace(self.counters, failures=self.counters.failures + 1)
+
+    def update_pending(
+        self,
+        *,
+        to_parallelism: int | None = None,
+        timings: Iterable[tuple[str, float]] = (),
+    ) -> None:
+        """Amend the pending record: the parallelism really started, phase timings."""
+        if self._pending is None:
+            return
+        changes: dict[str, Any] = {}
+        if to_parallelism is not None:
+            changes["to_parallelism"] = to_parallelism
+        merged = dict(self._pending.timings)
+        for name, seconds in timings:
+            merged[name] = merged.get(name, 0.0) + seconds
+        changes["timings"] = tuple(merged.items())
+        self._replace(dataclasses.replace(self._pending, **changes))
+
+    def complete_pending(self) -> RescaleRecord | None:
+        """The first micro-batch at the new parallelism completed."""
+        return self._finish("completed")
+
+    def fail_pending(self) -> RescaleRecord | None:
+        return self._finish("failed")
+
+    def supersede_pending(self) -> RescaleRecord | None:
+        return self._finish("superseded")
+
+    def _finish(self, outcome: Outcome) -> RescaleRecord | None:
+        if self._pending is None:
+            return None
+        done = dataclasses.replace(self._pending, outcome=outcome,
+                                   duration=self._timers.now() - self._pending.started)
+        self._replace(done)
+        self._pending = None
+        return done
+
+    def _replace(self, record: RescaleRecord) -> None:
+        for i, r in enumerate(self._records):
+            if r.id == record.id:
+                self._records[i] = record
+                break
+        if self._pending is not None and self._pending.id == record.id:
+            self._pending = record
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A decision of the scheduler: what it did (``action``) and why."""
+
+    time: float
+    """Wall-clock epoch seconds."""
+    action: str
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"time": self.time, "action": self.action, "reason": self.reason}
+
+
+class DecisionLog:
+    """Records a query's decisions: the last one is kept, each is logged once at INFO."""
+
+    def __init__(self, timers: Timers, label: Callable[[], str]) -> None:
+        self._timers = timers
+        self._label = label
+        self.last: Decision | None = None
+
+    def decide(self, action: str, reason: str) -> Decision:
+        decision = Decision(self._timers.wall(), action, reason)
+        self.last = decision
+        decision_log.info("query %s: %s: %s", self._label(), action, reason)
+        return decision

@@ -1,0 +1,245 @@
+"""The application's executors and task slots, as the scheduler counts them.
+
+Fed with :class:`~spark_adaptive.core.events.ExecutorAdded`,
+:class:`~spark_adaptive.core.events.ExecutorRemoved` and
+:class:`~spark_adaptive.core.events.ExecutorHeartbeat`. An executor has
+``cores // task_cpus`` slots.
+
+Executor-loss grace (FLIP-159)
+    A removed executor's slots still count for ``loss_grace`` seconds: a lost
+    executor often comes back (or is replaced) at once, and scaling down and up
+    again would cost two restarts for nothing. A newly added executor first
+    *replaces* a lost one still in its grace, so the count does not double.
+    When a grace expires without replacement, the slots are gone and the
+    listeners hear of it.
+
+Hang detection
+    An executor that sent no heartbeat for ``failure_detection_timeout``
+    seconds (counted from its last heartbeat, or from its arrival) is reported
+    through ``on_hung`` so that the boundary can kill it, and stops counting at
+    once: a hung executor stalls every micro-batch that has a task on it (Spark
+    itself took 161 s to drop a frozen one). The check runs on a timer set to
+    the earliest possible deadline.
+
+Listeners get a :class:`SlotChange` whenever the counted slots change, on the
+scheduler thread, after the tracker's own state is up to date.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from spark_adaptive.core.clock import Cancellable, Timers
+from spark_adaptive.core.events import Event, ExecutorAdded, ExecutorHeartbeat, ExecutorRemoved
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Executor:
+    executor_id: str
+    host: str
+    cores: int
+    slots: int
+
+
+@dataclass(frozen=True)
+class SlotChange:
+    """The counted slots went from ``before`` to ``after``; ``reason`` says why."""
+
+    before: int
+    after: int
+    reason: str
+
+    @property
+    def gained(self) -> bool:
+        return self.after > self.before
+
+
+@dataclass
+class _Lost:
+    executor: Executor
+    timer: Cancellable | None
+
+
+class ResourceTracker:
+    """Counts executors and slots; see the module docstring for the rules."""
+
+    def __init__(
+        self,
+        timers: Timers,
+        *,
+        loss_grace: float,
+        failure_detection_timeout: float,
+        task_cpus: int = 1,
+        on_change: Callable[[SlotChange], None] | None = None,
+        on_hung: Callable[[str, float], None] | None = None,
+    ) -> None:
+        if task_cpus < 1:
+            raise ValueError(f"task_cpus must be >= 1, got {task_cpus}")
+        self._timers = timers
+        self._grace = loss_grace
+        self._timeout = failure_detection_timeout
+        self._task_cpus = task_cpus
+        self._listeners: list[Callable[[SlotChange], None]] = [on_change] if on_change else []
+        self._on_hung = on_hung
+        self._live: dict[str, Executor] = {}
+        self._last_seen: dict[str, float] = {}
+        self._lost: list[_Lost] = []  # in grace, oldest first
+        self._hang_check: Cancellable | None = None
+        self._hang_check_due = math.inf
+
+    def add_listener(self, listener: Callable[[SlotChange], None]) -> None:
+        self._listeners.append(listener)
+
+    # -- reading --------------------------------------------------------------------
+    @property
+    def slots(self) -> int:
+        """Slots counted now: live executors plus lost ones still in their grace."""
+        return sum(e.slots for e in self._live.values()) + sum(
+            lost.executor.slots for lost in self._lost)
+
+    @property
+    def executor_count(self) -> int:
+        """Executors counted now (lost ones in their grace included)."""
+        return len(self._live) + len(self._lost)
+
+    @property
+    def executors(self) -> tuple[Executor, ...]:
+        """Live executors (not those in their grace)."""
+        return tuple(self._live.values())
+
+    def slots_per_executor(self, default: int | None = None) -> int | None:
+        """The most common slot count of live executors (the smaller on a tie), else ``default``."""
+        counts = Counter(e.slots for e in self._live.values() if e.slots > 0)
+        if not counts:
+            return default
+        top = max(counts.values())
+        return min(s for s, n in counts.items() if n == top)
+
+    def executors_for(
+        self, slots: int, default_slots_per_executor: int | None = None
+    ) -> int | None:
+        """Executors needed for ``slots`` slots; None while the slots per executor are unknown."""
+        per = self.slots_per_executor(default_slots_per_executor)
+        if per is None:
+            return None
+        return math.ceil(slots / per)
+
+    # -- events ---------------------------------------------------------------------
+    def handle(self, event: Event) -> bool:
+        """Apply an executor event; False for any other event."""
+        if isinstance(event, ExecutorAdded):
+            self.executor_added(event.executor_id, event.host, event.cores)
+        elif isinstance(event, ExecutorRemoved):
+            self.executor_removed(event.executor_id, event.reason)
+        elif isinstance(event, ExecutorHeartbeat):
+            self.heartbeat(event.executor_id)
+        else:
+            return False
+        return True
+
+    def executor_added(self, executor_id: str, host: str, cores: int) -> None:
+        if executor_id in self._live:
+            return
+        before = self.slots
+        executor = Executor(executor_id, host, cores, cores // self._task_cpus)
+        self._live[executor_id] = executor
+        self._last_seen[executor_id] = self._timers.now()
+        replaced = self._replace_lost(executor)
+        self._arm_hang_check()
+        reason = f"executor {executor_id} added ({executor.slots} slots)"
+        if replaced is not None:
+            reason += f", replacing lost executor {replaced.executor_id}"
+        self._changed(before, reason)
+
+    def executor_removed(self, executor_id: str, reason: str) -> None:
+        executor = self._live.pop(executor_id, None)
+        self._last_seen.pop(executor_id, None)
+        if executor is None:
+            return  # unknown, or already dropped as hung
+        why = f"executor {executor_id} removed ({reason})"
+        if self._grace <= 0:
+            self._changed(before=self.slots + executor.slots, reason=why)
+            return
+        lost = _Lost(executor, None)
+        lost.timer = self._timers.call_later(self._grace, lambda: self._grace_over(lost))
+        self._lost.append(lost)
+        log.info("%s; its %d slots still count for the %gs executor-loss grace",
+                 why, executor.slots, self._grace)
+
+    def heartbeat(self, executor_id: str) -> None:
+        if executor_id in self._live:
+            self._last_seen[executor_id] = self._timers.now()
+
+    def close(self) -> None:
+        """Cancel every timer (grace and hang check)."""
+        for lost in self._lost:
+            if lost.timer is not None:
+                lost.timer.cancel()
+        if self._hang_check is not None:
+            self._hang_check.cancel()
+            self._hang_check = None
+
+    # -- internals ------------------------------------------------------------------
+    def _replace_lost(self, executor: Executor) -> Executor | None:
+        if not self._lost:
+            return None
+        # Prefer one lost on the same host (the same worker coming back), else the oldest.
+        same_host = [lost for lost in self._lost if lost.executor.host == executor.host]
+        lost = (same_host or self._lost)[0]
+        self._lost.remove(lost)
+        if lost.timer is not None:
+            lost.timer.cancel()
+        return lost.executor
+
+    def _grace_over(self, lost: _Lost) -> None:
+        if lost not in self._lost:
+            return
+        before = self.slots
+        self._lost.remove(lost)
+        self._changed(before, f"executor {lost.executor.executor_id} did not come back within "
+                              f"the {self._grace:g}s executor-loss grace")
+
+    def _changed(self, before: int, reason: str) -> None:
+        after = self.slots
+        if after == before:
+            log.debug("%s; slots unchanged at %d", reason, after)
+            return
+        change = SlotChange(before, after, reason)
+        log.info("%s: slots %d -> %d", reason, before, after)
+        for listener in list(self._listeners):
+            listener(change)
+
+    def _arm_hang_check(self) -> None:
+        if not self._last_seen:
+            return
+        due = min(self._last_seen.values()) + self._timeout
+        if self._hang_check is not None and due >= self._hang_check_due:
+            return  # the armed check comes first and re-arms itself
+        if self._hang_check is not None:
+            self._hang_check.cancel()
+        self._hang_check_due = due
+        self._hang_check = self._timers.call_later(max(0.0, due - self._timers.now()),
+                                                   self._check_hung)
+
+    def _check_hung(self) -> None:
+        self._hang_check = None
+        self._hang_check_due = math.inf
+        now = self._timers.now()
+        hung = [(eid, now - seen) for eid, seen in self._last_seen.items()
+                if now - seen >= self._timeout]
+        for executor_id, silent in hung:
+            before = self.slots
+            executor = self._live.pop(executor_id)
+            self._last_seen.pop(executor_id)
+            self._changed(before, f"executor {executor_id} sent no heartbeat for {silent:g}s "
+                                  f"(failure-detection.timeout {self._timeout:g}s); treated as "
+                                  "lost")
+            if self._on_hung is not None:
+                self._on_hung(executor.executor_id, silent)
+        self._arm_hang_check()

@@ -1,0 +1,184 @@
+"""Executor and slot tracking: loss grace, replacement, hang detection."""
+
+from __future__ import annotations
+
+import pytest
+
+from spark_adaptive.core.clock import VirtualTime
+from spark_adaptive.core.events import ExecutorAdded, ExecutorHeartbeat, ExecutorRemoved, JobEnded
+from spark_adaptive.core.resources import ResourceTracker, SlotChange
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.changes: list[SlotChange] = []
+        self.hung: list[tuple[str, float]] = []
+
+    def change(self, c: SlotChange) -> None:
+        self.changes.append(c)
+
+    def hang(self, executor_id: str, silent: float) -> None:
+        self.hung.append((executor_id, silent))
+
+    @property
+    def slots(self) -> list[tuple[int, int]]:
+        return [(c.before, c.after) for c in self.changes]
+
+
+@pytest.fixture
+def rec() -> Recorder:
+    return Recorder()
+
+
+def tracker(vt: VirtualTime, rec: Recorder, *, grace: float = 10.0, timeout: float = 20.0,
+            task_cpus: int = 1) -> ResourceTracker:
+    return ResourceTracker(vt, loss_grace=grace, failure_detection_timeout=timeout,
+                           task_cpus=task_cpus, on_change=rec.change, on_hung=rec.hang)
+
+
+def test_slots_are_cores_over_task_cpus(vt: VirtualTime, rec: Recorder) -> None:
+    t = tracker(vt, rec, task_cpus=2)
+    t.executor_added("1", "h1", 4)
+    t.executor_added("2", "h2", 3)
+    assert t.slots == 2 + 1
+    assert rec.slots == [(0, 2), (2, 3)]
+
+
+def test_duplicate_add_is_ignored(vt: VirtualTime, rec: Recorder) -> None:
+    t = tracker(vt, rec)
+    t.executor_added("1", "h1", 2)
+    t.executor_added("1", "h1", 2)
+    assert t.slots == 2 and len(rec.changes) == 1
+
+
+def test_removed_executor_counts_until_its_grace_expires(vt: VirtualTime, rec: Recorder) -> None:
+    t = tracker(vt, rec)
+    t.executor_added("1", "h1", 2)
+    t.executor_added("2", "h2", 2)
+    t.executor_removed("2", "worker lost")
+    assert t.slots == 4 and t.executor_count == 2
+    vt.advance(9.9)
+    assert t.slots == 4
+    vt.advance(0.1)
+    assert t.slots == 2 and t.executor_count == 1
+    assert rec.changes[-1] == SlotChange(4, 2, rec.changes[-1].reason)
+    assert "did not come back within the 10s executor-loss grace" in rec.changes[-1].reason
+
+
+def test_new_executor_replaces_a_lost_one_without_double_counting(
+        vt: VirtualTime, rec: Recorder) -> None:
+    t = tracker(vt, rec, timeout=1000)
+    t.executor_added("1", "h1", 2)
+    t.executor_added("2", "h2", 2)
+    t.executor_removed("2", "lost")
+    vt.advance(5)
+    t.executor_added("3", "h3", 2)
+    assert t.slots == 4 and t.executor_count == 2
+    vt.advance(100)
+    assert t.slots == 4
+    assert rec.slots == [(0, 2), (2, 4)]  # no change was ever reported for the swap
+
+
+def test_replacement_with_other_size_reports_the_difference(vt: VirtualTime, rec: Recorder) -> None:
+    t = tracker(vt, rec)
+    t.executor_added("1", "h1", 2)
+    t.executor_removed("1", "lost")
+    t.executor_added("2", "h2", 4)
+    assert t.slots == 4
+    assert rec.slots[-1] == (2, 4)
+    assert "replacing lost executor 1" in rec.changes[-1].reason
+
+
+def test_replacement_prefers_the_same_host(vt: VirtualTime, rec: Recorder) -> None:
+    t = tracker(vt, rec)
+    t.executor_added("1", "h1", 1)
+    t.executor_added("2", "h2", 3)
+    t.executor_removed("1", "lost")
+    t.executor_removed("2", "lost")
+    t.executor_added("3", "h2", 3)  # h2 came back: it replaces executor 2, not the older 1
+    vt.advance(10)
+    assert t.slots == 3  # executor 1's grace expired, 2 was replaced
+    assert rec.slots[-1] == (4, 3)
+
+
+def test_zero_grace_removes_at_once(vt: VirtualTime, rec: Recorder) -> None:
+    t = tracker(vt, rec, grace=0)
+    t.executor_added("1", "h1", 2)
+    t.executor_removed("1", "lost")
+    assert t.slots == 0
+    assert rec.slots == [(0, 2), (2, 0)]
+
+
+def test_unknown_removal_is_ignored(vt: VirtualTime, rec: Recorder) -> None:
+    t = tracker(vt, rec)
+    t.executor_removed("nope", "?")
+    assert rec.changes == [] and vt.pending() == []
+
+
+def test_silent_executor_is_reported_hung_and_dropped(vt: VirtualTime, rec: Recorder) -> None:
+    t = tracker(vt, rec, timeout=20)
+    t.executor_added("1", "h1", 2)
+    t.executor_added("2", "h2", 2)
+    for _ in range(3):
+        vt.advance(8)
+        t.heartbeat("1")  # executor 2 stays silent
+    assert rec.hung == [("2", 20.0)]
+    assert t.slots == 2
+    assert rec.slots[-1] == (4, 2)
+    assert "no heartbeat for 20s" in rec.changes[-1].reason
+    vt.advance(100)  # executor 1 went silent too, at 24
+    assert [h[0] for h in rec.hung] == ["2", "1"]
+    assert rec.hung[1] == ("1", 20.0)
+
+
+def test_heartbeats_keep_executors_alive(vt: VirtualTime, rec: Recorder) -> None:
+    t = tracker(vt, rec, timeout=20)
+    t.executor_added("1", "h1", 2)
+    for _ in range(20):
+        vt.advance(10)
+        t.heartbeat("1")
+    assert rec.hung == [] and t.slots == 2
+
+
+def test_removal_after_hang_is_ignored(vt: VirtualTime, rec: Recorder) -> None:
+    t = tracker(vt, rec, timeout=20)
+    t.executor_added("1", "h1", 2)
+    vt.advance(20)
+    assert rec.hung and t.slots == 0
+    t.executor_removed("1", "killed")
+    vt.advance(20)
+    assert t.slots == 0 and len(rec.changes) == 2
+
+
+def test_close_cancels_every_timer(vt: VirtualTime, rec: Recorder) -> None:
+    t = tracker(vt, rec)
+    t.executor_added("1", "h1", 2)
+    t.executor_added("2", "h1", 2)
+    t.executor_removed("2", "lost")
+    t.close()
+    assert vt.pending() == []
+
+
+def test_handle_dispatches_executor_events_only(vt: VirtualTime, rec: Recorder) -> None:
+    t = tracker(vt, rec)
+    assert t.handle(ExecutorAdded(0, "1", "h", 2))
+    assert t.handle(ExecutorHeartbeat(0, "1"))
+    assert t.handle(ExecutorRemoved(0, "1", "x"))
+    assert not t.handle(JobEnded(0, 1, True))
+
+
+def test_slots_per_executor_and_executors_for(vt: VirtualTime, rec: Recorder) -> None:
+    t = tracker(vt, rec)
+    assert t.slots_per_executor() is None
+    assert t.executors_for(10) is None
+    assert t.executors_for(10, default_slots_per_executor=4) == 3
+    t.executor_added("1", "h1", 2)
+    t.executor_added("2", "h2", 2)
+    t.executor_added("3", "h3", 4)
+    assert t.slots_per_executor(default=8) == 2  # the most common size wins over the default
+    assert t.executors_for(7) == 4
+
+
+def test_refuses_bad_task_cpus(vt: VirtualTime, rec: Recorder) -> None:
+    with pytest.raises(ValueError, match="task_cpus"):
+        tracker(vt, rec, task_cpus=0)
