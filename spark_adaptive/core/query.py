@@ -1,0 +1,419 @@
+"""The scheduler of one streaming query: its current state and the one way to change it.
+
+:class:`QueryScheduler` holds the query's :mod:`state <spark_adaptive.core.states>`
+and implements every state's ``Context``. The states decide; this class
+carries out, and enforces the rules of the state machine (Flink's
+``AdaptiveScheduler.transitionToState`` / ``runIfState``):
+
+* :meth:`QueryScheduler._transition` is the only place the state changes. It
+  refuses a transition while another is in progress (so no constructor and
+  no ``on_leave`` can transition) and a transition into the state's own
+  class; it calls ``on_leave()`` on the old state first, which cancels that
+  state's timers.
+* :meth:`run_if_state` runs delayed work only if the state that scheduled it
+  is still current; otherwise the work is dropped with a debug log.
+* The driver's ``on_done`` callbacks may come from any thread: they are handed
+  to the injected ``post`` (which runs them on the scheduler thread), then to
+  the state that asked, only if it is still current.
+* Every transition is a decision, logged once at INFO with its reason.
+
+All methods must be called on the scheduler thread.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from spark_adaptive.core import restart
+from spark_adaptive.core.allocator import RescaleDecision
+from spark_adaptive.core.clock import Action, Cancellable, Timers
+from spark_adaptive.core.events import Event, QueryProgress, QueryTerminated
+from spark_adaptive.core.history import Counters, Decision, DecisionLog, RescaleHistory, Trigger
+from spark_adaptive.core.ports import QueryDriver, RepartitionSupport, StartResult, StopResult
+from spark_adaptive.core.requirements import ResourceRequirements
+from spark_adaptive.core.restart import Failure, FailureResult, RestartBackoffStrategy
+from spark_adaptive.core.states import (
+    Canceling,
+    Created,
+    CreatingExecutionGraph,
+    Executing,
+    Failing,
+    Finished,
+    FinishedStatus,
+    Restarting,
+    SchedulingParams,
+    State,
+    StopWithSavepoint,
+    WaitingForResources,
+)
+
+log = logging.getLogger(__name__)
+
+S = TypeVar("S", bound=State)
+R = TypeVar("R")
+Post = Callable[[Action], None]
+
+
+class AppView(Protocol):
+    """What one query's scheduler sees of the application it shares slots with."""
+
+    def slot_share(self, key: str) -> int | None:
+        """The query's current share of the slots (None: not enough for every lower bound)."""
+        ...
+
+    @property
+    def executor_count(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class StateChange:
+    """A query moved from state ``old`` to state ``new`` (public state names)."""
+
+    key: str
+    old: str
+    new: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class QuerySnapshot:
+    """A query as the REST API and the CLI show it."""
+
+    id: str
+    key: str
+    name: str | None
+    state: str
+    parallelism: int
+    """Partitions of the running query; 0 while none runs."""
+    slots: int
+    """The query's current slot share; 0 when it has none."""
+    executors: int
+    requirements: ResourceRequirements
+    last_decision: Decision | None
+    counters: Counters
+    run_id: str | None = None
+    status: FinishedStatus | None = None
+    error: str | None = None
+    error_class: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "key": self.key, "name": self.name, "state": self.state,
+            "parallelism": self.parallelism, "slots": self.slots, "executors": self.executors,
+            "requirements": self.requirements.to_dict(),
+            "lastDecision": None if self.last_decision is None else self.last_decision.to_dict(),
+            "counters": self.counters.to_dict(), "runId": self.run_id,
+            "status": self.status, "error": self.error, "errorClass": self.error_class,
+        }
+
+
+class QueryScheduler:
+    """One managed query. Create it, then call :meth:`start_scheduling`."""
+
+    def __init__(
+        self,
+        driver: QueryDriver,
+        *,
+        requirements: ResourceRequirements,
+        params: SchedulingParams,
+        strategy: RestartBackoffStrategy,
+        timers: Timers,
+        post: Post,
+        app: AppView,
+        history_limit: int = 100,
+    ) -> None:
+        self._driver = driver
+        self.key = driver.info.key
+        self.name = driver.info.name
+        self._requirements = requirements
+        self._params = params
+        self._strategy = strategy
+        self._timers = timers
+        self._post = post
+        self._app = app
+        self.history = RescaleHistory(timers, history_limit)
+        self._decisions = DecisionLog(timers, lambda: self.name or self.query_id or self.key)
+        self._listeners: list[Callable[[StateChange], None]] = []
+        self._transitioning = False
+        self.query_id: str | None = None
+        self.query_ids: set[str] = set()
+        self.run_id: str | None = None
+        self._running = False
+        self._partitions: int | None = driver.info.state_partitions
+        self._running_slots = 0
+        self._stateful = driver.info.state_partitions is not None
+        self._support: tuple[tuple[str | None, bool], RepartitionSupport] | None = None
+        self._state: State = Created(self)
+
+    # -- public -----------------------------------------------------------------------
+    @property
+    def state(self) -> State:
+        return self._state
+
+    @property
+    def configured_partitions(self) -> int:
+        return self._driver.info.configured_partitions
+
+    @property
+    def finished(self) -> bool:
+        return isinstance(self._state, Finished)
+
+    def add_listener(self, listener: Callable[[StateChange], None]) -> None:
+        """``listener`` hears of every state change, after it happened."""
+        self._listeners.append(listener)
+
+    def start_scheduling(self) -> None:
+        if not isinstance(self._state, Created):
+            raise RuntimeError(f"scheduling already started (state {self._state.name})")
+        self._state.start_scheduling()
+
+    def cancel(self) -> None:
+        self._state.cancel()
+
+    def stop_with_savepoint(self) -> None:
+        self._state.stop_with_savepoint()
+
+    def on_resources_changed(self) -> None:
+        self._state.on_resources_changed()
+
+    def set_requirements(self, requirements: ResourceRequirements) -> bool:
+        """Take new bounds; True if they differ. Call :meth:`on_requirements_changed` next,
+        once the application's slot shares reflect them."""
+        old, self._requirements = self._requirements, requirements
+        if old == requirements:
+            return False
+        self.decide("update requirements",
+                    f"[{old.lower}, {old.upper}] -> [{requirements.lower}, {requirements.upper}]")
+        return True
+
+    def on_requirements_changed(self) -> None:
+        self._state.on_requirements_changed()
+
+    def on_query_event(self, event: Event) -> None:
+        """An event of this query's current run (others are dropped)."""
+        if getattr(event, "run_id", None) != self.run_id:
+            log.debug("query %s: dropping %s of run %s (current run %s)", self.key,
+                      type(event).__name__, getattr(event, "run_id", None), self.run_id)
+            return
+        if isinstance(event, QueryProgress) and event.state_operators:
+            self._stateful = True
+        if isinstance(event, QueryTerminated):
+            self._running = False
+        self._state.on_query_event(event)
+
+    def snapshot(self) -> QuerySnapshot:
+        st = self._state
+        failure = st.failure if isinstance(st, Finished) else None
+        return QuerySnapshot(
+            id=self.query_id or self.key, key=self.key, name=self.name, state=st.name,
+            parallelism=(self._partitions or 0) if self._running else 0,
+            slots=self.slot_share() or 0, executors=self._app.executor_count,
+            requirements=self._requirements, last_decision=self._decisions.last,
+            counters=self.history.counters, run_id=self.run_id,
+            status=st.status if isinstance(st, Finished) else None,
+            error=None if failure is None else failure.message,
+            error_class=None if failure is None else failure.error_class)
+
+    # -- the one way to change state ----------------------------------------------------
+    def _transition(self, cls: type[S], build: Callable[[], S], reason: str) -> None:
+        if self._transitioning:
+            raise RuntimeError("state transitions must not be triggered while another state "
+                               "transition is in progress")
+        if type(self._state) is cls:
+            raise RuntimeError(f"attempted to transition into the very state the query is "
+                               f"already in ({cls.name})")
+        old = self._state
+        self._transitioning = True
+        try:
+            old.on_leave()
+            self._decisions.decide(f"{old.name} -> {cls.name}", reason)
+            self._state = build()
+        finally:
+            self._transitioning = False
+        change = StateChange(self.key, old.name, cls.name, reason)
+        for listener in list(self._listeners):
+            try:
+                listener(change)
+            except Exception:
+                log.exception("query %s: a state listener failed on %s", self.key, change)
+
+    def run_if_state(self, state: State, action: Action, delay: float) -> Cancellable:
+        def guarded() -> None:
+            self._if_state(state, action)
+
+        return state.track(self._timers.call_later(delay, guarded))
+
+    def _if_state(self, state: State, action: Action) -> None:
+        if self._state is state:
+            action()
+        else:
+            log.debug("query %s: ignoring an action of state %s, now in %s",
+                      self.key, state.name, self._state.name)
+
+    def now(self) -> float:
+        return self._timers.now()
+
+    # -- transitions (the capabilities of the states' contexts) ------------------------
+    def go_to_waiting_for_resources(self, reason: str) -> None:
+        self._transition(WaitingForResources, lambda: WaitingForResources(self), reason)
+
+    def go_to_creating_execution_graph(
+        self, reason: str, *, fail_without_resources: bool = False
+    ) -> None:
+        self._transition(CreatingExecutionGraph,
+                         lambda: CreatingExecutionGraph(self, fail_without_resources), reason)
+
+    def go_to_executing(self, result: StartResult, slots: int, reason: str) -> None:
+        self._running_slots = slots
+        self._transition(Executing, lambda: Executing(self, result.parallelism, slots), reason)
+
+    def go_to_restarting(
+        self,
+        reason: str,
+        *,
+        backoff: float,
+        trigger: Trigger,
+        target_parallelism: int | None = None,
+        target_slots: int | None = None,
+        failure: Failure | None = None,
+    ) -> None:
+        if failure is not None:
+            self.history.fail_pending()
+        current = self._partitions or 0
+        self.history.open(
+            trigger, "restart", from_parallelism=current,
+            to_parallelism=target_parallelism if target_parallelism is not None else current,
+            from_slots=self._running_slots,
+            to_slots=target_slots if target_slots is not None else self._running_slots,
+            reason=reason)
+        self._transition(Restarting, lambda: Restarting(self, backoff, target_parallelism),
+                         reason)
+
+    def go_to_stop_with_savepoint(self, reason: str) -> None:
+        self.history.supersede_pending()
+        self._transition(StopWithSavepoint, lambda: StopWithSavepoint(self), reason)
+
+    def go_to_canceling(self, reason: str) -> None:
+        self.history.supersede_pending()
+        self._transition(Canceling, lambda: Canceling(self), reason)
+
+    def go_to_failing(self, failure: Failure, reason: str) -> None:
+        self.history.fail_pending()
+        self._transition(Failing, lambda: Failing(self, failure), reason)
+
+    def go_to_finished(
+        self, status: FinishedStatus, reason: str, failure: Failure | None = None
+    ) -> None:
+        if status == "FAILED":
+            self.history.fail_pending()
+        else:
+            self.history.supersede_pending()
+        self._transition(Finished, lambda: Finished(status, failure), reason)
+
+    # -- the running query ------------------------------------------------------------
+    @property
+    def query_running(self) -> bool:
+        return self._running
+
+    def start_query(
+        self, state: State, parallelism: int, on_done: Callable[[StartResult], None]
+    ) -> None:
+        def started(result: StartResult) -> None:
+            if result.ok:
+                self._running = True
+                self._partitions = result.parallelism
+                self.run_id = result.run_id
+                if result.query_id:
+                    self.query_id = result.query_id
+                    self.query_ids.add(result.query_id)
+                self._support = None
+            self._if_state(state, lambda: on_done(result))
+
+        try:
+            self._driver.start(parallelism, self._once(started))
+        except Exception as e:  # a broken driver must not leave the state machine waiting
+            log.exception("query %s: the driver's start raised", self.key)
+            failed = StartResult(ok=False, error=f"{type(e).__name__}: {e}")
+            self._post(lambda: started(failed))
+
+    def stop_query(self, state: State, clean: bool, on_done: Callable[[StopResult], None]) -> None:
+        def stopped(result: StopResult) -> None:
+            self._running = False
+            self._if_state(state, lambda: on_done(result))
+
+        try:
+            self._driver.stop(clean, self._once(stopped))
+        except Exception as e:
+            log.exception("query %s: the driver's stop raised", self.key)
+            failed = StopResult(clean=False, error=f"{type(e).__name__}: {e}")
+            self._post(lambda: stopped(failed))
+
+    def _once(self, callback: Callable[[R], None]) -> Callable[[R], None]:
+        """``on_done`` for the driver: posted to the scheduler thread, honoured once."""
+        called = False
+
+        def on_done(result: R) -> None:  # any thread
+            nonlocal called
+            if called:
+                log.warning("query %s: the driver reported twice; ignoring %r", self.key, result)
+                return
+            called = True
+            self._post(lambda: callback(result))
+
+        return on_done
+
+    # -- what the states ask ----------------------------------------------------------
+    @property
+    def params(self) -> SchedulingParams:
+        return self._params
+
+    @property
+    def requirements(self) -> ResourceRequirements:
+        return self._requirements
+
+    def slot_share(self) -> int | None:
+        return self._app.slot_share(self.key)
+
+    def repartition_support(self) -> RepartitionSupport:
+        key = (self.run_id, self._stateful)
+        if self._support is None or self._support[0] != key:
+            self._support = (key, self._driver.repartition_support(self._stateful))
+        return self._support[1]
+
+    def _fixed_partitions(self) -> tuple[int, str] | None:
+        """The partitions the query must keep, when its partition count cannot change."""
+        if self._partitions is None:
+            return None  # never ran and no state yet: any count will do
+        support = self.repartition_support()
+        return None if support.possible else (self._partitions, support.reason)
+
+    def start_parallelism(self, share: int) -> tuple[int, str]:
+        fixed = self._fixed_partitions()
+        if fixed is not None:
+            return fixed[0], f"keeps {fixed[0]} partitions ({fixed[1]}); {share} slots available"
+        bounds = f"[{self._requirements.lower}, {self._requirements.upper}]"
+        return share, f"{share} slots available within bounds {bounds}"
+
+    def has_desired_share(self, share: int | None) -> bool:
+        if share is None:
+            return False
+        fixed = self._fixed_partitions()
+        return share >= (fixed[0] if fixed is not None else self._requirements.upper)
+
+    def handle_failure(self, failure: Failure) -> FailureResult:
+        self.history.count_failure()
+        return restart.handle_failure(self._strategy, failure, self._timers.now())
+
+    def decide(self, action: str, reason: str) -> None:
+        self._decisions.decide(action, reason)
+
+    def record_live_rescale(self, decision: RescaleDecision, trigger: Trigger) -> None:
+        self.history.open(
+            trigger, "live", from_parallelism=decision.current_parallelism,
+            to_parallelism=decision.target_parallelism, from_slots=decision.current_slots,
+            to_slots=decision.target_slots, reason=decision.reason)
+        self._running_slots = decision.target_slots
+        self.decide("live rescale", decision.reason)

@@ -1,0 +1,287 @@
+"""The application's adaptive scheduler: wires resources, slot shares and queries.
+
+:class:`AdaptiveScheduler` is thin on purpose: the states decide. It
+
+* counts executors and slots (:class:`~spark_adaptive.core.resources.ResourceTracker`,
+  with the executor-loss grace and hang detection);
+* shares the slots among the managed queries
+  (:func:`~spark_adaptive.core.allocator.determine_parallelism`) and tells each
+  query whose share changed;
+* declares the executors the queries want through
+  :meth:`ExecutorActuator.request_total_executors`: the sum of the active
+  queries' upper bounds in slots, capped by max-parallelism, in executors
+  (reactive mode: upper bound = max-parallelism, so it asks for all it may);
+* kills executors found hung;
+* routes each query event to the query whose current run it belongs to;
+* answers the REST API and the CLI: look-up by id or name, snapshots,
+  requirements, cancel, stop-with-savepoint.
+
+Threading: every method runs on the scheduler thread (the boundary submits to
+:class:`~spark_adaptive.core.loop.EventLoop` or uses its ``call_sync``).
+``post`` is how work gets back onto that thread from elsewhere (``loop.submit``
+in production, ``lambda fn: timers.call_later(0, fn)`` on virtual time).
+"""
+
+from __future__ import annotations
+
+import logging
+import random as _random
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from spark_adaptive.core import requirements as req
+from spark_adaptive.core.allocator import desired_slots, determine_parallelism
+from spark_adaptive.core.clock import Timers
+from spark_adaptive.core.events import QUERY_EVENTS, Event, QueryTerminated
+from spark_adaptive.core.history import LOGGER_NAME, RescaleRecord
+from spark_adaptive.core.options import Settings
+from spark_adaptive.core.ports import ExecutorActuator, QueryDriver
+from spark_adaptive.core.query import (
+    Post,
+    QueryScheduler,
+    QuerySnapshot,
+    StateChange,
+)
+from spark_adaptive.core.resources import ResourceTracker, SlotChange
+from spark_adaptive.core.restart import strategy_from_settings
+from spark_adaptive.core.states import SchedulingParams
+from spark_adaptive.errors import ConflictError, RequirementsError, UnknownQueryError
+
+log = logging.getLogger(__name__)
+decision_log = logging.getLogger(LOGGER_NAME)
+
+REACTIVE_REQUIREMENTS = "Cannot change the parallelism of a job running in reactive mode."
+_EARLY_LIMIT = 64
+
+
+class AdaptiveScheduler:
+    """Every managed streaming query of one application, and the slots they share."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        actuator: ExecutorActuator,
+        timers: Timers,
+        post: Post,
+        *,
+        task_cpus: int = 1,
+        default_slots_per_executor: int | None = None,
+        random: Callable[[], float] = _random.random,
+    ) -> None:
+        """``default_slots_per_executor`` sizes executor requests until one executor is seen
+        (``spark.executor.cores // spark.task.cpus`` when the app sets it); ``random``
+        feeds the exponential-delay jitter."""
+        self.settings = settings
+        self._actuator = actuator
+        self._timers = timers
+        self._post = post
+        self._default_slots_per_executor = default_slots_per_executor
+        self._random = random
+        self.resources = ResourceTracker(
+            timers, loss_grace=settings.executor_loss_grace,
+            failure_detection_timeout=settings.failure_detection_timeout, task_cpus=task_cpus,
+            on_change=self._on_slots_changed, on_hung=self._on_hung)
+        self._queries: dict[str, QueryScheduler] = {}
+        self._shares: dict[str, int] | None = {}
+        self._declared: int | None = None
+        self._listeners: list[Callable[[StateChange], None]] = []
+        # QueryTerminated of a run whose start has not reported yet (see on_event).
+        self._early: OrderedDict[str, QueryTerminated] = OrderedDict()
+
+    # -- events -----------------------------------------------------------------------
+    def on_event(self, event: Event) -> None:
+        """Feed one event (an :class:`~spark_adaptive.core.events.EventBus` subscriber)."""
+        if self.resources.handle(event):
+            return
+        if not isinstance(event, QUERY_EVENTS):
+            return
+        for q in self._queries.values():
+            if q.run_id is not None and q.run_id == event.run_id:
+                q.on_query_event(event)
+                return
+        if isinstance(event, QueryTerminated):
+            # A query can end before its start is reported back to us; keep the event
+            # until a query's run with this id starts (or later ones push it out).
+            self._early[event.run_id] = event
+            while len(self._early) > _EARLY_LIMIT:
+                self._early.popitem(last=False)
+        log.debug("no managed query runs %s; dropping %s", event.run_id, type(event).__name__)
+
+    def _on_slots_changed(self, change: SlotChange) -> None:
+        self._reallocate(change.reason)
+
+    def _on_hung(self, executor_id: str, silent: float) -> None:
+        reason = f"no heartbeat for {silent:g}s"
+        decision_log.info("kill executor %s: %s", executor_id, reason)
+        try:
+            self._actuator.kill_executors([executor_id], f"spark-adaptive: {reason}")
+        except Exception:
+            log.exception("killing hung executor %s failed", executor_id)
+
+    def _on_state_change(self, change: StateChange) -> None:
+        q = self._queries[change.key]
+        if change.new == "Executing" and q.run_id is not None and q.run_id in self._early:
+            early = self._early.pop(q.run_id)
+            self._post(lambda: self.on_event(early))
+        if change.new == "Finished":
+            self._post(lambda: self._reallocate(f"query {change.key} finished"))
+        for listener in list(self._listeners):
+            try:
+                listener(change)
+            except Exception:
+                log.exception("a state listener failed on %s", change)
+
+    # -- slot shares and executors ------------------------------------------------------
+    def _active(self) -> dict[str, req.ResourceRequirements]:
+        return {k: q.requirements for k, q in self._queries.items() if not q.finished}
+
+    def _reallocate(self, reason: str, *, quiet: str | None = None) -> None:
+        """Recompute every share; tell each query whose share changed (but ``quiet``)."""
+        active = self._active()
+        old = self._shares
+        self._shares = determine_parallelism(self.resources.slots, active) if active else {}
+        log.debug("slot shares %s -> %s (%s)", old, self._shares, reason)
+        self._declare(active)
+        for key in active:
+            before = None if old is None else old.get(key)
+            if key != quiet and self.slot_share(key) != before:
+                self._queries[key].on_resources_changed()
+
+    def _declare(self, active: dict[str, req.ResourceRequirements]) -> None:
+        if not active:
+            return  # nothing to size for; leave the executors as they are
+        slots = desired_slots(active, self.settings.max_parallelism)
+        total = self.resources.executors_for(slots, self._default_slots_per_executor)
+        if total is None or total == self._declared:
+            return
+        self._declared = total
+        per = self.resources.slots_per_executor(self._default_slots_per_executor)
+        decision_log.info("request %d executors in total: the queries' upper bounds want %d "
+                          "slots, %s slots per executor", total, slots, per)
+        try:
+            self._actuator.request_total_executors(total)
+        except Exception:
+            log.exception("requesting %d executors failed", total)
+
+    def slot_share(self, key: str) -> int | None:
+        return None if self._shares is None else self._shares.get(key)
+
+    @property
+    def executor_count(self) -> int:
+        return self.resources.executor_count
+
+    # -- queries ----------------------------------------------------------------------
+    def register_query(
+        self, driver: QueryDriver, requirements: req.ResourceRequirements | None = None
+    ) -> QueryScheduler:
+        """Manage a query: it goes Created → WaitingForResources at once.
+
+        ``requirements`` default to ``parallelism.lower-bound`` and the query's
+        default upper bound (its configured partitions; reactive: max-parallelism).
+        """
+        info = driver.info
+        if info.key in self._queries:
+            raise ValueError(f"a query with key {info.key!r} is already managed")
+        if requirements is not None and self.settings.mode == "reactive":
+            raise RequirementsError([REACTIVE_REQUIREMENTS])
+        if requirements is None:
+            requirements = req.ResourceRequirements(
+                self.settings.lower_bound,
+                self.settings.effective_upper_bound(info.configured_partitions))
+        q = QueryScheduler(
+            driver, requirements=requirements,
+            params=SchedulingParams.of(self.settings, info.trigger_interval),
+            strategy=strategy_from_settings(self.settings, info.checkpoint_location is not None,
+                                            self._random),
+            timers=self._timers, post=self._post, app=self)
+        q.add_listener(self._on_state_change)
+        self._queries[info.key] = q
+        self._reallocate(f"query {info.key} registered")
+        q.start_scheduling()
+        return q
+
+    def query(self, ident: str) -> QueryScheduler:
+        """The query with this key, Spark query id (current or past) or name."""
+        if ident in self._queries:
+            return self._queries[ident]
+        for q in self._queries.values():
+            if ident in q.query_ids:
+                return q
+        named = [q for q in self._queries.values() if q.name == ident]
+        if named:  # a name may be reused by a later query: prefer a live one, then the newest
+            live = [q for q in named if not q.finished]
+            return (live or named)[-1]
+        raise UnknownQueryError(ident)
+
+    def queries(self) -> tuple[QueryScheduler, ...]:
+        return tuple(self._queries.values())
+
+    def cancel(self, ident: str) -> None:
+        self.query(ident).cancel()
+
+    def stop_with_savepoint(self, ident: str) -> None:
+        """Stop the query cleanly for good; :class:`ConflictError` unless it is Executing."""
+        self.query(ident).stop_with_savepoint()
+
+    def requirements(self, ident: str) -> req.ResourceRequirements:
+        return self.query(ident).requirements
+
+    def update_requirements(self, ident: str, lower: int, upper: int) -> req.ResourceRequirements:
+        """New bounds for a query (``-1``: the default), validated with Flink's rules.
+
+        Raises :class:`UnknownQueryError`, :class:`RequirementsError` (every reason; also
+        in reactive mode) or :class:`ConflictError` (the query has finished).
+        """
+        q = self.query(ident)
+        new = self._validate(q, lambda default: req.validate(
+            lower, upper, max_parallelism=self.settings.max_parallelism, default_upper=default))
+        return self._apply(q, new)
+
+    def update_requirements_from_body(self, ident: str, body: Any) -> req.ResourceRequirements:
+        """The REST ``PUT /queries/{id}/resource-requirements`` body, JSON-decoded."""
+        q = self.query(ident)
+        new = self._validate(q, lambda default: req.from_body(
+            body, max_parallelism=self.settings.max_parallelism, default_upper=default))
+        return self._apply(q, new)
+
+    def _validate(
+        self, q: QueryScheduler, check: Callable[[int], req.ResourceRequirements]
+    ) -> req.ResourceRequirements:
+        if self.settings.mode == "reactive":
+            raise RequirementsError([REACTIVE_REQUIREMENTS])
+        if q.finished:
+            raise ConflictError(f"query {q.key} has finished; its requirements cannot change")
+        default = self.settings.effective_upper_bound(q.configured_partitions)
+        return check(default)
+
+    def _apply(self, q: QueryScheduler, new: req.ResourceRequirements) -> req.ResourceRequirements:
+        if q.set_requirements(new):
+            self._reallocate(f"requirements of {q.key} changed", quiet=q.key)
+            q.on_requirements_changed()
+        return new
+
+    def add_listener(self, listener: Callable[[StateChange], None]) -> None:
+        """``listener`` hears of every state change of every query (e.g. to wake
+        ``awaitTermination()``), on the scheduler thread."""
+        self._listeners.append(listener)
+
+    def snapshot(self) -> list[QuerySnapshot]:
+        return [q.snapshot() for q in self._queries.values()]
+
+    def history(self, ident: str) -> tuple[RescaleRecord, ...]:
+        return self.query(ident).history.records()
+
+    def app_snapshot(self) -> dict[str, Any]:
+        """Application-wide figures for the REST API."""
+        return {
+            "mode": self.settings.mode,
+            "slots": self.resources.slots,
+            "executors": self.resources.executor_count,
+            "declaredExecutors": self._declared,
+            "queries": len(self._queries),
+        }
+
+    def close(self) -> None:
+        """Cancel the resource tracker's timers (the queries are left as they are)."""
+        self.resources.close()

@@ -1,0 +1,181 @@
+"""Executing: the query runs; rescale it when its share changes, handle its end.
+
+Resource and requirement changes feed the rescale rule
+(:func:`~spark_adaptive.core.allocator.decide_rescale`):
+
+* a **live** rescale (the partitions stay, the slots change) is carried out at
+  once: it is recorded and the query keeps running. Live rescales are free (no
+  stop, no replay), so they are not gated by the cooldown or the
+  stabilization timeout; gating them would only leave the query on stale slot
+  accounting;
+* a **restart** rescale goes through this state's
+  :class:`~spark_adaptive.core.timing.TransitionTiming` (cooldown after
+  rescaling, executing stabilization timeout, rescale-trigger max delay) and
+  then → Restarting(backoff 0, target parallelism).
+
+Every completed micro-batch (``QueryProgress``) and ``QueryIdle`` is an
+``on_trigger``: Spark commits a micro-batch the way Flink completes a
+checkpoint, so this is Flink's FLIP-461 "rescale on a completed checkpoint".
+The first completed micro-batch also completes a pending rescale record.
+
+A scale-up smaller than ``min-parallelism-increase`` is held back; with
+``scaling-interval.max`` set, it becomes a change like any other that long
+after it was first seen (the timing machine still applies).
+
+The query ends by itself: with an exception → restart strategy (Restarting or
+Failing); without → Finished(FINISHED). ``cancel`` → Canceling;
+stop-with-savepoint → StopWithSavepoint.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+from spark_adaptive.core.allocator import RescaleDecision, decide_rescale
+from spark_adaptive.core.clock import Action, Cancellable
+from spark_adaptive.core.events import Event, QueryIdle, QueryProgress, QueryTerminated
+from spark_adaptive.core.history import Trigger
+from spark_adaptive.core.restart import Failure
+from spark_adaptive.core.states.base import (
+    HandlesFailures,
+    HasHistory,
+    HasParams,
+    RunsIfState,
+    SeesResources,
+    State,
+    ToCanceling,
+    ToFailing,
+    ToFinished,
+    ToRestarting,
+    ToStopWithSavepoint,
+    restart_or_fail,
+)
+from spark_adaptive.core.timing import TransitionTiming
+
+log = logging.getLogger(__name__)
+
+
+class Context(ToRestarting, ToFailing, ToCanceling, ToStopWithSavepoint, ToFinished,
+              RunsIfState, SeesResources, HasParams, HasHistory, HandlesFailures, Protocol):
+    def record_live_rescale(self, decision: RescaleDecision, trigger: Trigger) -> None:
+        """The query now runs its partitions on ``decision.target_slots`` slots."""
+        ...
+
+
+class Executing(State):
+    name = "Executing"
+
+    def __init__(self, ctx: Context, parallelism: int, slots: int) -> None:
+        super().__init__()
+        self._ctx = ctx
+        self.parallelism = parallelism
+        self.slots = slots
+        self._requirements_changed = False
+        self._held_back_since: float | None = None
+        self.timing = self._new_timing()
+        # Changes that happened while the query was starting count now (Flink runs
+        # onChange and onTrigger once on entry); not from the constructor, though.
+        ctx.run_if_state(self, self._on_entry, 0.0)
+
+    def _new_timing(self) -> TransitionTiming:
+        p = self._ctx.params
+        return TransitionTiming(
+            self, self._ctx.now, cooldown=p.cooldown, stabilization=p.executing_stabilization,
+            max_trigger_delay=p.trigger_max_delay, label="Executing")
+
+    def on_leave(self) -> None:
+        self.timing.close()
+        super().on_leave()
+
+    def _on_entry(self) -> None:
+        self.on_resources_changed()
+        self.timing.on_trigger()
+
+    # -- changes ----------------------------------------------------------------------
+    def on_resources_changed(self) -> None:
+        decision = self.decide()
+        if decision.kind == "live":
+            self._ctx.record_live_rescale(decision, self._trigger(decision))
+            self.slots = decision.target_slots
+            self._requirements_changed = False
+        self._track_held_back(decision)
+        self.timing.on_change()
+
+    def on_requirements_changed(self) -> None:
+        self._requirements_changed = True
+        self.on_resources_changed()
+
+    def decide(self) -> RescaleDecision:
+        """The rescale rule applied to the query as it runs now."""
+        p = self._ctx.params
+        return decide_rescale(
+            parallelism=self.parallelism, slots=self.slots, share=self._ctx.slot_share(),
+            requirements=self._ctx.requirements, repartition=self._ctx.repartition_support(),
+            min_parallelism_increase=p.min_parallelism_increase,
+            held_back_since=self._held_back_since, now=self._ctx.now(),
+            scaling_interval_max=p.scaling_interval_max)
+
+    def _track_held_back(self, decision: RescaleDecision) -> None:
+        if not (decision.held_back or decision.forced):
+            self._held_back_since = None
+            return
+        if self._held_back_since is not None:
+            return
+        self._held_back_since = self._ctx.now()
+        self._ctx.decide("hold back scale-up", decision.reason)
+        limit = self._ctx.params.scaling_interval_max
+        if limit is not None:
+            self._ctx.run_if_state(self, self.on_resources_changed, limit)
+
+    def _trigger(self, d: RescaleDecision) -> Trigger:
+        if self._requirements_changed:
+            return Trigger.REQUIREMENTS_CHANGED
+        if d.target_slots != d.current_slots:
+            grew = d.target_slots > d.current_slots
+        else:
+            grew = d.target_parallelism > d.current_parallelism
+        return Trigger.NEW_RESOURCES if grew else Trigger.RESOURCES_LOST
+
+    # -- the query's own events --------------------------------------------------------
+    def on_query_event(self, event: Event) -> None:
+        if isinstance(event, QueryProgress):
+            self._ctx.history.complete_pending()
+            self.timing.on_trigger()
+        elif isinstance(event, QueryIdle):
+            self.timing.on_trigger()
+        elif isinstance(event, QueryTerminated):
+            if event.exception is None:
+                self._ctx.go_to_finished("FINISHED", "the query ended by itself")
+            else:
+                failure = Failure(event.exception, event.error_class, origin="query")
+                restart_or_fail(self._ctx, failure, "the query failed")
+
+    def cancel(self) -> None:
+        self._ctx.go_to_canceling("cancel requested")
+
+    def stop_with_savepoint(self) -> None:
+        self._ctx.go_to_stop_with_savepoint("stop with savepoint requested")
+
+    # -- TimingContext ----------------------------------------------------------------
+    def has_sufficient_resources(self) -> bool:
+        return self.decide().kind == "restart"
+
+    def has_desired_resources(self) -> bool:
+        return self.has_sufficient_resources() and self._ctx.has_desired_share(
+            self._ctx.slot_share())
+
+    def transition_to_subsequent_state(self) -> None:
+        d = self.decide()
+        if d.kind != "restart":  # the checks before this one ran on this same thread
+            log.warning("no restart rescale to carry out after all (%s); timing starts over",
+                        d.reason)
+            self.timing.close()
+            self.timing = self._new_timing()
+            return
+        self._ctx.go_to_restarting(
+            d.reason, backoff=0.0, trigger=self._trigger(d),
+            target_parallelism=d.target_parallelism, target_slots=d.target_slots)
+
+    def schedule(self, action: Action, delay: float) -> Cancellable:
+        return self._ctx.run_if_state(self, action, delay)

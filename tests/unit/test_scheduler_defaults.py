@@ -1,0 +1,59 @@
+"""The option defaults the streaming scheduler depends on, pinned; and the core stays pure."""
+
+from __future__ import annotations
+
+import ast
+import math
+from pathlib import Path
+
+import spark_adaptive.core as core
+from spark_adaptive.core.options import Settings
+
+
+def test_scheduler_defaults_are_flinks() -> None:
+    s = Settings()
+    assert s.mode == "adaptive"
+    assert s.resource_wait_timeout == 300.0
+    assert s.submission_stabilization == 10.0
+    assert s.cooldown == 30.0
+    assert s.executing_stabilization == 60.0
+    assert s.trigger_max_delay is None
+    assert s.scaling_interval_max is None
+    assert s.min_parallelism_increase == 1
+    assert s.executor_loss_grace == 10.0
+    assert s.failure_detection_timeout == 20.0
+    assert (s.lower_bound, s.upper_bound, s.max_parallelism) == (1, None, 32768)
+    assert s.restart_strategy is None
+    assert (s.fixed_delay_attempts, s.fixed_delay_delay) == (1, 1.0)
+    assert (s.failure_rate_max_failures, s.failure_rate_interval, s.failure_rate_delay) == (
+        1, 60.0, 1.0)
+    assert (s.exp_initial_backoff, s.exp_max_backoff, s.exp_multiplier, s.exp_reset_threshold,
+            s.exp_jitter, s.exp_attempts_before_reset) == (1.0, 60.0, 1.5, 3600.0, 0.1, None)
+
+
+def test_reactive_defaults() -> None:
+    s = Settings.from_conf({"spark.adaptive.scheduler.mode": "reactive"})
+    assert s.resource_wait_timeout == math.inf
+    assert s.submission_stabilization == 0.0
+    assert s.effective_upper_bound(configured_partitions=4) == 32768
+
+
+def test_default_upper_bound_is_the_configured_partitions() -> None:
+    assert Settings().effective_upper_bound(configured_partitions=12) == 12
+
+
+def test_the_core_imports_neither_pyspark_nor_py4j() -> None:
+    offenders = []
+    for path in Path(core.__file__).parent.rglob("*.py"):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            for name in names:
+                if name.split(".")[0] in ("pyspark", "py4j") or name.startswith(
+                        "spark_adaptive.spark"):
+                    offenders.append(f"{path.name}: {name}")
+    assert offenders == []

@@ -1,0 +1,405 @@
+"""End-to-end scenarios of the application's scheduler, fake driver and actuator, virtual time."""
+
+from __future__ import annotations
+
+import pytest
+from scheduler_fakes import App, FakeDriver, query_info
+
+from spark_adaptive.core.history import Trigger
+from spark_adaptive.core.options import Settings
+from spark_adaptive.core.ports import RepartitionSupport
+from spark_adaptive.core.requirements import ResourceRequirements
+from spark_adaptive.core.scheduler import REACTIVE_REQUIREMENTS
+from spark_adaptive.errors import ConflictError, RequirementsError, UnknownQueryError
+
+
+def test_scale_up_after_executors_join_then_down_after_one_is_lost() -> None:
+    app = App()
+    app.add("1")
+    driver = FakeDriver(query_info("q", partitions=3))
+    app.register(driver)
+    assert app.actuator.requested == [3]  # upper bound 3, one slot per executor
+
+    # One slot is sufficient, not desired: the submission stabilization (10 s) applies.
+    app.advance(9)
+    assert driver.calls == []
+    app.advance(1)
+    assert driver.calls == [("start", 1)]
+    app.start(driver)
+    assert app.state("q") == "Executing"
+    app.event(driver.progress())
+
+    app.advance(5)  # t=15
+    app.add("2")
+    app.add("3")
+    app.advance(24.9)  # cooldown runs until 10 + 30
+    assert driver.calls == [("start", 1)]
+    app.advance(0.1)
+    assert driver.calls[1:] == [("stop", True)]
+    assert app.state("q") == "Restarting"
+    app.stop(driver)
+    assert driver.calls[2:] == [("start", 3)]
+    app.start(driver)
+    app.event(driver.progress())
+    snap = app.scheduler.query("q").snapshot()
+    assert (snap.state, snap.parallelism, snap.slots) == ("Executing", 3, 3)
+
+    app.advance(60)  # t=100
+    app.remove("3")
+    app.advance(9.9)  # the executor-loss grace still counts its slot
+    assert app.scheduler.query("q").snapshot().slots == 3
+    app.advance(0.1)  # t=110: gone; 2 slots are sufficient, not desired: stabilization 60 s
+    assert app.scheduler.query("q").snapshot().slots == 2
+    app.advance(59.9)
+    assert len(driver.calls) == 3
+    app.advance(0.1)
+    assert driver.calls[3:] == [("stop", True)]
+    app.stop(driver)
+    assert driver.calls[4:] == [("start", 2)]
+    app.start(driver)
+    app.event(driver.progress())
+
+    records = app.scheduler.history("q")
+    assert [(r.trigger, r.kind, r.from_parallelism, r.to_parallelism, r.outcome)
+            for r in records] == [
+        (Trigger.INITIAL_SCHEDULE, "restart", 0, 1, "completed"),
+        (Trigger.NEW_RESOURCES, "restart", 1, 3, "completed"),
+        (Trigger.RESOURCES_LOST, "restart", 3, 2, "completed"),
+    ]
+    assert dict(records[1].timings) == {"stop": 0.25, "start": 0.5}
+    counters = app.scheduler.query("q").history.counters
+    assert (counters.restarts, counters.rescales) == (2, 2)
+
+
+def test_lost_executors_are_a_live_rescale_without_a_restart() -> None:
+    app = App()
+    for e in "1234":
+        app.add(e)
+    driver = FakeDriver(query_info("q", partitions=4))
+    app.register(driver)
+    app.start(driver)  # 4 slots = desired: at once
+    app.event(driver.progress())
+    app.advance(100)
+    app.remove("3")
+    app.remove("4")
+    app.advance(10)
+    q = app.scheduler.query("q")
+    assert (q.snapshot().parallelism, q.snapshot().slots) == (4, 2)
+    app.event(driver.progress())
+    app.advance(100)
+    app.add("5")
+    app.add("6")
+    app.event(driver.progress())
+    app.advance(1000)
+    assert driver.calls == [("start", 4)]  # never stopped
+    live = [r for r in app.scheduler.history("q") if r.kind == "live"]
+    assert [(r.trigger, r.from_slots, r.to_slots, r.from_parallelism, r.to_parallelism,
+             r.outcome) for r in live] == [
+        (Trigger.RESOURCES_LOST, 4, 2, 4, 4, "completed"),
+        (Trigger.NEW_RESOURCES, 2, 4, 4, 4, "completed"),
+    ]
+    assert q.history.counters.live_rescales == 2
+    assert q.history.counters.restarts == 0
+    assert q.snapshot().last_decision is not None
+
+
+def test_executor_back_within_the_grace_changes_nothing() -> None:
+    app = App()
+    for e in "12":
+        app.add(e)
+    driver = FakeDriver(query_info("q", partitions=2))
+    app.register(driver)
+    app.start(driver)
+    app.advance(100)
+    app.remove("2")
+    app.advance(5)
+    app.add("3")  # replaces the lost executor
+    app.advance(1000)
+    assert driver.calls == [("start", 2)]
+    assert [r.trigger for r in app.scheduler.history("q")] == [Trigger.INITIAL_SCHEDULE]
+
+
+def test_hung_executor_is_killed_and_the_query_scales_down() -> None:
+    app = App()
+    for e in "123":
+        app.add(e)
+    driver = FakeDriver(query_info("q", partitions=3))
+    app.register(driver)
+    app.start(driver)
+    app.advance(50)
+    app.freeze("3")
+    app.advance(20)
+    assert app.actuator.killed == [(("3",), "spark-adaptive: no heartbeat for 20s")]
+    assert app.scheduler.query("q").snapshot().slots == 2
+    app.advance(60)
+    assert driver.calls[-1] == ("stop", True)
+
+
+def test_reactive_mode_uses_everything_and_refuses_requirements() -> None:
+    app = App(Settings.from_conf({"spark.adaptive.scheduler.mode": "reactive"}))
+    app.add("1", cores=2)
+    app.add("2", cores=2)
+    driver = FakeDriver(query_info("q", partitions=4))
+    app.register(driver)
+    assert app.actuator.requested == [16384]  # 32768 slots at 2 per executor
+    assert driver.calls == [("start", 4)]  # no submission stabilization in reactive mode
+    app.start(driver)
+    app.advance(5)
+    app.add("3", cores=2)  # first change at t=5, in the cooldown
+    app.advance(59.9)  # stabilizing from 30 (cooldown end), stabilized at 5 + 60
+    assert driver.calls == [("start", 4)]
+    app.advance(0.1)
+    assert driver.calls[-1] == ("stop", True)
+    app.stop(driver)
+    assert driver.calls[-1] == ("start", 6)
+    with pytest.raises(RequirementsError) as e:
+        app.scheduler.update_requirements("q", 1, 2)
+    assert e.value.reasons == [REACTIVE_REQUIREMENTS]
+    with pytest.raises(RequirementsError):
+        app.scheduler.register_query(FakeDriver(query_info("q2")), ResourceRequirements(1, 2))
+
+
+def test_reactive_waits_forever_for_resources() -> None:
+    app = App(Settings.from_conf({"spark.adaptive.scheduler.mode": "reactive"}))
+    driver = FakeDriver(query_info("q"))
+    app.register(driver)
+    app.advance(3600)
+    assert app.state("q") == "WaitingForResources"
+    app.add("1")
+    assert driver.calls == [("start", 1)]
+
+
+def test_resource_wait_timeout_without_slots_fails_the_query() -> None:
+    app = App()
+    driver = FakeDriver(query_info("q"))
+    app.register(driver)
+    app.advance(299)
+    assert app.state("q") == "WaitingForResources"
+    app.advance(1)
+    snap = app.scheduler.query("q").snapshot()
+    assert (snap.state, snap.status) == ("Finished", "FAILED")
+    assert snap.error is not None and "Not enough resources" in snap.error
+    assert driver.calls == []
+
+
+def test_two_queries_share_the_slots_like_flinks_slot_sharing_groups() -> None:
+    app = App()
+    for e in range(9):
+        app.add(str(e))
+    a = FakeDriver(query_info("A", partitions=4), query_id="qa")
+    b = FakeDriver(query_info("B", partitions=10), query_id="qb")
+    app.register(a, ResourceRequirements(1, 4))
+    app.register(b, ResourceRequirements(2, 10))
+    app.advance(10)
+    assert a.calls == [("start", 4)] and b.calls == [("start", 5)]
+    assert app.actuator.requested[-1] == 14
+    # When A finishes, its slots go to B.
+    app.start(a)
+    app.start(b)
+    app.event(a.terminated(None))
+    assert app.state("A") == "Finished"
+    assert app.actuator.requested[-1] == 10
+    app.advance(59.9)  # 9 slots are not B's desired 10: cooldown until 40, stabilized at 70
+    assert b.calls == [("start", 5)]
+    app.advance(0.1)
+    assert b.calls[-1] == ("stop", True)
+    app.stop(b)
+    assert b.calls[-1] == ("start", 9)
+
+
+def test_requirements_update_rescales_the_query() -> None:
+    app = App()
+    for e in "1234":
+        app.add(e)
+    driver = FakeDriver(query_info("q", partitions=4, name="orders"))
+    app.register(driver)
+    app.start(driver)
+    app.advance(40)
+    new = app.scheduler.update_requirements("orders", -1, 2)
+    assert new == ResourceRequirements(1, 2)
+    app.vt.run_pending()
+    assert driver.calls[-1] == ("stop", True)  # desired at once: the cooldown is over
+    app.stop(driver)
+    assert driver.calls[-1] == ("start", 2)
+    assert app.scheduler.history("q")[-1].trigger is Trigger.REQUIREMENTS_CHANGED
+    assert app.actuator.requested[-1] == 2
+    with pytest.raises(RequirementsError) as e:
+        app.scheduler.update_requirements_from_body(
+            "orders", {"parallelism": {"lowerBound": 0, "upperBound": True}})
+    assert len(e.value.reasons) == 2
+
+
+def test_failure_with_no_restart_strategy_fails_with_the_original_error() -> None:
+    app = App()
+    app.add("1")
+    driver = FakeDriver(query_info("q", partitions=1, checkpoint=None))
+    app.register(driver)
+    app.start(driver)
+    app.event(driver.terminated("org.apache.spark.SparkException: boom", "TASK_FAILED"))
+    q = app.scheduler.query("q")
+    snap = q.snapshot()
+    assert (snap.state, snap.status, snap.error, snap.error_class) == (
+        "Finished", "FAILED", "org.apache.spark.SparkException: boom", "TASK_FAILED")
+    assert [(c.old, c.new) for c in app.changes][-2:] == [
+        ("Executing", "Failing"), ("Failing", "Finished")]
+    assert driver.calls == [("start", 1)]  # the query had already stopped
+
+
+@pytest.mark.parametrize(("conf", "backoffs"), [
+    ({"spark.adaptive.restart-strategy.type": "fixed-delay",
+      "spark.adaptive.restart-strategy.fixed-delay.attempts": "2",
+      "spark.adaptive.restart-strategy.fixed-delay.delay": "4s"}, [4.0, 4.0]),
+    ({"spark.adaptive.restart-strategy.type": "failure-rate",
+      "spark.adaptive.restart-strategy.failure-rate.max-failures-per-interval": "2",
+      "spark.adaptive.restart-strategy.failure-rate.delay": "3s"}, [3.0, 3.0]),
+    ({}, [1.0, 1.5]),  # exponential-delay by default with a checkpoint; jitter at mid-point
+])
+def test_failures_restart_per_strategy_then_fail(conf: dict[str, str],
+                                                 backoffs: list[float]) -> None:
+    app = App(Settings.from_conf({
+        **conf, "spark.adaptive.restart-strategy.exponential-delay.attempts-before-reset-backoff":
+        "2"}))
+    app.add("1")
+    driver = FakeDriver(query_info("q", partitions=1))
+    app.register(driver)
+    app.start(driver)
+    for backoff in backoffs:
+        app.event(driver.terminated("boom"))
+        assert app.state("q") == "Restarting"
+        app.advance(backoff - 0.01)
+        assert driver.calls[-1] == ("start", 1) and len(driver.pending_starts) == 0
+        app.advance(0.01)
+        assert len(driver.pending_starts) == 1  # restarted after exactly the backoff
+        app.start(driver)
+    app.event(driver.terminated("boom"))
+    snap = app.scheduler.query("q").snapshot()
+    assert (snap.status, snap.error) == ("FAILED", "boom")
+    assert snap.counters.restarts == 2 and snap.counters.failures == 3
+    assert ("stop", True) not in driver.calls
+
+
+def test_query_terminated_before_its_start_reports_is_not_lost() -> None:
+    app = App()
+    app.add("1")
+    driver = FakeDriver(query_info("q", partitions=1, checkpoint=None))
+    app.register(driver)
+    driver.complete_start()  # the report is posted, not handled yet...
+    app.scheduler.on_event(driver.terminated("died at once"))  # ...when the query dies
+    app.vt.run_pending()
+    snap = app.scheduler.query("q").snapshot()
+    assert (snap.state, snap.status, snap.error) == ("Finished", "FAILED", "died at once")
+
+
+def test_stop_with_savepoint_from_executing_and_refused_elsewhere() -> None:
+    app = App()
+    driver = FakeDriver(query_info("q", partitions=1))
+    app.register(driver)
+    with pytest.raises(ConflictError, match="WaitingForResources"):
+        app.scheduler.stop_with_savepoint("q")
+    app.add("1")
+    app.start(driver)
+    app.scheduler.stop_with_savepoint("qid-1")  # by Spark query id
+    assert driver.calls[-1] == ("stop", True)
+    app.stop(driver)
+    snap = app.scheduler.query("q").snapshot()
+    assert (snap.state, snap.status) == ("Finished", "FINISHED")
+    with pytest.raises(ConflictError, match="finished"):
+        app.scheduler.update_requirements("q", 1, 1)
+
+
+def _to_waiting(app: App, driver: FakeDriver) -> None:
+    pass
+
+
+def _to_creating(app: App, driver: FakeDriver) -> None:
+    app.add("1")
+    app.add("2")
+
+
+def _to_executing(app: App, driver: FakeDriver) -> None:
+    _to_creating(app, driver)
+    app.start(driver)
+
+
+def _to_restarting(app: App, driver: FakeDriver) -> None:
+    app.add("1")
+    app.advance(10)
+    app.start(driver)
+    app.advance(40)
+    app.add("2")  # desired, and the cooldown is over: restart rescale at once
+
+
+def _to_stop_with_savepoint(app: App, driver: FakeDriver) -> None:
+    _to_executing(app, driver)
+    app.scheduler.stop_with_savepoint("q")
+
+
+@pytest.mark.parametrize(("setup", "state", "stops"), [
+    (_to_waiting, "WaitingForResources", []),
+    (_to_creating, "CreatingExecutionGraph", [("stop", False)]),
+    (_to_executing, "Executing", [("stop", False)]),
+    (_to_restarting, "Restarting", [("stop", True), ("stop", False)]),
+    (_to_stop_with_savepoint, "StopWithSavepoint", [("stop", True), ("stop", False)]),
+])
+def test_cancel_from_each_state(setup: object, state: str,
+                                stops: list[tuple[str, bool]]) -> None:
+    app = App()
+    driver = FakeDriver(query_info("q", partitions=2))
+    app.register(driver)
+    setup(app, driver)  # type: ignore[operator]
+    assert app.state("q") == state
+    app.scheduler.cancel("q")
+    if state == "CreatingExecutionGraph":
+        app.start(driver)  # the cancel waits for the start in flight
+    while driver.pending_stops:
+        app.stop(driver)
+    snap = app.scheduler.query("q").snapshot()
+    assert (snap.state, snap.status) == ("Finished", "CANCELED")
+    assert [c for c in driver.calls if c[0] == "stop"] == stops
+    app.advance(1000)
+    assert app.state("q") == "Finished"
+    app.scheduler.cancel("q")  # cancelling a finished query is harmless
+
+
+def test_query_that_cannot_repartition_is_only_rescaled_live() -> None:
+    app = App()
+    for e in "1234":
+        app.add(e)
+    driver = FakeDriver(query_info("q", partitions=4),
+                        support=RepartitionSupport(False, "stateful, HDFS state store"))
+    app.register(driver)
+    app.start(driver)
+    app.advance(100)
+    app.remove("4")
+    app.advance(1000)
+    assert driver.calls == [("start", 4)]
+    (live,) = [r for r in app.scheduler.history("q") if r.kind == "live"]
+    assert (live.from_slots, live.to_slots, live.to_parallelism) == (4, 3, 4)
+    assert "HDFS state store" in live.reason
+
+
+def test_lookup_by_key_query_id_and_name() -> None:
+    app = App()
+    driver = FakeDriver(query_info("key-1", name="orders"), query_id="spark-id")
+    app.register(driver)
+    app.add("1")
+    app.advance(10)
+    app.start(driver)
+    q = app.scheduler.query("key-1")
+    assert app.scheduler.query("orders") is q and app.scheduler.query("spark-id") is q
+    with pytest.raises(UnknownQueryError, match="no query managed"):
+        app.scheduler.query("nope")
+    with pytest.raises(ValueError, match="already managed"):
+        app.scheduler.register_query(FakeDriver(query_info("key-1")))
+    snaps = app.scheduler.snapshot()
+    assert [s.id for s in snaps] == ["spark-id"]
+    assert app.scheduler.app_snapshot() == {
+        "mode": "adaptive", "slots": 1, "executors": 1, "declaredExecutors": 4, "queries": 1}
+
+
+def test_executor_requests_follow_the_executor_size() -> None:
+    app = App(default_slots_per_executor=2)
+    app.register(FakeDriver(query_info("q", partitions=8)))
+    assert app.actuator.requested == [4]  # 8 slots at the configured 2 per executor
+    app.add("1", cores=4)
+    assert app.actuator.requested == [4, 2]  # now observed: 4 slots per executor

@@ -1,0 +1,50 @@
+"""Created."""
+
+from __future__ import annotations
+
+import pytest
+from scheduler_fakes import StateContext
+
+from spark_adaptive.core.clock import VirtualTime
+from spark_adaptive.core.states import Created
+from spark_adaptive.errors import ConflictError
+
+
+def test_start_scheduling_goes_waiting_for_resources(vt: VirtualTime) -> None:
+    with StateContext(vt) as ctx:
+        state = ctx.enter(Created)
+        ctx.expect("WaitingForResources")
+        state.start_scheduling()
+
+
+def test_cancel_finishes_canceled(vt: VirtualTime) -> None:
+    with StateContext(vt) as ctx:
+        state = ctx.enter(Created)
+        ctx.expect("Finished")
+        state.cancel()
+        assert ctx.last.args["status"] == "CANCELED"
+
+
+def test_ignores_resources_and_refuses_stop_with_savepoint(vt: VirtualTime) -> None:
+    with StateContext(vt, share=4) as ctx:
+        state = ctx.enter(Created)
+        state.on_resources_changed()
+        state.on_requirements_changed()
+        vt.advance(1000)
+        with pytest.raises(ConflictError, match="state Created"):
+            state.stop_with_savepoint()
+    assert ctx.transitions == []
+
+
+def test_the_fake_fails_on_a_missing_transition(vt: VirtualTime) -> None:
+    with pytest.raises(AssertionError, match="No transition to WaitingForResources"):
+        with StateContext(vt) as ctx:
+            ctx.enter(Created)
+            ctx.expect("WaitingForResources")
+
+
+def test_the_fake_fails_on_an_unexpected_transition(vt: VirtualTime) -> None:
+    with StateContext(vt) as ctx:
+        state = ctx.enter(Created)
+        with pytest.raises(AssertionError, match="Unexpected state transition to Finished"):
+            state.cancel()

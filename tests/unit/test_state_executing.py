@@ -1,0 +1,257 @@
+"""Executing: live and restart rescales, the query's own end, cancel and stop."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from scheduler_fakes import PARAMS, StateContext
+
+from spark_adaptive.core.clock import VirtualTime
+from spark_adaptive.core.events import QueryIdle, QueryProgress, QueryTerminated
+from spark_adaptive.core.history import Trigger
+from spark_adaptive.core.ports import RepartitionSupport
+from spark_adaptive.core.requirements import ResourceRequirements
+from spark_adaptive.core.restart import Failure, FailureResult
+from spark_adaptive.core.states import Executing
+
+BOUNDS_3 = ResourceRequirements(1, 3)
+BOUNDS_4 = ResourceRequirements(1, 4)
+
+
+def progress() -> QueryProgress:
+    return QueryProgress(0.0, "qid", "run-1", "q", 1, 10, 1.0, 1.0, 0.1, 0.1)
+
+
+def terminated(exception: str | None) -> QueryTerminated:
+    return QueryTerminated(0.0, "qid", "run-1", exception, "STREAM_FAILED" if exception else None)
+
+
+def test_nothing_happens_while_the_share_matches(vt: VirtualTime) -> None:
+    with StateContext(vt, share=4, requirements=BOUNDS_4) as ctx:
+        state = ctx.enter(lambda c: Executing(c, 4, 4))
+        vt.advance(1000)
+        state.on_query_event(progress())
+        state.on_query_event(QueryIdle(0.0, "qid", "run-1"))
+    assert ctx.transitions == [] and ctx.live_rescales == []
+
+
+def test_live_rescale_happens_at_once_even_in_cooldown(vt: VirtualTime) -> None:
+    with StateContext(vt, share=4, requirements=BOUNDS_4) as ctx:
+        state = ctx.enter(lambda c: Executing(c, 4, 4))
+        vt.advance(1)  # deep in the 30 s cooldown
+        ctx.share = 2
+        state.on_resources_changed()
+        ((decision, trigger),) = ctx.live_rescales
+        assert (decision.kind, decision.current_slots, decision.target_slots) == ("live", 4, 2)
+        assert trigger is Trigger.RESOURCES_LOST
+        assert state.slots == 2
+        ctx.share = 4
+        state.on_resources_changed()
+        assert ctx.live_rescales[-1][1] is Trigger.NEW_RESOURCES
+        assert state.slots == 4
+        vt.advance(1000)
+    assert ctx.transitions == []
+
+
+def test_changes_during_the_start_are_looked_at_on_entry(vt: VirtualTime) -> None:
+    with StateContext(vt, share=2, requirements=BOUNDS_4) as ctx:
+        state = ctx.enter(lambda c: Executing(c, 4, 4))
+        assert ctx.live_rescales == []  # not from the constructor
+        vt.run_pending()
+        assert len(ctx.live_rescales) == 1 and state.slots == 2
+
+
+def test_scale_up_to_desired_restarts_right_after_the_cooldown(vt: VirtualTime) -> None:
+    with StateContext(vt, share=1, requirements=BOUNDS_3) as ctx:
+        state = ctx.enter(lambda c: Executing(c, 1, 1))
+        vt.advance(15)
+        ctx.share = 3
+        state.on_resources_changed()
+        vt.advance(14.9)
+        assert ctx.transitions == []
+        ctx.expect("Restarting")
+        vt.advance(0.1)
+        args = ctx.last.args
+        assert (args["backoff"], args["target_parallelism"], args["target_slots"],
+                args["trigger"]) == (0.0, 3, 3, Trigger.NEW_RESOURCES)
+        assert args["failure"] is None
+
+
+def test_scale_down_waits_for_the_stabilization_timeout(vt: VirtualTime) -> None:
+    with StateContext(vt, share=3, requirements=BOUNDS_3) as ctx:
+        state = ctx.enter(lambda c: Executing(c, 3, 3))
+        vt.advance(100)
+        ctx.share = 2  # 3 partitions do not divide over 2 slots; not desired
+        state.on_resources_changed()
+        vt.advance(59.9)
+        assert ctx.transitions == []
+        ctx.expect("Restarting")
+        vt.advance(0.1)
+        assert ctx.last.args["trigger"] is Trigger.RESOURCES_LOST
+        assert ctx.last.args["target_parallelism"] == 2
+
+
+def test_stabilized_does_not_wait_for_a_micro_batch_past_the_max_delay(vt: VirtualTime) -> None:
+    params = dataclasses.replace(PARAMS, trigger_max_delay=30.0)
+    with StateContext(vt, share=3, requirements=BOUNDS_3, params=params) as ctx:
+        state = ctx.enter(lambda c: Executing(c, 3, 3))
+        vt.advance(100)
+        ctx.share = 2
+        state.on_resources_changed()
+        vt.advance(59.9)
+        assert ctx.transitions == []
+        ctx.expect("Restarting")
+        vt.advance(0.1)  # stabilized at 160; the trigger was due at 100 + 30 already
+
+
+def test_completed_micro_batch_triggers_the_pending_rescale(vt: VirtualTime) -> None:
+    params = dataclasses.replace(PARAMS, trigger_max_delay=1000.0, cooldown=0.0)
+    with StateContext(vt, share=1, requirements=BOUNDS_3, params=params) as ctx:
+        state = ctx.enter(lambda c: Executing(c, 1, 1))
+        vt.run_pending()
+        ctx.share = 3
+        state.on_resources_changed()
+        vt.advance(50)
+        assert ctx.transitions == []  # desired, but no micro-batch completed yet
+        ctx.expect("Restarting")
+        state.on_query_event(progress())
+        assert vt.now() == 50
+
+
+def test_requirement_change_is_the_trigger(vt: VirtualTime) -> None:
+    with StateContext(vt, share=4, requirements=BOUNDS_4) as ctx:
+        state = ctx.enter(lambda c: Executing(c, 4, 4))
+        vt.advance(40)
+        ctx.requirements = ResourceRequirements(1, 2)
+        ctx.share = 2
+        ctx.expect("Restarting")
+        state.on_requirements_changed()
+        vt.run_pending()
+        assert ctx.last.args["trigger"] is Trigger.REQUIREMENTS_CHANGED
+        assert "outside the bounds [1, 2]" in ctx.last.args["reason"]
+
+
+def test_small_scale_up_is_held_back_and_logged_once(vt: VirtualTime) -> None:
+    params = dataclasses.replace(PARAMS, min_parallelism_increase=2)
+    with StateContext(vt, share=4, requirements=ResourceRequirements(1, 8), params=params) as ctx:
+        state = ctx.enter(lambda c: Executing(c, 4, 4))
+        vt.advance(40)
+        ctx.share = 5
+        state.on_resources_changed()
+        state.on_resources_changed()
+        vt.advance(10_000)
+    assert ctx.transitions == []
+    held = [d for d in ctx.decisions if d[0] == "hold back scale-up"]
+    assert len(held) == 1 and "min-parallelism-increase 2" in held[0][1]
+
+
+def test_held_back_scale_up_is_forced_after_scaling_interval_max(vt: VirtualTime) -> None:
+    params = dataclasses.replace(PARAMS, min_parallelism_increase=2, scaling_interval_max=120.0)
+    with StateContext(vt, share=4, requirements=ResourceRequirements(1, 5), params=params) as ctx:
+        state = ctx.enter(lambda c: Executing(c, 4, 4))
+        vt.advance(40)
+        ctx.share = 5  # desired (upper bound 5), but only +1
+        state.on_resources_changed()
+        vt.advance(119.9)
+        assert ctx.transitions == []
+        ctx.expect("Restarting")
+        vt.advance(0.1)
+        assert ctx.last.args["target_parallelism"] == 5
+        assert "scaling-interval.max" in ctx.last.args["reason"]
+
+
+def test_held_back_clock_resets_when_the_scale_up_goes_away(vt: VirtualTime) -> None:
+    params = dataclasses.replace(PARAMS, min_parallelism_increase=2, scaling_interval_max=120.0)
+    with StateContext(vt, share=4, requirements=ResourceRequirements(1, 5), params=params) as ctx:
+        state = ctx.enter(lambda c: Executing(c, 4, 4))
+        vt.advance(40)
+        ctx.share = 5
+        state.on_resources_changed()
+        vt.advance(60)
+        ctx.share = 4
+        state.on_resources_changed()
+        vt.advance(30)
+        ctx.share = 5
+        state.on_resources_changed()  # held back anew at t=130
+        vt.advance(119)
+        assert ctx.transitions == []
+        ctx.expect("Restarting")
+        vt.advance(1)
+
+
+def test_query_that_cannot_repartition_only_rescales_live(vt: VirtualTime) -> None:
+    no = RepartitionSupport(False, "no checkpoint location")
+    with StateContext(vt, share=4, requirements=BOUNDS_4, support=no) as ctx:
+        state = ctx.enter(lambda c: Executing(c, 4, 4))
+        vt.advance(40)
+        ctx.share = 3
+        state.on_resources_changed()
+        vt.advance(10_000)
+        assert state.slots == 3
+    ((decision, _),) = ctx.live_rescales
+    assert "no checkpoint location" in decision.reason
+    assert ctx.transitions == []
+
+
+def test_first_micro_batch_completes_the_pending_record(vt: VirtualTime) -> None:
+    with StateContext(vt, share=4, requirements=BOUNDS_4) as ctx:
+        ctx.history.open(Trigger.NEW_RESOURCES, "restart", from_parallelism=2, to_parallelism=4,
+                         from_slots=2, to_slots=4, reason="x")
+        state = ctx.enter(lambda c: Executing(c, 4, 4))
+        vt.advance(7)
+        state.on_query_event(progress())
+    (record,) = ctx.history.records()
+    assert record.outcome == "completed" and record.duration == 7
+
+
+def test_failure_restarts_when_the_strategy_allows(vt: VirtualTime) -> None:
+    expected = Failure("boom", "STREAM_FAILED", origin="query")
+    with StateContext(vt, share=4, requirements=BOUNDS_4,
+                      failure_results=[FailureResult.restart(expected, 1.5, "s")]) as ctx:
+        state = ctx.enter(lambda c: Executing(c, 4, 4))
+        ctx.expect("Restarting")
+        state.on_query_event(terminated("boom"))
+        assert ctx.last.args["backoff"] == 1.5
+        assert ctx.last.args["trigger"] is Trigger.FAILURE
+        assert ctx.last.args["target_parallelism"] is None
+    assert ctx.handled_failures == [expected]
+
+
+def test_failure_without_restart_goes_failing_with_the_original_error(vt: VirtualTime) -> None:
+    expected = Failure("boom", "STREAM_FAILED", origin="query")
+    with StateContext(vt, share=4, failure_results=[FailureResult.fail(expected, "s")]) as ctx:
+        state = ctx.enter(lambda c: Executing(c, 4, 4))
+        ctx.expect("Failing")
+        state.on_query_event(terminated("boom"))
+        assert ctx.last.args["failure"] == expected
+
+
+def test_query_ending_by_itself_finishes(vt: VirtualTime) -> None:
+    with StateContext(vt, share=4) as ctx:
+        state = ctx.enter(lambda c: Executing(c, 4, 4))
+        ctx.expect("Finished")
+        state.on_query_event(terminated(None))
+        assert ctx.last.args["status"] == "FINISHED"
+
+
+def test_cancel_and_stop_with_savepoint(vt: VirtualTime) -> None:
+    with StateContext(vt, share=4) as ctx:
+        state = ctx.enter(lambda c: Executing(c, 4, 4))
+        ctx.expect("Canceling")
+        state.cancel()
+    with StateContext(vt, share=4) as ctx:
+        state = ctx.enter(lambda c: Executing(c, 4, 4))
+        ctx.expect("StopWithSavepoint")
+        state.stop_with_savepoint()
+
+
+def test_leaving_cancels_the_timing_timers(vt: VirtualTime) -> None:
+    with StateContext(vt, share=1, requirements=BOUNDS_3) as ctx:
+        state = ctx.enter(lambda c: Executing(c, 1, 1))
+        ctx.share = 3
+        state.on_resources_changed()
+        ctx.expect("Canceling")
+        state.cancel()
+    assert vt.pending() == []
+    vt.advance(1000)
+    assert len(ctx.transitions) == 1
