@@ -242,9 +242,11 @@ class QueryScheduler:
 
     def run_if_state(self, state: State, action: Action, delay: float) -> Cancellable:
         def guarded() -> None:
+            state.untrack(timer)
             self._if_state(state, action)
 
-        return state.track(self._timers.call_later(delay, guarded))
+        timer = state.track(self._timers.call_later(delay, guarded))
+        return timer
 
     def _if_state(self, state: State, action: Action) -> None:
         if self._state is state:

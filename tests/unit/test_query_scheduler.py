@@ -222,3 +222,13 @@ def test_scheduling_params_from_settings() -> None:
             p.executing_stabilization, p.trigger_max_delay) == (300.0, 10.0, 30.0, 60.0, 6.0)
     assert SchedulingParams.of(Settings(), 0.0).trigger_max_delay == 0.0
     assert SchedulingParams.of(Settings(trigger_max_delay=4.0), 2.0).trigger_max_delay == 4.0
+
+
+def test_fired_timers_are_forgotten_by_their_state(vt: VirtualTime) -> None:
+    q = make(vt, app=OneQueryApp(share=None))
+    q.start_scheduling()
+    state = q.state
+    for _ in range(100):
+        q.run_if_state(state, lambda: None, 1.0)
+        vt.advance(1)
+    assert len(state._timers) <= 2  # the resource-wait timeout, not 100 fired ones

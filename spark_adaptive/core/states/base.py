@@ -74,9 +74,12 @@ class State:
 
     def track(self, timer: Cancellable) -> Cancellable:
         """Remember a timer so that :meth:`on_leave` cancels it."""
-        self._timers = [t for t in self._timers if not t.cancelled]
         self._timers.append(timer)
         return timer
+
+    def untrack(self, timer: Cancellable) -> None:
+        """Forget a timer that fired (keeps a long-lived state's list short)."""
+        self._timers = [t for t in self._timers if t is not timer and not t.cancelled]
 
     def on_leave(self) -> None:
         """Called once, just before the scheduler moves to the next state."""
