@@ -521,6 +521,22 @@ def _wrap(text: str, width: int) -> list[str]:
     return lines
 
 
+README_START, README_END = "<!-- keys:start -->", "<!-- keys:end -->"
+
+
+def update_readme(path: str) -> None:
+    """Replace the README's table of keys (between the two markers) with the generated one."""
+    with open(path) as f:
+        text = f.read()
+    head, rest = text.split(README_START, 1)
+    _, tail = rest.split(README_END, 1)
+    with open(path, "w") as f:
+        f.write(f"{head}{README_START}\n{markdown_table()}{README_END}{tail}")
+
+
 if __name__ == "__main__":
     what = sys.argv[1] if len(sys.argv) > 1 else "markdown"
-    sys.stdout.write(markdown_table() if what == "markdown" else defaults_template())
+    if what == "readme":
+        update_readme(sys.argv[2] if len(sys.argv) > 2 else "README.md")
+    else:
+        sys.stdout.write(markdown_table() if what == "markdown" else defaults_template())

@@ -80,7 +80,7 @@ def enable(spark: SparkSession | SparkContext, **conf: str) -> AdaptiveRuntime:
     ``conf`` may give ``spark.adaptive.*`` keys (with or without the prefix, dots
     or underscores) that override the session's configuration for spark-adaptive.
     """
-    sc = spark if _is_context(spark) else spark.sparkContext  # type: ignore[union-attr]
+    sc: SparkContext = spark if _is_context(spark) else spark.sparkContext  # type: ignore[assignment,union-attr]
     overrides = {_full_key(k): str(v) for k, v in conf.items()}
     rt = activate_context(sc, overrides, force=True)
     assert rt is not None

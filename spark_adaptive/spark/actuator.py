@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from spark_adaptive.core import events as ev
-from spark_adaptive.spark.jvm import empty_scala_map, scala_string_seq
+from spark_adaptive.spark.jvm import empty_scala_map, jvm, scala_string_seq
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -58,7 +58,8 @@ class SparkExecutorActuator:
     def _check_supported(self) -> bool:
         try:
             backend = self._sc._jsc.sc().schedulerBackend()
-            jcls = self._sc._jvm.java.lang.Class.forName("org.apache.spark.ExecutorAllocationClient")
+            client = "org.apache.spark.ExecutorAllocationClient"
+            jcls = jvm(self._sc).java.lang.Class.forName(client)
             return bool(jcls.isInstance(backend))
         except Exception:  # pragma: no cover - depends on the master
             return False

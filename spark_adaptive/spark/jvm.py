@@ -23,19 +23,28 @@ _loader_lock = threading.Lock()
 _loaders: dict[tuple[int, str], Any] = {}
 
 
+def jvm(sc: SparkContext) -> Any:
+    """The py4j view of the driver JVM (typed ``Optional`` by pyspark; always set here)."""
+    return sc._jvm
+
+
+def gateway(sc: SparkContext) -> Any:
+    return sc._gateway
+
+
 def ensure_callback_server(sc: SparkContext) -> None:
     """Start py4j's callback server the way PySpark itself does, once."""
     from pyspark.java_gateway import ensure_callback_server_started
 
-    ensure_callback_server_started(sc._gateway)
+    ensure_callback_server_started(gateway(sc))  # type: ignore[no-untyped-call]
 
 
 def scala_string_seq(sc: SparkContext, items: list[str]) -> Any:
-    return sc._jvm.PythonUtils.toSeq(list(items))
+    return jvm(sc).PythonUtils.toSeq(list(items))
 
 
 def empty_scala_map(sc: SparkContext) -> Any:
-    return sc._jvm.PythonUtils.toScalaMap({})
+    return jvm(sc).PythonUtils.toScalaMap({})
 
 
 def seq_to_list(jseq: Any) -> list[Any]:
@@ -61,12 +70,12 @@ def shim_class(sc: SparkContext, name: str, jar: Path) -> Any:
     with _loader_lock:
         loader = _loaders.get(key)
         if loader is None:
-            jvm = sc._jvm
+            j = jvm(sc)
             try:
-                urls = sc._gateway.new_array(jvm.java.net.URL, 1)
-                urls[0] = jvm.java.io.File(str(jar)).toURI().toURL()
-                parent = jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
-                loader = jvm.java.net.URLClassLoader(urls, parent)
+                urls = gateway(sc).new_array(j.java.net.URL, 1)
+                urls[0] = j.java.io.File(str(jar)).toURI().toURL()
+                parent = j.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
+                loader = j.java.net.URLClassLoader(urls, parent)
             except Exception as e:  # py4j errors carry the Java trace
                 raise ShimNotAvailableError(f"could not open the shim jar {jar}: {e}") from e
             _loaders[key] = loader
@@ -81,6 +90,7 @@ def shim_class(sc: SparkContext, name: str, jar: Path) -> Any:
 
 def new_shim_object(sc: SparkContext, name: str, jar: Path) -> Any:
     cls = shim_class(sc, name, jar)
-    return cls.getDeclaredConstructor(sc._gateway.new_array(sc._jvm.java.lang.Class, 0)).newInstance(
-        sc._gateway.new_array(sc._jvm.java.lang.Object, 0)
+    j, gw = jvm(sc), gateway(sc)
+    return cls.getDeclaredConstructor(gw.new_array(j.java.lang.Class, 0)).newInstance(
+        gw.new_array(j.java.lang.Object, 0)
     )

@@ -207,7 +207,7 @@ class Py4jListener:
 
 def make_query_listener(sink: Sink) -> Any:
     """A PySpark ``StreamingQueryListener`` that turns query events into ours."""
-    from pyspark.sql.streaming import StreamingQueryListener
+    from pyspark.sql.streaming.listener import StreamingQueryListener
 
     class QueryEventListener(StreamingQueryListener):
         def onQueryStarted(self, event: Any) -> None:  # noqa: N802

@@ -119,7 +119,7 @@ class LocalCluster:
         self.daemon_memory = daemon_memory
         self.startup_timeout = startup_timeout
         self._owned_tmp = work_dir is None
-        wd = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="spark-adaptive-cluster-"))
+        wd = Path(work_dir or tempfile.mkdtemp(prefix="spark-adaptive-cluster-"))
         wd.mkdir(parents=True, exist_ok=True)
         self._state = _State(str(wd), free_port(), free_port())
         self._spark_home = spark_home()
@@ -418,7 +418,8 @@ def main(argv: list[str] | None = None) -> int:
     add = sub.add_parser("add", help="start one more worker")
     add.add_argument("--cores", type=int, default=None)
     add.add_argument("--memory", default=None)
-    for verb, text in (("stop", "SIGTERM a worker"), ("kill", "SIGKILL a worker and its executors")):
+    for verb, text in (("stop", "SIGTERM a worker"),
+                       ("kill", "SIGKILL a worker and its executors")):
         p = sub.add_parser(verb, help=text)
         p.add_argument("worker", nargs="?", help="worker name (default: the newest)")
     sub.add_parser("status", help="show the master's view")

@@ -35,7 +35,8 @@ def test_worker_join_and_executor_kill_reach_python(local_cluster, cluster_spark
 
     mark = rec.mark()
     local_cluster.add_worker()
-    added = rec.wait_for(ev.ExecutorAdded, since=mark, where=lambda e: e.executor_id != first.executor_id)
+    added = rec.wait_for(ev.ExecutorAdded, since=mark,
+                         where=lambda e: e.executor_id != first.executor_id)
     assert added.host == "127.0.0.1" and added.cores == 1
 
     mark = rec.mark()
@@ -141,8 +142,8 @@ def test_bad_value_names_key_and_accepted_values(local_cluster, tmp_path):
     p = _submit(local_cluster, tmp_path, "spark.adaptive.enabled=true",
                 "spark.adaptive.scheduler.mode=elastic")
     assert p.returncode != 0
-    assert "spark.adaptive.scheduler.mode='elastic' is not valid: accepted values: adaptive, reactive" \
-        in p.stdout
+    assert ("spark.adaptive.scheduler.mode='elastic' is not valid: "
+            "accepted values: adaptive, reactive") in p.stdout
 
 
 @pytest.mark.parametrize("conf", [(), ("spark.adaptive.enabled=false",)])

@@ -1,0 +1,122 @@
+"""Event intake without a JVM: shim decoding, the bus, the scheduler thread."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from spark_adaptive.core import events as ev
+from spark_adaptive.core.bus import EventBus
+from spark_adaptive.core.clock import VirtualTime
+from spark_adaptive.core.loop import EventLoop
+from spark_adaptive.spark.listener import _ShimSink, event_from_shim
+
+
+def test_shim_lines_become_frozen_events() -> None:
+    stage = event_from_shim(json.loads(
+        '{"type":"StageCompleted","time":1800000000123,"stage_id":3,"attempt":0,"num_tasks":4,'
+        '"name":"groupBy at x.py:1","input_bytes":0,"shuffle_read_bytes":10,'
+        '"shuffle_write_bytes":2048,"duration":1.5,"max_task_duration":0.9,'
+        '"median_task_duration":0.4}'))
+    assert stage == ev.StageCompleted(1800000000.123, 3, 0, 4, 0, 10, 2048, 1.5, None,
+                                      "groupBy at x.py:1", 0.9, 0.4)
+    assert stage.succeeded
+    job = event_from_shim({"type": "JobStarted", "time": 1000, "job_id": 1, "stage_ids": [1, 2],
+                           "job_group": None})
+    assert job == ev.JobStarted(1.0, 1, (1, 2), None)
+    with pytest.raises(AttributeError):
+        job.job_id = 2  # type: ignore[misc]
+
+
+def test_shim_sink_skips_a_bad_line_and_keeps_the_rest() -> None:
+    got: list[ev.Event] = []
+    sink = _ShimSink(got.append)
+    sink.accept('{"type":"ExecutorAdded","time":1000,"executor_id":"1","host":"h","cores":2}\n'
+                '{"type":"Nonsense"}\n'
+                '{"type":"ExecutorRemoved","time":2000,"executor_id":"1","reason":"killed"}')
+    assert got == [ev.ExecutorAdded(1.0, "1", "h", 2), ev.ExecutorRemoved(2.0, "1", "killed")]
+    assert sink.errors == 1
+
+
+def test_bus_isolates_a_failing_subscriber() -> None:
+    timers = VirtualTime()
+    bus = EventBus(lambda action, what: timers.call_later(0, action))
+    seen: list[str] = []
+
+    def broken(e: ev.Event) -> None:
+        raise RuntimeError("handler bug")
+
+    bus.subscribe(broken, "broken")
+    bus.subscribe(lambda e: seen.append(type(e).__name__), "ok")
+    bus.post(ev.ExecutorHeartbeat(0.0, "1"))
+    assert seen == []  # posting only queues
+    timers.run_pending()
+    assert seen == ["ExecutorHeartbeat"]
+    assert bus.handler_failures == 1
+    assert bus.counts["ExecutorHeartbeat"] == 1
+
+
+def test_unsubscribe_stops_delivery() -> None:
+    bus = EventBus(lambda action, what: action())
+    seen: list[ev.Event] = []
+    unsubscribe = bus.subscribe(seen.append)
+    bus.post(ev.ExecutorHeartbeat(0.0, "1"))
+    unsubscribe()
+    bus.post(ev.ExecutorHeartbeat(0.0, "2"))
+    assert [e.executor_id for e in seen] == ["1"]  # type: ignore[attr-defined]
+
+
+def test_event_loop_runs_work_and_timers_on_one_thread_in_order() -> None:
+    loop = EventLoop("test-loop")
+    loop.start()
+    try:
+        threads: set[str] = set()
+        order: list[str] = []
+        done = threading.Event()
+
+        def record(name: str) -> None:
+            threads.add(threading.current_thread().name)
+            order.append(name)
+            if name == "timer":
+                done.set()
+
+        loop.call_later(0.05, lambda: record("timer"))
+        loop.submit(lambda: record("first"))
+        loop.submit(lambda: (_ for _ in ()).throw(RuntimeError("boom")))  # a failing handler
+        loop.submit(lambda: record("second"))
+        assert done.wait(5)
+        assert order == ["first", "second", "timer"]
+        assert threads == {"test-loop"}
+        assert loop.failed == 1
+        assert loop.call_sync(lambda: threading.current_thread().name) == "test-loop"
+    finally:
+        loop.stop()
+
+
+def test_a_slow_handler_never_blocks_the_poster() -> None:
+    loop = EventLoop("slow")
+    loop.start()
+    try:
+        release = threading.Event()
+        loop.submit(lambda: release.wait(5) and None)
+        t0 = time.monotonic()
+        for _ in range(1000):
+            loop.submit(lambda: None)
+        assert time.monotonic() - t0 < 1.0  # posting from Spark's thread returns at once
+        release.set()
+    finally:
+        loop.stop()
+
+
+def test_cancelled_timer_does_not_run() -> None:
+    t = VirtualTime()
+    ran: list[int] = []
+    h = t.call_later(5, lambda: ran.append(1))
+    t.call_later(6, lambda: ran.append(2))
+    h.cancel()
+    t.advance(10)
+    assert ran == [2]
+    assert t.now() == 10

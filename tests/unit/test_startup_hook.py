@@ -1,0 +1,82 @@
+"""The zero-code start-up hook, on a stand-in SparkContext module (no JVM)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import types
+from typing import Any
+
+import pytest
+
+import _spark_adaptive_startup as hook
+
+
+class _Conf:
+    def __init__(self, values: dict[str, str]) -> None:
+        self.values = values
+
+    def get(self, key: str, default: str) -> str:
+        return self.values.get(key, default)
+
+
+def _module(conf: dict[str, str]) -> Any:
+    class SparkContext:
+        stopped = False
+
+        def __init__(self) -> None:
+            self._conf = _Conf(conf)
+
+        def stop(self) -> None:
+            self.stopped = True
+
+    return types.SimpleNamespace(SparkContext=SparkContext)
+
+
+def test_absent_key_never_imports_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[Any] = []
+    fake = types.ModuleType("spark_adaptive.spark.activation")
+    fake.activate_context = calls.append  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "spark_adaptive.spark.activation", fake)
+    for conf in ({}, {"spark.adaptive.enabled": "false"}):
+        mod = _module(conf)
+        hook._patch(mod)
+        mod.SparkContext()
+    assert calls == []
+
+
+def test_enabled_key_activates_right_after_init(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[Any] = []
+    fake = types.ModuleType("spark_adaptive.spark.activation")
+    fake.activate_context = calls.append  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "spark_adaptive.spark.activation", fake)
+    mod = _module({"spark.adaptive.enabled": " True "})
+    hook._patch(mod)
+    hook._patch(mod)  # patching twice wraps once
+    sc = mod.SparkContext()
+    assert calls == [sc]
+
+
+def test_a_bad_setting_stops_the_context_and_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = types.ModuleType("spark_adaptive.spark.activation")
+
+    def refuse(sc: Any) -> None:
+        raise ValueError("spark.adaptive.foo is not a spark-adaptive option")
+
+    fake.activate_context = refuse  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "spark_adaptive.spark.activation", fake)
+    mod = _module({"spark.adaptive.enabled": "true"})
+    stopped: list[Any] = []
+    mod.SparkContext.stop = lambda self: stopped.append(self)
+    hook._patch(mod)
+    with pytest.raises(ValueError, match="spark.adaptive.foo"):
+        mod.SparkContext()
+    assert len(stopped) == 1  # the app does not go on with an unmanaged context
+
+
+def test_interpreter_start_up_is_cheap_and_loads_nothing_of_ours() -> None:
+    """The .pth is installed in this venv: a plain interpreter must not import the package."""
+    code = ("import sys; print('spark_adaptive' in sys.modules, 'pyspark' in sys.modules, "
+            "'_spark_adaptive_startup' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False", "True"]
