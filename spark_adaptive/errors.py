@@ -14,6 +14,9 @@
     ├── RescaleNotPossibleError        a query cannot be restart-rescaled (no checkpoint,
     │                                  state store without repartition support). The
     │                                  query keeps running; only live rescales apply.
+    ├── QueryFailedError               a managed query failed for a reason of the scheduler's
+    │                                  own (no resources within the wait timeout). A query
+    │                                  failed by Spark raises Spark's own exception instead.
     ├── ShimNotAvailableError          the JVM shim jar is missing or does not load. The
     │                                  pure-py4j path is used instead where one exists.
     └── ClusterError                   the local test cluster could not be started or
@@ -68,6 +71,10 @@ class ConflictError(SparkAdaptiveError):
 
 
 class RescaleNotPossibleError(SparkAdaptiveError):
+    pass
+
+
+class QueryFailedError(SparkAdaptiveError):
     pass
 
 

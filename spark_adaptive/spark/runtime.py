@@ -19,6 +19,7 @@ from spark_adaptive.core.bus import EventBus, Handler
 from spark_adaptive.core.events import Event
 from spark_adaptive.core.loop import EventLoop
 from spark_adaptive.core.options import Settings
+from spark_adaptive.core.scheduler import AdaptiveScheduler
 from spark_adaptive.spark.actuator import SparkExecutorActuator
 from spark_adaptive.spark.jvm import shim_jar_path
 from spark_adaptive.spark.listener import (
@@ -51,12 +52,24 @@ class AdaptiveRuntime:
         self._query_listener_session: SparkSession | None = None
         self._closers: list[Callable[[], None]] = []
         self._closed = False
+        conf = sc.getConf()
+        task_cpus = int(conf.get("spark.task.cpus", "1") or 1)
+        cores = conf.get("spark.executor.cores", None)
+        self.scheduler = AdaptiveScheduler(
+            settings, self.actuator, self.loop, self.loop.submit, task_cpus=task_cpus,
+            default_slots_per_executor=int(cores) // task_cpus if cores else None)
+        self.bus.subscribe(self.scheduler.on_event, "adaptive scheduler")
+        from spark_adaptive.spark.streaming import StreamingManager, install_writer_hooks
+
+        self.streaming = StreamingManager(self, self.scheduler)
+        # Every subscriber above exists before the first event is posted.
         self.loop.start()
         jar = shim_jar_path(settings.shim_jar)
         self.listener, self.listener_path = attach_spark_listener(
             sc, self.bus.post, settings.listener, jar)
         for event in live_executors(sc):
             self.bus.post(event)
+        install_writer_hooks()
         log.info("listening to Spark through the %s (%s)",
                  "JVM shim" if self.listener_path == "shim" else "pure-py4j listener",
                  jar if self.listener_path == "shim" else "no per-task filtering in the JVM")
@@ -106,6 +119,8 @@ class AdaptiveRuntime:
             _runtimes.pop(id(self.sc), None)
         for fn in reversed(self._closers):
             _quietly(fn, "a shutdown hook")
+        _quietly(self.streaming.close, "the managed queries")
+        _quietly(lambda: self.loop.call_sync(self.scheduler.close), "the scheduler")
         if self._query_listener is not None and self._query_listener_session is not None:
             session, listener = self._query_listener_session, self._query_listener
             _quietly(lambda: session.streams.removeListener(listener), "the query listener")

@@ -1,0 +1,247 @@
+"""Starting and stopping one streaming query for the scheduler (the QueryDriver port).
+
+The driver keeps the app's own JVM ``DataStreamWriter``: every start of the
+query, the first one included, is ``writer.start()`` on it, so the query keeps
+its sink, options, trigger and checkpoint, and Spark gives it the same query id
+each time (the id lives in the checkpoint).
+
+**Parallelism.** A query's parallelism is its partition count. At a start the
+driver sets ``spark.sql.shuffle.partitions`` on the query's session just for
+that call (Spark copies the session for the query while ``start()`` runs, then
+the old value is put back), which fixes the shuffle partitions of a stateless
+query (Spark >= 4.1 lets them change on restart) and of a stateful query's
+first run. A stateful query's partitions are fixed in its checkpoint: when
+they differ from the decided parallelism, the driver repartitions the state
+offline first (``StreamingCheckpointManager.repartition``, RocksDB state store).
+
+**Clean stop.** Spark's ``stop()`` interrupts whatever runs, and a stop during
+a micro-batch leaves it unfinished: the repartition then refuses the
+checkpoint and an exactly-once sink would see the batch twice. The driver
+therefore stops while no trigger is active (polling the query's status), then
+checks the checkpoint; if a batch was caught unfinished after all, it
+finishes that one batch by running the query once more with a one-shot
+trigger, and puts the app's trigger back.
+
+Operations run on a thread of their own and report through ``on_done``; the
+scheduler routes those back to its own thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from spark_adaptive.core.ports import QueryInfo, RepartitionSupport, StartResult, StopResult
+from spark_adaptive.spark.checkpoint import (
+    PROVIDER_KEY,
+    ROCKSDB_PROVIDER,
+    CheckpointState,
+    inspect_checkpoint,
+)
+from spark_adaptive.spark.jvm import jvm
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+log = logging.getLogger(__name__)
+
+#: Spark copies the session conf while ``start()`` runs; one start at a time.
+_START_LOCK = threading.Lock()
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+
+
+class SparkQueryDriver:
+    """Drives one query through the app's JVM ``DataStreamWriter``."""
+
+    def __init__(self, spark: SparkSession, jwriter: Any, start: Callable[[Any], Any],
+                 info: QueryInfo, poll_interval: float = 0.01,
+                 clean_stop_timeout: float = 120.0) -> None:
+        """``start(jwriter)`` starts the query (``jwriter.start()``, ``start(path)`` or
+        ``toTable(name)``, as the app asked) and returns the JVM ``StreamingQuery``."""
+        self._spark = spark
+        self._jwriter = jwriter
+        self._start = start
+        self._info = info
+        self._poll = poll_interval
+        self._clean_stop_timeout = clean_stop_timeout
+        self._lock = threading.Lock()
+        self.current: StreamingQuery | None = None
+        """The PySpark handle of the run going on now (or of the last one)."""
+        self.previous: StreamingQuery | None = None
+        self.runs = 0
+        self.on_new_run: Callable[[StreamingQuery], None] | None = None
+
+    @property
+    def info(self) -> QueryInfo:
+        return self._info
+
+    # -- what can change ----------------------------------------------------------------
+    def repartition_support(self, stateful: bool) -> RepartitionSupport:
+        loc = self._info.checkpoint_location
+        if loc is None:
+            return RepartitionSupport(False, (
+                "the query has no checkpoint location, so a restart would begin again from "
+                "its sources' starting offsets and lose its state; set the checkpointLocation "
+                "option to let spark-adaptive change its partitions"))
+        if stateful:
+            provider = self._provider()
+            if provider != ROCKSDB_PROVIDER:
+                return RepartitionSupport(False, (
+                    f"its state store provider is {provider}; Spark repartitions state offline "
+                    f"only for the RocksDB provider (set {PROVIDER_KEY}={ROCKSDB_PROVIDER})"))
+            return RepartitionSupport(True, "stateful query on the RocksDB state store with a "
+                                            "checkpoint: its state can be repartitioned")
+        return RepartitionSupport(True, "stateless query with a checkpoint: its shuffle "
+                                        "partitions can change at a restart")
+
+    def _provider(self) -> str:
+        loc = self._info.checkpoint_location
+        if loc is not None:
+            cp = inspect_checkpoint(self._spark, loc)
+            if cp.state_provider:
+                return cp.state_provider
+        from spark_adaptive.spark.jvm import jvm as _jvm
+
+        default = _jvm(self._spark.sparkContext).org.apache.spark.sql.internal.SQLConf \
+            .STATE_STORE_PROVIDER_CLASS().defaultValueString()
+        return str(self._spark.conf.get(PROVIDER_KEY, default))
+
+    # -- operations ----------------------------------------------------------------------
+    def start(self, parallelism: int, on_done: Callable[[StartResult], None]) -> None:
+        self._run_async(f"start at {parallelism}", lambda: self._start_now(parallelism), on_done,
+                        lambda e: StartResult(ok=False, error=e))
+
+    def stop(self, clean: bool, on_done: Callable[[StopResult], None]) -> None:
+        self._run_async("clean stop" if clean else "stop", lambda: self._stop_now(clean),
+                        on_done, lambda e: StopResult(clean=False, error=e))
+
+    def _run_async(self, what: str, op: Callable[[], Any], on_done: Callable[[Any], None],
+                   on_error: Callable[[str], Any]) -> None:
+        def run() -> None:
+            with self._lock:  # one operation of this query at a time, in order
+                try:
+                    result = op()
+                except Exception as e:
+                    log.exception("%s of query %s failed", what, self._info.key)
+                    result = on_error(_error_text(e))
+            on_done(result)
+
+        threading.Thread(target=run, name=f"spark-adaptive-{self._info.key}-{what}",
+                         daemon=True).start()
+
+    def _start_now(self, parallelism: int) -> StartResult:
+        timings: list[tuple[str, float]] = []
+        repartitioned = False
+        loc = self._info.checkpoint_location
+        if loc is not None:
+            cp = inspect_checkpoint(self._spark, loc)
+            if cp.has_state and cp.shuffle_partitions not in (None, parallelism):
+                if not cp.complete:
+                    timings.append(("finish-batch", self._finish_unfinished_batch(cp)))
+                t0 = time.monotonic()
+                self._repartition(loc, parallelism)
+                timings.append(("repartition", time.monotonic() - t0))
+                repartitioned = True
+        t0 = time.monotonic()
+        jquery = self._start_with_partitions(parallelism)
+        timings.append(("start", time.monotonic() - t0))
+        from pyspark.sql.streaming.query import StreamingQuery
+
+        self.previous, self.current = self.current, StreamingQuery(jquery)
+        self.runs += 1
+        if self.on_new_run is not None:
+            self.on_new_run(self.current)
+        return StartResult(ok=True, parallelism=parallelism, query_id=str(jquery.id().toString()),
+                           run_id=str(jquery.runId().toString()), repartitioned=repartitioned,
+                           timings=tuple(timings))
+
+    def _start_with_partitions(self, parallelism: int) -> Any:
+        conf = self._spark.conf
+        with _START_LOCK:
+            before = conf.get(SHUFFLE_PARTITIONS)
+            conf.set(SHUFFLE_PARTITIONS, str(parallelism))
+            try:
+                return self._start(self._jwriter)
+            finally:
+                conf.set(SHUFFLE_PARTITIONS, str(before))
+
+    def _repartition(self, location: str, parallelism: int) -> None:
+        manager = self._spark._streamingCheckpointManager
+        try:
+            manager.repartition(location, parallelism)
+        except Exception as first:
+            # Spark: a failed repartition must be retried with the same partition count.
+            log.warning("repartitioning %s to %d failed (%s); retrying once", location,
+                        parallelism, _error_text(first))
+            manager.repartition(location, parallelism)
+
+    def _stop_now(self, clean: bool) -> StopResult:
+        q = self.current
+        timings: list[tuple[str, float]] = []
+        if q is None or not q.isActive:
+            return StopResult(clean=self._checkpoint_complete(), error=_failure_of(q))
+        t0 = time.monotonic()
+        if clean:
+            self._wait_between_batches(q)
+        q._jsq.stop()
+        timings.append(("stop", time.monotonic() - t0))
+        error = _failure_of(q)
+        loc = self._info.checkpoint_location
+        if clean and loc is not None and error is None:
+            cp = inspect_checkpoint(self._spark, loc)
+            if not cp.complete:
+                timings.append(("finish-batch", self._finish_unfinished_batch(cp)))
+        return StopResult(clean=self._checkpoint_complete(), error=error, timings=tuple(timings))
+
+    def _wait_between_batches(self, q: StreamingQuery) -> None:
+        """Return once no trigger runs (or after the timeout: the stop then interrupts one)."""
+        deadline = time.monotonic() + self._clean_stop_timeout
+        while time.monotonic() < deadline:
+            if not q._jsq.status().isTriggerActive() or not q._jsq.isActive():
+                return
+            time.sleep(self._poll)
+        log.warning("query %s kept a micro-batch running for %.0fs; stopping it anyway and "
+                    "finishing that batch afterwards", self._info.key, self._clean_stop_timeout)
+
+    def _finish_unfinished_batch(self, cp: CheckpointState) -> float:
+        """Run the query once with a one-shot trigger: it re-runs just the unfinished batch."""
+        t0 = time.monotonic()
+        log.info("the last micro-batch %s of %s did not finish; running it once more before "
+                 "going on", cp.last_offset, cp.location)
+        field = self._jwriter.getClass().getDeclaredField("trigger")
+        field.setAccessible(True)
+        original = field.get(self._jwriter)
+        once = jvm(self._spark.sparkContext).org.apache.spark.sql.streaming.Trigger.Once()
+        self._jwriter.trigger(once)
+        try:
+            jquery = self._start_with_partitions(cp.shuffle_partitions or 1)
+            jquery.awaitTermination()
+        finally:
+            self._jwriter.trigger(original)
+        return time.monotonic() - t0
+
+    def _checkpoint_complete(self) -> bool:
+        loc = self._info.checkpoint_location
+        return True if loc is None else inspect_checkpoint(self._spark, loc).complete
+
+
+def _failure_of(q: StreamingQuery | None) -> str | None:
+    if q is None:
+        return None
+    try:
+        e = q._jsq.exception()
+    except Exception:
+        return None
+    if e is None or (hasattr(e, "isEmpty") and e.isEmpty()):
+        return None
+    inner = e.get() if hasattr(e, "get") else e
+    return str(inner.toString())
+
+
+def _error_text(e: BaseException) -> str:
+    text = str(e)
+    return text.splitlines()[0] if text else type(e).__name__
