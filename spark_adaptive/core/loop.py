@@ -124,7 +124,7 @@ class EventLoop:
             self.handled += 1
         except Exception:
             self.failed += 1
-            log.exception("spark-adaptive: handler for %s failed; the scheduler goes on", what)
+            log.exception("handler for %s failed; the scheduler goes on", what)
 
     def _run(self) -> None:
         while True:

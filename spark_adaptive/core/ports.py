@@ -34,6 +34,9 @@ class QueryInfo:
     """Seconds between micro-batches; 0 for the default trigger."""
     state_partitions: int | None = None
     """Partitions of the state already in the checkpoint (None: no state yet or stateless)."""
+    stateful: bool = False
+    """The query's plan has stateful operators (aggregation, deduplication, stream-stream
+    join, arbitrary state), read from its analyzed plan before the first start."""
 
 
 @dataclass(frozen=True)

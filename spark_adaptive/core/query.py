@@ -144,7 +144,7 @@ class QueryScheduler:
         self._running = False
         self._partitions: int | None = driver.info.state_partitions
         self._running_slots = 0
-        self._stateful = driver.info.state_partitions is not None
+        self._stateful = driver.info.stateful or driver.info.state_partitions is not None
         self._support: tuple[tuple[str | None, bool], RepartitionSupport] | None = None
         self._state: State = Created(self)
 
@@ -386,11 +386,20 @@ class QueryScheduler:
         return self._support[1]
 
     def _fixed_partitions(self) -> tuple[int, str] | None:
-        """The partitions the query must keep, when its partition count cannot change."""
-        if self._partitions is None:
-            return None  # never ran and no state yet: any count will do
+        """The partitions the query must keep, when its partition count cannot change.
+
+        A query that can never be restart-rescaled keeps the partition count of its
+        first start for good, so that start uses its upper bound (the partitions the
+        app configured): it then runs as it would without spark-adaptive, and only
+        live rescales apply to it.
+        """
         support = self.repartition_support()
-        return None if support.possible else (self._partitions, support.reason)
+        if support.possible:
+            return None
+        if self._partitions is None:
+            upper = self._requirements.upper
+            return upper, f"{support.reason}; so it starts at its upper bound {upper}"
+        return self._partitions, support.reason
 
     def start_parallelism(self, share: int) -> tuple[int, str]:
         fixed = self._fixed_partitions()

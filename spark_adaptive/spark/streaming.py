@@ -28,7 +28,9 @@ from typing import TYPE_CHECKING, Any
 from spark_adaptive.core.ports import QueryInfo
 from spark_adaptive.core.query import StateChange
 from spark_adaptive.errors import QueryFailedError
+from spark_adaptive.spark.checkpoint import inspect_checkpoint
 from spark_adaptive.spark.driver import SHUFFLE_PARTITIONS, SparkQueryDriver
+from spark_adaptive.spark.jvm import seq_to_list
 
 if TYPE_CHECKING:
     from spark_adaptive.core.scheduler import AdaptiveScheduler
@@ -159,12 +161,17 @@ class StreamingManager:
         key = f"query-{next(_keys)}"
         # The memory sink cannot recover from a checkpoint: treat it as having none.
         memory_sink = _private(jwriter, "source") == "memory"
+        checkpoint = None if memory_sink else _checkpoint_location(spark, jwriter)
+        existing = inspect_checkpoint(spark, checkpoint) if checkpoint else None
         info = QueryInfo(
             key=key,
             name=_query_name(jwriter),
             configured_partitions=int(spark.conf.get(SHUFFLE_PARTITIONS) or "200"),
-            checkpoint_location=None if memory_sink else _checkpoint_location(spark, jwriter),
+            checkpoint_location=checkpoint,
             trigger_interval=_trigger_interval(jwriter),
+            state_partitions=existing.shuffle_partitions
+            if existing is not None and existing.has_state else None,
+            stateful=is_stateful(writer._df._jdf.queryExecution().analyzed()),
         )
         driver = SparkQueryDriver(spark, jwriter, start, info)
         handle = self._cls(self, key, driver)
@@ -211,6 +218,29 @@ class StreamingManager:
 
 
 # -- reading the app's JVM DataStreamWriter ------------------------------------------------
+#: Logical operators that keep state across micro-batches in a streaming plan.
+_STATEFUL_OPERATORS = frozenset({
+    "Aggregate", "Deduplicate", "DeduplicateWithinWatermark", "Distinct",
+    "FlatMapGroupsWithState", "FlatMapGroupsInPandasWithState", "TransformWithState",
+    "TransformWithStateInPySpark", "GlobalLimit",
+})
+
+
+def is_stateful(plan: Any) -> bool:
+    """Whether an analyzed streaming plan keeps state (a stream-static join does not)."""
+    stack = [plan]
+    while stack:
+        node = stack.pop()
+        name = node.getClass().getSimpleName()
+        if name in _STATEFUL_OPERATORS and node.isStreaming():
+            return True
+        if name == "Join" and node.left().isStreaming() and node.right().isStreaming():
+            return True
+        stack.extend(seq_to_list(node.children()))
+    return False
+
+
+
 def _private(jwriter: Any, name: str) -> Any:
     field = jwriter.getClass().getDeclaredField(name)
     field.setAccessible(True)

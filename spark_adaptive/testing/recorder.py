@@ -30,19 +30,43 @@ class EventRecorder:
 
     def wait_for(self, kind: type[E], where: Callable[[E], bool] = lambda e: True,
                  timeout: float = 60.0, since: int = 0) -> E:
-        """The first event of ``kind`` (from index ``since``) matching ``where``."""
+        """The first event of ``kind`` (from index ``since``) matching ``where``.
+
+        ``where`` runs without the recorder's lock held, so it may ask the
+        scheduler thread (which delivers events here) for anything.
+        """
         deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                for e in self.events[since:]:
-                    if isinstance(e, kind) and where(e):
-                        return e
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    seen = [type(e).__name__ for e in self.events[since:]]
-                    raise TimeoutError(f"no {kind.__name__} matching within {timeout}s; "
-                                       f"saw {seen[-30:]}")
-                self._cond.wait(left)
+        checked = since
+        while True:
+            with self._cond:
+                fresh = self.events[checked:]
+            for e in fresh:
+                if isinstance(e, kind) and where(e):
+                    return e
+            checked += len(fresh)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                seen = [type(e).__name__ for e in self.events[since:]]
+                raise TimeoutError(f"no {kind.__name__} matching within {timeout}s; "
+                                   f"saw {seen[-30:]}")
+            with self._cond:
+                if len(self.events) == checked:
+                    self._cond.wait(left)
+
+    def wait_until(self, check: Callable[[], object], timeout: float = 60.0,
+                   what: str = "the condition") -> object:
+        """Wait until ``check()`` is truthy; it is tried again at each event, at least twice
+        a second. Returns its value."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = check()
+            if value:
+                return value
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+            with self._cond:
+                self._cond.wait(min(left, 0.5))
 
     def mark(self) -> int:
         """An index to pass as ``since`` to wait only for later events."""

@@ -378,6 +378,26 @@ def test_query_that_cannot_repartition_is_only_rescaled_live() -> None:
     assert "HDFS state store" in live.reason
 
 
+def test_query_that_can_never_repartition_starts_at_its_upper_bound() -> None:
+    """Its first partition count is its last: start where Spark alone would, then scale live."""
+    app = App()
+    app.add("1")
+    driver = FakeDriver(query_info("q", partitions=6),
+                        support=RepartitionSupport(False, "no checkpoint location"))
+    app.register(driver)
+    app.advance(10)  # one slot is sufficient; after the submission stabilization it starts
+    assert driver.calls == [("start", 6)]
+    app.start(driver)
+    app.event(driver.progress())
+    for e in "23":
+        app.add(e)
+    app.advance(1000)
+    assert driver.calls == [("start", 6)]  # never restarted
+    snap = app.scheduler.query("q").snapshot()
+    assert (snap.parallelism, snap.slots) == (6, 3)
+    assert "starts at its upper bound 6" in app.scheduler.history("q")[0].reason
+
+
 def test_lookup_by_key_query_id_and_name() -> None:
     app = App()
     driver = FakeDriver(query_info("key-1", name="orders"), query_id="spark-id")
