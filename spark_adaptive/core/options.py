@@ -341,6 +341,11 @@ class Settings:
         "batch.default-source-parallelism", "int", None,
         "Parallelism of sources whose size cannot be inferred. Unset: batch.max-parallelism.",
         minimum=1, default_text="batch.max-parallelism")
+    batch_executor_idle_timeout: float = option(
+        "batch.executor-idle-timeout", "duration", 60.0,
+        "While spark-adaptive controls the executors (no managed streaming query runs): once no "
+        "batch stage has run for this long, executors beyond what batch.min-parallelism needs "
+        "are released.", unit="s")
 
     rest_enabled: bool = option(
         "rest.enabled", "bool", True, "Serve the REST API on the driver.")

@@ -51,6 +51,7 @@ def test_declared_keys_and_promised_defaults() -> None:
         "spark.adaptive.batch.min-parallelism": 1,
         "spark.adaptive.batch.max-parallelism": 128,
         "spark.adaptive.batch.default-source-parallelism": None,
+        "spark.adaptive.batch.executor-idle-timeout": 60.0,
         "spark.adaptive.rest.enabled": True,
         "spark.adaptive.rest.host": "127.0.0.1",
         "spark.adaptive.rest.port": 4050,
