@@ -75,6 +75,9 @@ class JobStarted(Event):
     job_id: int
     stage_ids: tuple[int, ...]
     job_group: str | None = None
+    #: The Spark SQL execution (one DataFrame action) the job belongs to, if any: with
+    #: adaptive execution every query stage is a job of its own.
+    execution_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -140,8 +140,10 @@ class Py4jSparkListener:
     def onJobStart(self, e: Any) -> None:  # noqa: N802
         props = e.properties()
         group = props.getProperty("spark.jobGroup.id") if props is not None else None
+        execution = props.getProperty("spark.sql.execution.id") if props is not None else None
         self._sink(ev.JobStarted(e.time() / 1000.0, e.jobId(),
-                                 tuple(int(i) for i in seq_to_list(e.stageIds())), group))
+                                 tuple(int(i) for i in seq_to_list(e.stageIds())), group,
+                                 execution))
 
     @_guard("JobEnd")
     def onJobEnd(self, e: Any) -> None:  # noqa: N802

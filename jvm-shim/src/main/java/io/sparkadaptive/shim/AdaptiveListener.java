@@ -216,7 +216,9 @@ public class AdaptiveListener extends SparkListener {
       ids.append(it.next());
     }
     emit(new Json("JobStarted").num("time", e.time()).num("job_id", e.jobId())
-        .raw("stage_ids", ids.append(']').toString()).str("job_group", group(e.properties())));
+        .raw("stage_ids", ids.append(']').toString()).str("job_group", group(e.properties()))
+        .str("execution_id", e.properties() == null
+            ? null : e.properties().getProperty("spark.sql.execution.id")));
   }
 
   @Override
