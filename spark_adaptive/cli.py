@@ -1,5 +1,20 @@
 """The ``spark-adaptive`` command.
 
+Over a driver's REST API (``--url``, default ``http://127.0.0.1:4050`` or
+``$SPARK_ADAPTIVE_URL``; ``--token`` or ``$SPARK_ADAPTIVE_TOKEN``)::
+
+    spark-adaptive status                                  the managed queries
+    spark-adaptive requirements get QUERY                  a query's bounds
+    spark-adaptive requirements set QUERY --lower L --upper U
+    spark-adaptive history QUERY                           its rescales and restarts
+
+``QUERY`` is a Spark query id (or a unique prefix of one, as ``status``
+shows it), a query name or a spark-adaptive key. Each command takes
+``--json`` to print the server's JSON instead of a table.
+
+Exit status: 0 done; 2 the server refused the request (its reasons are
+printed; also for a bad command line); 1 no answer, or the server failed.
+
 ``spark-adaptive install-hook`` places ``spark_adaptive_startup.pth`` in this
 interpreter's site-packages. A regular ``pip install`` does that by itself; an
 editable install (``pip install -e``) does not, so the set-up runs this.
@@ -8,12 +23,22 @@ editable install (``pip install -e``) does not, so the set-up runs this.
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import shutil
 import sys
 import sysconfig
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
+
+from spark_adaptive.rest import tables
+from spark_adaptive.rest.api import PERSISTED_HEADER
+from spark_adaptive.rest.client import DEFAULT_URL, ApiError, ConnectionProblem, RestClient
 
 PTH_NAME = "spark_adaptive_startup.pth"
 PTH_LINE = "import _spark_adaptive_startup\n"
+T = TypeVar("T")
 
 
 def install_hook(site_packages: str | None = None) -> Path:
@@ -23,17 +48,138 @@ def install_hook(site_packages: str | None = None) -> Path:
     return target
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="spark-adaptive",
+def _parser() -> argparse.ArgumentParser:
+    # --url/--token are accepted before and after the command; SUPPRESS keeps a later
+    # (sub-command) default from overwriting a value given first.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--url", default=argparse.SUPPRESS,
+                        help="the driver's REST API "
+                             f"(default $SPARK_ADAPTIVE_URL or {DEFAULT_URL})")
+    common.add_argument("--token", default=argparse.SUPPRESS,
+                        help="bearer token (default $SPARK_ADAPTIVE_TOKEN)")
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="print the server's JSON")
+    ap = argparse.ArgumentParser(prog="spark-adaptive", parents=[common],
                                  description="Elastic scaling for Apache Spark.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     hook = sub.add_parser("install-hook", help="enable zero-code activation in this environment")
     hook.add_argument("--site-packages", default=None)
-    args = ap.parse_args(argv)
+    sub.add_parser("status", parents=[common], help="the managed queries, as a table")
+    history = sub.add_parser("history", parents=[common],
+                             help="a query's rescales and restarts")
+    history.add_argument("query")
+    reqs = sub.add_parser("requirements", help="a query's parallelism bounds")
+    rsub = reqs.add_subparsers(dest="action", required=True)
+    get = rsub.add_parser("get", parents=[common], help="show the bounds")
+    get.add_argument("query")
+    put = rsub.add_parser("set", parents=[common],
+                          help="declare new bounds (-1: the default), applied by the scheduler "
+                               "within its rescale timing rules")
+    put.add_argument("query")
+    put.add_argument("--lower", type=int, required=True, help="lower bound (-1: 1)")
+    put.add_argument("--upper", type=int, required=True,
+                     help="upper bound (-1: the query's configured partitions)")
+    return ap
+
+
+def _width() -> int | None:
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2))
+
+
+def _resolving(client: RestClient, ident: str, fn: Callable[[str], T]) -> T:
+    """``fn(ident)``; if the server knows no such query, try ``ident`` as a unique prefix of
+    a query id (``status`` shows ids cut to 8 characters)."""
+    try:
+        return fn(ident)
+    except ApiError as e:
+        if e.status != 404:
+            raise
+        matches = [q["id"] for q in client.get("/queries")
+                   if str(q.get("id", "")).startswith(ident)]
+        if len(matches) != 1:
+            raise
+        return fn(matches[0])
+
+
+def _status(client: RestClient, args: argparse.Namespace) -> int:
+    queries = client.get("/queries")
+    if args.json:
+        _print_json(queries)
+    else:
+        print("\n".join(tables.status_lines(queries, _width())))
+    return 0
+
+
+def _history(client: RestClient, args: argparse.Namespace) -> int:
+    history = _resolving(client, args.query,
+                         lambda i: client.get(client.query_path(i, "rescales")))
+    if args.json:
+        _print_json(history)
+    else:
+        print("\n".join(tables.history_lines(history, _width())))
+    return 0
+
+
+def _requirements(client: RestClient, args: argparse.Namespace) -> int:
+    def read(ident: str) -> tuple[str, Any]:
+        return ident, client.get(client.query_path(ident, "resource-requirements"))
+
+    if args.action == "get":
+        ident, body = _resolving(client, args.query, read)
+        if args.json:
+            _print_json(body)
+        else:
+            print(tables.requirements_line(ident, body))
+        return 0
+    new = {"parallelism": {"lowerBound": args.lower, "upperBound": args.upper}}
+
+    def write(ident: str) -> tuple[str, dict[str, str]]:
+        return ident, client.put(client.query_path(ident, "resource-requirements"), new)[1]
+
+    ident, headers = _resolving(client, args.query, write)
+    persisted = headers.get(PERSISTED_HEADER.lower()) == "true"
+    _, body = read(ident)
+    if args.json:
+        _print_json({"requirements": body, "persisted": persisted})
+        return 0
+    print(tables.requirements_line(ident, body))
+    print("persisted beside the query's checkpoint" if persisted else
+          "not persisted: the query has no checkpoint location, so these bounds last until "
+          "the driver stops")
+    print("the scheduler applies them within its rescale timing rules "
+          "(see 'spark-adaptive status')")
+    return 0
+
+
+_COMMANDS: dict[str, Callable[[RestClient, argparse.Namespace], int]] = {
+    "status": _status, "history": _history, "requirements": _requirements}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     if args.cmd == "install-hook":
         print(f"installed {install_hook(args.site_packages)}")
         return 0
-    return 2  # pragma: no cover - argparse rejects unknown commands
+    url = getattr(args, "url", None) or os.environ.get("SPARK_ADAPTIVE_URL") or DEFAULT_URL
+    token = getattr(args, "token", None) or os.environ.get("SPARK_ADAPTIVE_TOKEN") or None
+    args.json = getattr(args, "json", False)
+    client = RestClient(url, token)
+    try:
+        return _COMMANDS[args.cmd](client, args)
+    except ApiError as e:
+        refused = 400 <= e.status < 500
+        print(f"spark-adaptive: {'refused' if refused else 'server error'} (HTTP {e.status}):",
+              file=sys.stderr)
+        for reason in e.reasons:
+            print(f"  - {reason}", file=sys.stderr)
+        return 2 if refused else 1
+    except ConnectionProblem as e:
+        print(f"spark-adaptive: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

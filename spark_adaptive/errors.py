@@ -11,6 +11,8 @@
     ├── UnknownQueryError              no managed query has that id or name (REST 404).
     ├── ConflictError                  another update of the same query is in flight
     │                                  (REST 409). Retry once it has finished.
+    ├── PersistenceError               requirements could not be written beside the query's
+    │                                  checkpoint (REST 500). Nothing changed; retry.
     ├── RescaleNotPossibleError        a query cannot be restart-rescaled (no checkpoint,
     │                                  state store without repartition support). The
     │                                  query keeps running; only live rescales apply.
@@ -67,6 +69,10 @@ class UnknownQueryError(SparkAdaptiveError, KeyError):
 
 
 class ConflictError(SparkAdaptiveError):
+    pass
+
+
+class PersistenceError(SparkAdaptiveError):
     pass
 
 

@@ -241,9 +241,17 @@ class AdaptiveScheduler:
     def update_requirements_from_body(self, ident: str, body: Any) -> req.ResourceRequirements:
         """The REST ``PUT /queries/{id}/resource-requirements`` body, JSON-decoded."""
         q = self.query(ident)
-        new = self._validate(q, lambda default: req.from_body(
+        return self._apply(q, self.check_requirements_from_body(ident, body))
+
+    def check_requirements_from_body(self, ident: str, body: Any) -> req.ResourceRequirements:
+        """Validate a PUT body as :meth:`update_requirements_from_body` does, changing nothing.
+
+        The REST API persists the result before it applies it (Flink's order), so it
+        needs the validation on its own. Raises the same errors.
+        """
+        q = self.query(ident)
+        return self._validate(q, lambda default: req.from_body(
             body, max_parallelism=self.settings.max_parallelism, default_upper=default))
-        return self._apply(q, new)
 
     def _validate(
         self, q: QueryScheduler, check: Callable[[int], req.ResourceRequirements]

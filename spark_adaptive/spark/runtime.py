@@ -19,7 +19,10 @@ from spark_adaptive.core.bus import EventBus, Handler
 from spark_adaptive.core.events import Event
 from spark_adaptive.core.loop import EventLoop
 from spark_adaptive.core.options import Settings
+from spark_adaptive.core.persistence import PersistedRequirements
 from spark_adaptive.core.scheduler import AdaptiveScheduler
+from spark_adaptive.rest.facade import RuntimeFacade
+from spark_adaptive.rest.server import serve
 from spark_adaptive.spark.actuator import SparkExecutorActuator
 from spark_adaptive.spark.jvm import shim_jar_path
 from spark_adaptive.spark.listener import (
@@ -27,6 +30,7 @@ from spark_adaptive.spark.listener import (
     attach_spark_listener,
     live_executors,
 )
+from spark_adaptive.spark.store import HadoopRequirementsStore
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -73,6 +77,11 @@ class AdaptiveRuntime:
         log.info("listening to Spark through the %s (%s)",
                  "JVM shim" if self.listener_path == "shim" else "pure-py4j listener",
                  jar if self.listener_path == "shim" else "no per-task filtering in the JVM")
+        # Requirements accepted by the REST API live beside each query's checkpoint.
+        self.persisted = PersistedRequirements(HadoopRequirementsStore(sc), settings)
+        self.rest = serve(RuntimeFacade(self.loop, self.scheduler, self.persisted), settings)
+        if self.rest is not None:
+            self.on_close(self.rest.stop)  # closers run first: no request during shutdown
 
     # -- plumbing for the scheduler, the REST API and tests ----------------------------
     def subscribe(self, handler: Handler, name: str = "", replay_executors: bool = True

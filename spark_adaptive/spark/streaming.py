@@ -177,7 +177,9 @@ class StreamingManager:
         handle = self._cls(self, key, driver)
         self._handles[key] = handle
         started = self._started[key] = threading.Event()
-        self._rt.loop.call_sync(lambda: self._sched.register_query(driver))
+        # Bounds a REST PUT persisted beside the checkpoint win over the defaults.
+        requirements = self._rt.persisted.restore(info)
+        self._rt.loop.call_sync(lambda: self._sched.register_query(driver, requirements))
         log.info("managing streaming query %s (%s): %d configured partitions, checkpoint %s",
                  key, info.name or "unnamed", info.configured_partitions,
                  info.checkpoint_location or "none")

@@ -1,0 +1,99 @@
+"""A small client of the REST API (``urllib`` only), for the ``spark-adaptive`` command.
+
+:class:`RestClient` returns decoded JSON or raises one of two errors, split by
+what the user should do:
+
+* :class:`ApiError`: the server answered and refused (4xx) or failed (5xx);
+  ``reasons`` are the server's own, from its ``{"errors": [...]}`` body.
+* :class:`ConnectionProblem`: no answer at all (nothing listens at the URL,
+  a timeout, a body that is not JSON); its message says how to find the URL.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+DEFAULT_URL = "http://127.0.0.1:4050"
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class ApiError(Exception):
+    """The server answered with an error status."""
+
+    def __init__(self, status: int, reasons: list[str]) -> None:
+        self.status = status
+        self.reasons = reasons
+        super().__init__(f"HTTP {status}: " + "; ".join(reasons))
+
+
+class ConnectionProblem(Exception):
+    """No usable answer from the server."""
+
+
+class RestClient:
+    """Talks to one driver's REST API at ``url``, with a bearer ``token`` if given."""
+
+    def __init__(self, url: str = DEFAULT_URL, token: str | None = None,
+                 timeout: float = 10.0) -> None:
+        self.url = url.rstrip("/")
+        self._token = token
+        self._timeout = timeout
+        host = urllib.parse.urlsplit(self.url).hostname or ""
+        # A proxy from the environment has no business with the driver on this machine.
+        handlers = [urllib.request.ProxyHandler({})] if host in _LOOPBACK else []
+        self._opener = urllib.request.build_opener(*handlers)
+
+    @staticmethod
+    def query_path(ident: str, *rest: str) -> str:
+        return "/".join(["/queries", urllib.parse.quote(ident, safe=""), *rest])
+
+    def get(self, path: str) -> Any:
+        return self.request("GET", path)[0]
+
+    def put(self, path: str, body: Any) -> tuple[Any, dict[str, str]]:
+        return self.request("PUT", path, body)
+
+    def request(self, method: str, path: str, body: Any = None
+                ) -> tuple[Any, dict[str, str]]:
+        """``(decoded JSON, response headers)``; raises :class:`ApiError` or
+        :class:`ConnectionProblem`."""
+        data = None if body is None else json.dumps(body).encode("utf-8")
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        req.add_header("Accept", "application/json")
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        if self._token:
+            req.add_header("Authorization", f"Bearer {self._token}")
+        try:
+            with self._opener.open(req, timeout=self._timeout) as resp:
+                raw = resp.read()
+                headers = {k.lower(): v for k, v in resp.headers.items()}
+        except urllib.error.HTTPError as e:
+            raise ApiError(e.code, _reasons(e)) from None
+        except (urllib.error.URLError, OSError) as e:
+            reason = getattr(e, "reason", e)
+            raise ConnectionProblem(
+                f"cannot reach the spark-adaptive REST API at {self.url} ({reason}). Is the "
+                "app running with spark.adaptive.enabled=true? Its driver logs the URL at "
+                "start ('spark-adaptive REST API at ...'); pass it with --url or "
+                "SPARK_ADAPTIVE_URL.") from None
+        try:
+            return json.loads(raw.decode("utf-8")), headers
+        except ValueError:
+            raise ConnectionProblem(f"{self.url}{path} did not answer JSON: is this the "
+                                    "spark-adaptive REST API (not the Spark UI)?") from None
+
+
+def _reasons(e: urllib.error.HTTPError) -> list[str]:
+    try:
+        body = json.loads(e.read().decode("utf-8"))
+        errors = body.get("errors") if isinstance(body, dict) else None
+        if isinstance(errors, list) and errors:
+            return [str(r) for r in errors]
+    except (ValueError, OSError):
+        pass
+    return [f"{e.code} {e.reason}"]

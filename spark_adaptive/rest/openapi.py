@@ -1,0 +1,203 @@
+"""The OpenAPI 3.0 document of the REST API, served at ``GET /openapi.json``.
+
+Built from the same names the code uses (state names, trigger causes, the
+error shape), so it cannot drift far from what the server answers; a unit
+test checks every route, method and status code of :mod:`spark_adaptive.rest.api`
+against it and validates it with ``openapi-spec-validator``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spark_adaptive import __version__
+from spark_adaptive.core.history import Trigger
+
+STATES = ["Created", "WaitingForResources", "CreatingExecutionGraph", "Executing",
+          "Restarting", "StopWithSavepoint", "Canceling", "Failing", "Finished"]
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _int(description: str, minimum: int | None = 0) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "integer", "description": description}
+    if minimum is not None:
+        schema["minimum"] = minimum
+    return schema
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    return {**schema, "nullable": True}
+
+
+def _schemas() -> dict[str, Any]:
+    bound = {"type": "integer", "description": "A positive bound, or -1 for the default "
+             "(lower: 1; upper: the query's configured partitions, reactive mode: "
+             "max-parallelism). GET always returns resolved values."}
+    return {
+        "Error": {
+            "type": "object", "required": ["errors"],
+            "properties": {"errors": {"type": "array", "items": {"type": "string"},
+                                      "description": "Every reason, one per entry."}},
+        },
+        "ResourceRequirements": {
+            "type": "object", "required": ["parallelism"], "additionalProperties": False,
+            "properties": {"parallelism": {
+                "type": "object", "required": ["lowerBound", "upperBound"],
+                "additionalProperties": False,
+                "properties": {"lowerBound": bound, "upperBound": bound}}},
+        },
+        "Decision": {
+            "type": "object", "required": ["time", "action", "reason"],
+            "properties": {"time": {"type": "number", "description": "Epoch seconds."},
+                           "action": {"type": "string"}, "reason": {"type": "string"}},
+        },
+        "Counters": {
+            "type": "object",
+            "required": ["restarts", "rescales", "liveRescales", "failures"],
+            "properties": {k: _int(d) for k, d in (
+                ("restarts", "Restarts, failures and restart rescales alike."),
+                ("rescales", "Rescales, restart and live."),
+                ("liveRescales", "Rescales without a restart."),
+                ("failures", "Failures of the query, restarted or not."))},
+        },
+        "Query": {
+            "type": "object",
+            "required": ["id", "key", "name", "state", "parallelism", "slots", "executors",
+                         "requirements", "lastDecision", "counters"],
+            "properties": {
+                "id": {"type": "string", "description": "Spark's query id (stable across "
+                       "restarts from one checkpoint); the key until the query first runs."},
+                "key": {"type": "string", "description": "spark-adaptive's handle."},
+                "name": _nullable({"type": "string"}),
+                "state": {"type": "string", "enum": STATES},
+                "parallelism": _int("Partitions of the running query; 0 while none runs."),
+                "slots": _int("The query's share of the task slots."),
+                "executors": _int("Executors of the application."),
+                "requirements": _ref("ResourceRequirements"),
+                "lastDecision": _nullable({"allOf": [_ref("Decision")]}),
+                "counters": _ref("Counters"),
+                "runId": _nullable({"type": "string"}),
+                "status": _nullable({"type": "string",
+                                     "enum": ["FINISHED", "CANCELED", "FAILED", None]}),
+                "error": _nullable({"type": "string"}),
+                "errorClass": _nullable({"type": "string"}),
+            },
+        },
+        "RescaleRecord": {
+            "type": "object",
+            "required": ["id", "time", "trigger", "kind", "fromParallelism", "toParallelism",
+                         "fromSlots", "toSlots", "duration", "outcome", "timings", "reason"],
+            "properties": {
+                "id": _int("Sequence number within the query.", 1),
+                "time": {"type": "number", "description": "Epoch seconds of the decision."},
+                "trigger": {"type": "string", "enum": [t.value for t in Trigger]},
+                "kind": {"type": "string", "enum": ["live", "restart"]},
+                "fromParallelism": _int("Partitions before."),
+                "toParallelism": _int("Partitions after."),
+                "fromSlots": _int("Slots before."),
+                "toSlots": _int("Slots after."),
+                "duration": _nullable({"type": "number", "description": "Seconds from the "
+                                       "decision to the first micro-batch completed after it; "
+                                       "null while pending."}),
+                "outcome": {"type": "string",
+                            "enum": ["pending", "completed", "failed", "superseded"]},
+                "timings": {"type": "object", "additionalProperties": {"type": "number"},
+                            "description": "Seconds per phase: stop, repartition, start."},
+                "reason": {"type": "string"},
+            },
+        },
+        "Rescales": {
+            "type": "object", "required": ["id", "key", "rescales", "counters"],
+            "properties": {"id": {"type": "string"}, "key": {"type": "string"},
+                           "rescales": {"type": "array", "items": _ref("RescaleRecord"),
+                                        "description": "Oldest first, newest last."},
+                           "counters": _ref("Counters")},
+        },
+    }
+
+
+_ERRORS = {
+    "400": "Refused: every reason is listed. Nothing was changed.",
+    "401": "Missing or wrong bearer token.",
+    "404": "No managed query has this id, key or name.",
+    "409": "Another update of this query's requirements is in progress, or the query has "
+           "finished. Nothing was changed.",
+    "413": "The request body is larger than the limit.",
+    "500": "The requirements could not be persisted beside the checkpoint. Nothing was "
+           "changed; retry.",
+    "503": "The scheduler did not answer in time; retry.",
+}
+
+
+def _errors(*codes: str) -> dict[str, Any]:
+    return {c: _json(_ref("Error"), _ERRORS[c]) for c in codes}
+
+
+def document(url: str | None = None, token_required: bool = False) -> dict[str, Any]:
+    """The OpenAPI 3.0.3 document; ``url`` becomes its server, ``token_required`` adds
+    the bearer security scheme and the 401 answers."""
+    ident = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"},
+             "description": "Spark query id, spark-adaptive key or query name."}
+    auth = ("401",) if token_required else ()
+    query_errors = _errors(*auth, "404", "503")
+
+    def op(op_id: str, summary: str, ok: dict[str, Any], errors: dict[str, Any],
+           **extra: Any) -> dict[str, Any]:
+        return {"operationId": op_id, "summary": summary,
+                "responses": {"200": ok, **errors}, **extra}
+
+    paths = {
+        "/queries": {"get": op("listQueries", "Every managed streaming query.",
+                               _json({"type": "array", "items": _ref("Query")}, "The queries."),
+                               _errors(*auth, "503"))},
+        "/queries/{id}": {"parameters": [ident], "get": op(
+            "getQuery", "One query: state, parallelism, slots, requirements, last decision.",
+            _json(_ref("Query"), "The query."), query_errors)},
+        "/queries/{id}/resource-requirements": {
+            "parameters": [ident],
+            "get": op("getResourceRequirements", "The query's parallelism bounds.",
+                      _json(_ref("ResourceRequirements"), "The bounds."), query_errors),
+            "put": op(
+                "updateResourceRequirements",
+                "Declare new parallelism bounds (Flink's externalized declarative resource "
+                "management). Persisted beside the checkpoint, then applied by the scheduler "
+                "within its rescale timing rules. Refused in reactive mode.",
+                _json({"type": "object", "additionalProperties": False,
+                       "description": "Empty: accepted (Flink answers an empty body)."},
+                      "Accepted. The Spark-Adaptive-Persisted header says whether the bounds "
+                      "were written beside the checkpoint."),
+                _errors("400", *auth, "404", "409", "413", "500", "503"),
+                requestBody={"required": True, "content": {"application/json": {
+                    "schema": _ref("ResourceRequirements")}}}),
+        },
+        "/queries/{id}/rescales": {"parameters": [ident], "get": op(
+            "getRescales", "The query's rescale and restart history, and its counters.",
+            _json(_ref("Rescales"), "The history, newest last."), query_errors)},
+        "/openapi.json": {"get": op("getOpenApi", "This document.",
+                                    _json({"type": "object"}, "OpenAPI 3.0 document."),
+                                    _errors(*auth))},
+    }
+    doc: dict[str, Any] = {
+        "openapi": "3.0.3",
+        "info": {"title": "spark-adaptive REST API", "version": __version__,
+                 "description": "Declarative resource management of the Structured Streaming "
+                                "queries managed by spark-adaptive on this driver. Errors are "
+                                "{\"errors\": [reasons]}."},
+        "paths": paths,
+        "components": {"schemas": _schemas()},
+    }
+    if url:
+        doc["servers"] = [{"url": url}]
+    if token_required:
+        doc["components"]["securitySchemes"] = {
+            "bearerAuth": {"type": "http", "scheme": "bearer",
+                           "description": "The value of spark.adaptive.rest.token."}}
+        doc["security"] = [{"bearerAuth": []}]
+    return doc
