@@ -137,8 +137,11 @@ class RestServer:
 
     def __init__(self, api: RestApi, *, host: str = "127.0.0.1", port: int = 4050,
                  token: str | None = None, port_tries: int = PORT_TRIES,
-                 max_body: int = MAX_BODY) -> None:
+                 max_body: int = MAX_BODY, poll_interval: float = 0.5) -> None:
+        """``poll_interval``: how often the serving thread checks for :meth:`stop` (the
+        longest a stop waits)."""
         self.api = api
+        self._poll = poll_interval
         self.host = host
         self.requested_port = port
         self.max_body = max_body
@@ -193,8 +196,9 @@ class RestServer:
         server.rest = self
         self._server = server
         self.port = int(server.server_address[1])
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
-                                        name="spark-adaptive-rest", daemon=True)
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": self._poll},
+            name="spark-adaptive-rest", daemon=True)
         self._thread.start()
         self.ready.set()
         taken = "" if self.port == self.requested_port or self.requested_port == 0 else (

@@ -1,0 +1,191 @@
+"""The ``spark-adaptive`` command against a real server with a fake scheduler."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from rest_fakes import QUERY_ID, FailingStore, FakeQuery, FakeScheduler, serving
+
+from spark_adaptive import cli
+from spark_adaptive.core.requirements import ResourceRequirements
+from spark_adaptive.rest import tables
+
+
+@pytest.fixture
+def sched() -> FakeScheduler:
+    return FakeScheduler()
+
+
+@pytest.fixture
+def url(sched: FakeScheduler, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    monkeypatch.delenv("SPARK_ADAPTIVE_URL", raising=False)
+    monkeypatch.delenv("SPARK_ADAPTIVE_TOKEN", raising=False)
+    with serving(sched) as server:
+        yield server.url
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_status_table(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--url", url, "status")
+    assert code == 0
+    assert out.splitlines() == [
+        "ID        NAME    STATE      PARALLELISM  EXECUTORS  SLOTS  BOUNDS  LAST DECISION",
+        "0f9c8b1e  orders  Executing  2            2          2      [1, 4]  "
+        "CreatingExecutionGraph -> Executing: started at parallelism 2",
+    ]
+
+
+def test_status_json_and_url_after_the_command(url: str,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "status", "--url", url, "--json")
+    assert code == 0 and json.loads(out)[0]["id"] == QUERY_ID
+
+
+def test_status_without_queries(sched: FakeScheduler, url: str,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    sched.queries_by_key.clear()
+    assert run(capsys, "--url", url, "status")[1].startswith("no streaming query is managed")
+
+
+def test_url_from_the_environment(url: str, monkeypatch: pytest.MonkeyPatch,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("SPARK_ADAPTIVE_URL", url)
+    assert run(capsys, "status")[0] == 0
+
+
+def test_requirements_get_by_name_and_by_short_id(url: str,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--url", url, "requirements", "get", "orders")
+    assert (code, out) == (0, "query orders: parallelism between 1 and 4 [1, 4]\n")
+    code, out, _ = run(capsys, "requirements", "get", "0f9c8b1e", "--url", url, "--json")
+    assert (code, json.loads(out)) == (0, {"parallelism": {"lowerBound": 1, "upperBound": 4}})
+
+
+def test_requirements_set(sched: FakeScheduler, url: str,
+                          capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--url", url, "requirements", "set", "orders", "--lower", "2",
+                       "--upper", "-1")
+    assert code == 0
+    assert out.splitlines() == [
+        "query orders: parallelism between 2 and 4 [2, 4]",
+        "persisted beside the query's checkpoint",
+        "the scheduler applies them within its rescale timing rules (see 'spark-adaptive "
+        "status')",
+    ]
+    assert sched.queries_by_key["query-1"].applied == [ResourceRequirements(2, 4)]
+    code, out, _ = run(capsys, "--url", url, "--json", "requirements", "set", "0f9c",
+                       "--lower", "1", "--upper", "3")
+    assert code == 0 and json.loads(out) == {
+        "requirements": {"parallelism": {"lowerBound": 1, "upperBound": 3}}, "persisted": True}
+
+
+def test_requirements_set_without_checkpoint(sched: FakeScheduler, url: str,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    sched.add(FakeQuery("query-2", "q2", "scratch", ResourceRequirements(1, 4), checkpoint=None))
+    out = run(capsys, "--url", url, "requirements", "set", "scratch", "--lower", "1",
+              "--upper", "2")[1]
+    assert "not persisted: the query has no checkpoint location" in out
+
+
+def test_a_refusal_prints_every_reason_and_exits_2(sched: FakeScheduler, url: str,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "--url", url, "requirements", "set", "orders", "--lower", "0",
+                         "--upper", "99999")
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [
+        "spark-adaptive: refused (HTTP 400):",
+        "  - The lower bound must be greater than 0 (or -1 for the default), got 0.",
+        "  - The upper bound 99999 exceeds the max parallelism 32768.",
+    ]
+    assert sched.queries_by_key["query-1"].applied == []
+
+
+def test_an_unknown_query_exits_2(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "--url", url, "history", "nope")
+    assert code == 2 and "no query managed by spark-adaptive has id or name 'nope'" in err
+
+
+def test_a_server_failure_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    with serving(FakeScheduler(FailingStore())) as server:
+        code, _, err = run(capsys, "--url", server.url, "requirements", "set", "orders",
+                           "--lower", "1", "--upper", "2")
+    assert code == 1 and "server error (HTTP 500)" in err and "Please retry." in err
+
+
+def test_history_table(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--url", url, "history", "orders")
+    when = tables.clock(1.7e9)
+    assert code == 0
+    assert out.splitlines() == [
+        f"query {QUERY_ID}",
+        "TIME".ljust(len(when)) + "  TRIGGER           KIND     PARALLELISM  SLOTS   DURATION"
+        "  OUTCOME    REASON",
+        f"{when}  INITIAL_SCHEDULE  restart  0 -> 2       0 -> 2  3.2s      completed  "
+        "sufficient resources",
+        "restarts 1, rescales 1 (live 0), failures 0",
+    ]
+    code, out, _ = run(capsys, "--url", url, "history", "orders", "--json")
+    assert json.loads(out)["rescales"][0]["duration"] == 3.25
+
+
+def test_token(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("SPARK_ADAPTIVE_TOKEN", raising=False)
+    with serving(FakeScheduler(), token="t0ken") as server:
+        code, _, err = run(capsys, "--url", server.url, "status")
+        assert code == 2 and "HTTP 401" in err and "bearer token" in err
+        assert run(capsys, "--url", server.url, "--token", "t0ken", "status")[0] == 0
+        monkeypatch.setenv("SPARK_ADAPTIVE_TOKEN", "t0ken")
+        assert run(capsys, "--url", server.url, "status")[0] == 0
+
+
+def test_nothing_listening_exits_1_with_a_hint(capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    code, _, err = run(capsys, "--url", f"http://127.0.0.1:{port}", "status")
+    assert code == 1
+    assert f"cannot reach the spark-adaptive REST API at http://127.0.0.1:{port}" in err
+    assert "--url or SPARK_ADAPTIVE_URL" in err
+
+
+def test_a_usage_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        cli.main(["requirements", "set", "orders", "--lower", "1"])
+    assert e.value.code == 2
+
+
+# -- the tables on their own -------------------------------------------------------------
+def test_table_cuts_the_last_column_to_the_width() -> None:
+    lines = tables.table(("A", "REASON"), [("x", "a long reason " * 5)], width=20)
+    assert lines == ["A  REASON", "x  a long reason ..."]
+
+
+@pytest.mark.parametrize(("seconds", "text"), [
+    (None, "-"), (0.04, "0.0s"), (12.345, "12.3s"), (65, "1m05s"), (3600, "60m00s")])
+def test_duration(seconds: float | None, text: str) -> None:
+    assert tables.duration(seconds) == text
+
+
+def test_short_id_and_state() -> None:
+    assert tables.short_id(QUERY_ID) == "0f9c8b1e"
+    assert tables.short_id("query-3") == "query-3"
+    lines = tables.status_lines([{"id": "query-3", "name": None, "state": "Finished",
+                                  "status": "FAILED", "parallelism": 0, "executors": 1,
+                                  "slots": 0, "requirements": {}, "lastDecision": None}])
+    assert lines[1].split() == ["query-3", "-", "Finished(FAILED)", "0", "1", "0", "[?,", "?]",
+                                "-"]
+
+
+def test_clock_shows_the_date_only_when_not_today() -> None:
+    now = 1.7e9
+    assert len(tables.clock(now, now=now)) == len("12:00:00")
+    assert len(tables.clock(now - 3 * 86400, now=now)) == len("2023-11-11 12:00:00")

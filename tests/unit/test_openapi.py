@@ -1,0 +1,109 @@
+"""The OpenAPI document: valid OpenAPI 3.0, and it describes every route, method and answer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from openapi_spec_validator import validate
+from rest_fakes import QUERY_ID, FakeScheduler, bounds, call, serving
+
+from spark_adaptive.rest import openapi
+from spark_adaptive.rest.api import _ROUTES
+
+# Every (path, method) the API routes, with the statuses it can answer (401 aside).
+EXPECTED = {
+    ("/queries", "get"): {"200", "503"},
+    ("/queries/{id}", "get"): {"200", "404", "503"},
+    ("/queries/{id}/resource-requirements", "get"): {"200", "404", "503"},
+    ("/queries/{id}/resource-requirements", "put"):
+        {"200", "400", "404", "409", "413", "500", "503"},
+    ("/queries/{id}/rescales", "get"): {"200", "404", "503"},
+    ("/openapi.json", "get"): {"200"},
+}
+
+
+@pytest.mark.parametrize("token", [False, True])
+def test_the_document_is_valid_openapi(token: bool) -> None:
+    validate(openapi.document("http://127.0.0.1:4050", token))
+
+
+def _operations(doc: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
+    return {(path, method): set(op["responses"])
+            for path, item in doc["paths"].items()
+            for method, op in item.items() if method != "parameters"}
+
+
+def test_every_route_and_status_is_documented() -> None:
+    assert _operations(openapi.document()) == EXPECTED
+    with_token = _operations(openapi.document(token_required=True))
+    assert with_token == {k: v | {"401"} for k, v in EXPECTED.items()}
+
+
+def test_the_documented_routes_are_the_routed_ones() -> None:
+    routed = set()
+    for pattern, methods in _ROUTES:
+        path = pattern.pattern.replace("(?P<id>[^/]+)", "{id}").replace("\\.", ".")
+        routed |= {(path, m.lower()) for m in methods}
+    assert routed == set(EXPECTED)
+
+
+def test_error_answers_use_the_error_schema() -> None:
+    doc = openapi.document()
+    for (path, method), codes in EXPECTED.items():
+        for code in codes - {"200"}:
+            schema = doc["paths"][path][method]["responses"][code]["content"][
+                "application/json"]["schema"]
+            assert schema == {"$ref": "#/components/schemas/Error"}, (path, method, code)
+
+
+def _conforms(value: Any, schema: dict[str, Any], doc: dict[str, Any]) -> None:
+    """A small structural check of a JSON value against a schema of the document."""
+    if "$ref" in schema:
+        schema = doc["components"]["schemas"][schema["$ref"].rsplit("/", 1)[-1]]
+    if "allOf" in schema:
+        if value is None and schema.get("nullable"):
+            return
+        for part in schema["allOf"]:
+            _conforms(value, part, doc)
+        return
+    if value is None:
+        assert schema.get("nullable"), schema
+        return
+    kind = schema.get("type")
+    python: dict[str, Any] = {"object": dict, "array": list, "string": str, "integer": int,
+              "number": (int, float)}
+    if kind:
+        assert isinstance(value, python[kind]), (value, schema)
+    if "enum" in schema:
+        assert value in schema["enum"], (value, schema)
+    if kind == "object":
+        for name in schema.get("required", []):
+            assert name in value, (name, value)
+        for name, sub in schema.get("properties", {}).items():
+            if name in value:
+                _conforms(value[name], sub, doc)
+    if kind == "array":
+        for item in value:
+            _conforms(item, schema["items"], doc)
+
+
+def test_answers_conform_to_the_document() -> None:
+    with serving(FakeScheduler()) as server:
+        doc = call(server.url, "GET", "/openapi.json").body
+        ok = doc["paths"]
+
+        def schema_of(path: str, method: str, code: str = "200") -> dict[str, Any]:
+            return dict(ok[path][method]["responses"][code]["content"]["application/json"][
+                "schema"])
+
+        _conforms(call(server.url, "GET", "/queries").body, schema_of("/queries", "get"), doc)
+        _conforms(call(server.url, "GET", f"/queries/{QUERY_ID}").body,
+                  schema_of("/queries/{id}", "get"), doc)
+        path = "/queries/{id}/resource-requirements"
+        _conforms(call(server.url, "GET", "/queries/orders/resource-requirements").body,
+                  schema_of(path, "get"), doc)
+        _conforms(call(server.url, "GET", "/queries/orders/rescales").body,
+                  schema_of("/queries/{id}/rescales", "get"), doc)
+        refused = call(server.url, "PUT", "/queries/orders/resource-requirements", bounds(0, 1))
+        _conforms(refused.body, schema_of(path, "put", "400"), doc)

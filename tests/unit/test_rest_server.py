@@ -1,0 +1,176 @@
+"""The HTTP server: bearer token, port selection like the Spark UI, start and stop."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from rest_fakes import FakeScheduler, bounds, call, serving
+
+from spark_adaptive.core.options import Settings
+from spark_adaptive.rest.api import RestApi
+from spark_adaptive.rest.server import RestServer, serve
+
+TOKEN = "s3cret-token"
+REQ = "/queries/orders/resource-requirements"
+
+
+# -- bearer token -----------------------------------------------------------------------
+@pytest.mark.parametrize("header", [
+    None, "Bearer wrong", f"Basic {TOKEN}", f"bearer{TOKEN}", "Bearer ", f"Bearer {TOKEN}x"])
+@pytest.mark.parametrize(("method", "path"), [
+    ("GET", "/queries"), ("GET", "/openapi.json"), ("GET", "/no/such/path"), ("PUT", REQ)])
+def test_without_the_right_token_every_request_is_401(header: str | None, method: str,
+                                                      path: str) -> None:
+    sched = FakeScheduler()
+    with serving(sched, token=TOKEN) as server:
+        reply = call(server.url, method, path, bounds(1, 2) if method == "PUT" else None,
+                     headers={"Authorization": header} if header else {})
+        assert reply.status == 401
+        assert reply.headers["www-authenticate"] == 'Bearer realm="spark-adaptive"'
+        assert "bearer token" in reply.body["errors"][0]
+    assert sched.queries_by_key["query-1"].applied == []
+    assert sched.store.files == {}
+
+
+def test_with_the_token_requests_go_through() -> None:
+    sched = FakeScheduler()
+    with serving(sched, token=TOKEN) as server:
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        assert call(server.url, "GET", "/queries", headers=auth).status == 200
+        assert call(server.url, "PUT", REQ, bounds(1, 2), headers=auth).status == 200
+        lower = {"Authorization": f"bearer {TOKEN}"}  # the scheme is case-insensitive
+        assert call(server.url, "GET", REQ, headers=lower).body == bounds(1, 2)
+        doc = call(server.url, "GET", "/openapi.json", headers=auth).body
+        assert doc["security"] == [{"bearerAuth": []}]
+        assert doc["components"]["securitySchemes"]["bearerAuth"]["scheme"] == "bearer"
+
+
+# -- ports ------------------------------------------------------------------------------
+@contextmanager
+def occupied(count: int) -> Iterator[int]:
+    """``count`` consecutive listening ports on 127.0.0.1; yields the first."""
+    for _ in range(50):
+        first = _free_port()
+        socks: list[socket.socket] = []
+        try:
+            for p in range(first, first + count):
+                s = socket.socket()
+                s.bind(("127.0.0.1", p))
+                s.listen()
+                socks.append(s)
+        except OSError:
+            for s in socks:
+                s.close()
+            continue
+        try:
+            yield first
+        finally:
+            for s in socks:
+                s.close()
+        return
+    raise AssertionError("no run of free ports found")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _server(port: int, tries: int = 16) -> RestServer:
+    return RestServer(RestApi(FakeScheduler()), port=port, port_tries=tries, poll_interval=0.01)
+
+
+def test_a_taken_port_moves_to_the_next_free_one(caplog: pytest.LogCaptureFixture) -> None:
+    with occupied(2) as first:
+        server = _server(first)
+        with caplog.at_level(logging.INFO, "spark_adaptive.rest.server"):
+            url = server.start()
+        try:
+            assert server.port == first + 2 and url == f"http://127.0.0.1:{first + 2}"
+            assert server.ready.is_set()
+            assert call(url, "GET", "/queries").status == 200
+            started = [r.getMessage() for r in caplog.records if "REST API at" in r.getMessage()]
+            assert started == [f"spark-adaptive REST API at {url} (port {first} was taken)"]
+        finally:
+            server.stop()
+            server.stop()  # idempotent
+        assert not server.ready.is_set()
+
+
+def test_port_zero_takes_any_free_port() -> None:
+    server = _server(0)
+    server.start()
+    try:
+        assert server.port and server.port > 0
+    finally:
+        server.stop()
+
+
+def test_all_ports_taken_raises_and_serve_logs_instead(caplog: pytest.LogCaptureFixture) -> None:
+    with occupied(3) as first:
+        with pytest.raises(OSError, match="all in use"):
+            _server(first, tries=3).start()
+        settings = Settings(rest_port=first)
+        # serve() tries 16 ports; make sure the 13 after ours are taken as well.
+        with occupied_range(first + 3, 13):
+            with caplog.at_level(logging.ERROR, "spark_adaptive.rest.server"):
+                assert serve(FakeScheduler(), settings) is None
+        assert "REST API not started" in caplog.text
+
+
+@contextmanager
+def occupied_range(first: int, count: int) -> Iterator[None]:
+    socks = []
+    try:
+        for p in range(first, first + count):
+            s = socket.socket()
+            try:
+                s.bind(("127.0.0.1", p))
+                s.listen()
+            except OSError:
+                s.close()  # taken by someone else: taken all the same
+                continue
+            socks.append(s)
+        yield
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_serve_follows_the_settings() -> None:
+    assert serve(FakeScheduler(), Settings(rest_enabled=False)) is None
+    server = serve(FakeScheduler(), Settings(rest_port=0, rest_token=TOKEN))
+    assert server is not None
+    try:
+        assert call(server.url, "GET", "/queries").status == 401
+        doc = call(server.url, "GET", "/openapi.json",
+                   headers={"Authorization": f"Bearer {TOKEN}"}).body
+        assert doc["servers"] == [{"url": server.url}]
+    finally:
+        server.stop()
+
+
+def test_url_before_start_is_an_error() -> None:
+    with pytest.raises(RuntimeError, match="not started"):
+        _ = _server(0).url
+
+
+def test_ipv6_loopback() -> None:
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6")
+    server = RestServer(RestApi(FakeScheduler()), host="::1", port=0, poll_interval=0.01)
+    try:
+        server.start()
+    except OSError:
+        pytest.skip("IPv6 loopback not available")
+    try:
+        assert server.url.startswith("http://[::1]:")
+        conn_ok = call(server.url, "GET", "/queries")
+        assert conn_ok.status == 200
+    finally:
+        server.stop()
