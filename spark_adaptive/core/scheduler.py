@@ -164,6 +164,10 @@ class AdaptiveScheduler:
         except Exception:
             log.exception("requesting %d executors failed", total)
 
+    def forget_declared_executors(self) -> None:
+        """Someone else (the batch part) declared a total: declare afresh at the next change."""
+        self._declared = None
+
     def slot_share(self, key: str) -> int | None:
         return None if self._shares is None else self._shares.get(key)
 
