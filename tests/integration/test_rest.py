@@ -1,0 +1,182 @@
+"""The REST API and the CLI on a real cluster, and requirements surviving a driver restart.
+
+One cluster (two one-core workers) and one stateful query, ``counts``: the
+API and the CLI read it, refused PUTs change nothing, an accepted PUT lowers
+its upper bound below its parallelism and the scheduler restart-rescales it
+2 -> 1; then the driver goes away and a new one (with a bearer token this
+time) starts the same query from the same checkpoint, which comes back with
+the persisted bounds.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+import spark_adaptive
+from spark_adaptive import cli
+from spark_adaptive.rest.client import ConnectionProblem, RestClient
+
+pytestmark = pytest.mark.timeout(600)
+
+FAST = {
+    "scheduler.submission.resource-stabilization-timeout": "3s",
+    "scheduler.executing.cooldown-after-rescaling": "1s",
+    "scheduler.executing.resource-stabilization-timeout": "2s",
+    "rest.port": "0",  # other apps may hold 4050 and the next ports
+}
+TOKEN = "integration-s3cret"
+
+
+def _start_counts(spark: Any, out: str, checkpoint: str) -> Any:
+    from pyspark.sql import functions as F
+
+    counts = (spark.readStream.format("rate").option("rowsPerSecond", 20).load()
+              .groupBy((F.col("value") % 5).alias("key")).agg(F.count("*").alias("n")))
+
+    def write(df: Any, batch_id: int) -> None:
+        df.write.mode("overwrite").parquet(f"{out}/batch={batch_id}")
+
+    return (counts.writeStream.queryName("counts").outputMode("complete").foreachBatch(write)
+            .option("checkpointLocation", checkpoint).trigger(processingTime="1 second")
+            .start())
+
+
+def _wait(what: str, check: Any, timeout: float = 120.0) -> Any:
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+
+def _request(url: str, method: str, path: str, raw: bytes | None = None,
+             token: str | None = None) -> tuple[int, Any]:
+    import http.client
+
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=30)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        conn.request(method, path, body=raw, headers=headers)
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read() or b"null")
+    finally:
+        conn.close()
+
+
+def _bounds(lower: int, upper: int) -> dict[str, Any]:
+    return {"parallelism": {"lowerBound": lower, "upperBound": upper}}
+
+
+def test_rest_api_and_cli_on_a_live_query_and_requirements_survive_a_driver_restart(
+        local_cluster_factory: Any, cluster_spark_factory: Any, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
+    cluster = local_cluster_factory(2)
+    checkpoint = tmp_path / "checkpoint"
+    persisted_file = checkpoint / "spark-adaptive" / "requirements.json"
+    spark = cluster_spark_factory(cluster, **{"spark.sql.shuffle.partitions": "2"})
+    rt = spark_adaptive.enable(spark, **FAST)
+    assert rt.rest is not None
+    url = rt.rest.url
+    api = RestClient(url)
+    query = _start_counts(spark, str(tmp_path / "out"), str(checkpoint))
+
+    # -- reading -----------------------------------------------------------------------
+    snap = _wait("counts to run at parallelism 2", lambda: next(
+        (q for q in api.get("/queries")
+         if q["state"] == "Executing" and q["parallelism"] == 2), None))
+    assert snap["name"] == "counts" and snap["id"] == query.id and snap["slots"] == 2
+    assert snap["requirements"] == _bounds(1, 2) and snap["lastDecision"]["reason"]
+    for ident in (query.id, "counts", query.key):
+        assert api.get(api.query_path(ident))["key"] == query.key
+    assert api.get(api.query_path("counts", "resource-requirements")) == _bounds(1, 2)
+    assert api.get(api.query_path("counts", "rescales"))["rescales"][0]["trigger"] == (
+        "INITIAL_SCHEDULE")
+    assert api.get("/openapi.json")["servers"] == [{"url": url}]
+
+    # -- refused requests change nothing -------------------------------------------------
+    req_path = "/queries/counts/resource-requirements"
+    for raw, status in ((b'{"parallelism": {"lowerBound": 3, "upperBound": 2}}', 400),
+                        (b'{"parallelism": {"lowerBound": 1, "upperBound": 40000}}', 400),
+                        (b"{", 400), (b"", 400)):
+        assert _request(url, "PUT", req_path, raw)[0] == status, raw
+    assert _request(url, "PUT", "/queries/nope/resource-requirements",
+                    json.dumps(_bounds(1, 1)).encode())[0] == 404
+    assert _request(url, "GET", "/no/such/path")[0] == 404
+    assert _request(url, "POST", req_path, b"{}")[0] == 405
+    assert api.get(api.query_path("counts", "resource-requirements")) == _bounds(1, 2)
+    assert api.get(api.query_path("counts"))["lastDecision"]["action"] != "update requirements"
+    assert not persisted_file.exists()
+
+    # -- the CLI, in process and as the installed command --------------------------------
+    assert cli.main(["--url", url, "status"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split()[:3] == ["ID", "NAME", "STATE"]
+    assert table[1].split()[:6] == [query.id[:8], "counts", "Executing", "2", "2", "2"]
+    command = Path(sys.executable).with_name("spark-adaptive")
+    got = subprocess.run([str(command), "--url", url, "requirements", "get", query.id[:8]],
+                         capture_output=True, text=True, timeout=60)
+    assert (got.returncode, got.stdout.strip()) == (
+        0, f"query {query.id}: parallelism between 1 and 2 [1, 2]"), got.stderr
+    refused = subprocess.run([str(command), "--url", url, "requirements", "set", "counts",
+                              "--lower", "2", "--upper", "1"],
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2
+    assert "The lower bound 2 is greater than the upper bound 1." in refused.stderr
+
+    # -- an accepted PUT: persisted, then a restart rescale 2 -> 1 ----------------------
+    assert cli.main(["--url", url, "requirements", "set", "counts", "--lower", "1",
+                     "--upper", "1"]) == 0
+    assert "persisted beside the query's checkpoint" in capsys.readouterr().out
+    assert json.loads(persisted_file.read_text())["parallelism"] == {
+        "lowerBound": 1, "upperBound": 1}
+    _wait("the rescale to 1 to complete", lambda: any(
+        r["trigger"] == "REQUIREMENTS_CHANGED" and r["outcome"] == "completed"
+        for r in api.get(api.query_path("counts", "rescales"))["rescales"]))
+    last = api.get(api.query_path("counts", "rescales"))["rescales"][-1]
+    assert (last["kind"], last["fromParallelism"], last["toParallelism"]) == ("restart", 2, 1)
+    assert "repartition" in last["timings"]
+    snap = api.get(api.query_path("counts"))
+    assert (snap["state"], snap["parallelism"], snap["requirements"]) == (
+        "Executing", 1, _bounds(1, 1))
+    assert snap["id"] == query.id  # the same query, from the same checkpoint
+    assert cli.main(["--url", url, "history", "counts"]) == 0
+    history = capsys.readouterr().out
+    assert "REQUIREMENTS_CHANGED" in history and "2 -> 1" in history
+
+    # -- the driver goes away; a new one (with a token) finds the persisted bounds --------
+    query.stop()
+    spark.stop()
+    with pytest.raises(ConnectionProblem):
+        api.get("/queries")  # that server is gone with its driver
+    spark = cluster_spark_factory(cluster, **{"spark.sql.shuffle.partitions": "2"})
+    with caplog.at_level(logging.INFO, "spark_adaptive"):
+        rt = spark_adaptive.enable(spark, **FAST, **{"rest.token": TOKEN})
+        assert rt.rest is not None
+        url = rt.rest.url
+        query = _start_counts(spark, str(tmp_path / "out"), str(checkpoint))
+    assert "requirements [1, 2]" not in caplog.text
+    assert f"query counts: requirements [1, 1] restored from {checkpoint}" in caplog.text
+    assert _request(url, "GET", "/queries")[0] == 401
+    assert _request(url, "GET", "/queries", token="wrong")[0] == 401
+    assert _request(url, "PUT", req_path, json.dumps(_bounds(1, 2)).encode())[0] == 401
+    authed = RestClient(url, TOKEN)
+    assert authed.get(authed.query_path("counts", "resource-requirements")) == _bounds(1, 1)
+    snap = _wait("counts to run again", lambda: next(
+        (q for q in authed.get("/queries") if q["state"] == "Executing"), None))
+    assert (snap["id"], snap["parallelism"], snap["requirements"]) == (
+        query.id, 1, _bounds(1, 1))
+    assert json.loads(persisted_file.read_text())["parallelism"]["upperBound"] == 1
+    query.stop()
