@@ -121,21 +121,21 @@ class PersistedRequirements:
         self._store = store
         self._settings = settings
         self._lock = threading.Lock()
-        self._checkpoints: dict[str, str | None] = {}
+        self._checkpoints: dict[str, tuple[str | None, str]] = {}
 
     def checkpoint(self, key: str) -> str | None:
         """The checkpoint location of the query with this key (None: it has none)."""
         with self._lock:
-            return self._checkpoints.get(key)
+            return self._checkpoints.get(key, (None, key))[0]
 
     def restore(self, info: QueryInfo) -> req.ResourceRequirements | None:
         """Remember the query's checkpoint; return its persisted bounds if they still apply."""
+        label = info.name or info.key
         with self._lock:
-            self._checkpoints[info.key] = info.checkpoint_location
+            self._checkpoints[info.key] = (info.checkpoint_location, label)
         location = info.checkpoint_location
         if location is None:
             return None
-        label = info.name or info.key
         try:
             saved = self._store.load(location)
         except Exception as e:  # corrupt file, store unreachable: the defaults still work
@@ -163,10 +163,11 @@ class PersistedRequirements:
 
     def persist(self, key: str, requirements: req.ResourceRequirements) -> Undo | None:
         """Write the query's new bounds; return how to undo it (None: nothing written)."""
-        location = self.checkpoint(key)
+        with self._lock:
+            location, label = self._checkpoints.get(key, (None, key))
         if location is None:
             log.warning("query %s has no checkpoint location: requirements [%d, %d] are not "
-                        "persisted and last until the driver stops", key, requirements.lower,
+                        "persisted and last until the driver stops", label, requirements.lower,
                         requirements.upper)
             return None
         try:
@@ -174,7 +175,7 @@ class PersistedRequirements:
         except ValueError:
             before = None  # a corrupt file is replaced, and an undo removes the new one
         self._store.save(location, requirements)
-        log.info("query %s: requirements [%d, %d] persisted in %s", key, requirements.lower,
+        log.info("query %s: requirements [%d, %d] persisted in %s", label, requirements.lower,
                  requirements.upper, location)
 
         def undo() -> None:
@@ -182,6 +183,6 @@ class PersistedRequirements:
                 self._store.remove(location)
             else:
                 self._store.save(location, before)
-            log.info("query %s: persisted requirements in %s rolled back", key, location)
+            log.info("query %s: persisted requirements in %s rolled back", label, location)
 
         return undo

@@ -201,8 +201,11 @@ class RestServer:
             name="spark-adaptive-rest", daemon=True)
         self._thread.start()
         self.ready.set()
-        taken = "" if self.port == self.requested_port or self.requested_port == 0 else (
-            f" (port {self.requested_port} was taken)")
+        taken = ""
+        if self.requested_port not in (0, self.port):
+            busy = self.port - 1
+            taken = (f" (port {busy} was taken)" if busy == self.requested_port else
+                     f" (ports {self.requested_port}-{busy} were taken)")
         log.info("spark-adaptive REST API at %s%s%s", self.url, taken,
                  ", bearer token required" if self._token else "")
         return self.url

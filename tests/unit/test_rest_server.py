@@ -52,20 +52,22 @@ def test_with_the_token_requests_go_through() -> None:
 # -- ports ------------------------------------------------------------------------------
 @contextmanager
 def occupied(count: int) -> Iterator[int]:
-    """``count`` consecutive listening ports on 127.0.0.1; yields the first."""
+    """``count`` consecutive listening ports on 127.0.0.1, the port after them free; yields
+    the first."""
     for _ in range(50):
         first = _free_port()
         socks: list[socket.socket] = []
         try:
-            for p in range(first, first + count):
+            for p in range(first, first + count + 1):
                 s = socket.socket()
+                socks.append(s)
                 s.bind(("127.0.0.1", p))
                 s.listen()
-                socks.append(s)
         except OSError:
             for s in socks:
                 s.close()
             continue
+        socks.pop().close()  # the next one stays free
         try:
             yield first
         finally:
@@ -85,17 +87,21 @@ def _server(port: int, tries: int = 16) -> RestServer:
     return RestServer(RestApi(FakeScheduler()), port=port, port_tries=tries, poll_interval=0.01)
 
 
-def test_a_taken_port_moves_to_the_next_free_one(caplog: pytest.LogCaptureFixture) -> None:
-    with occupied(2) as first:
+@pytest.mark.parametrize(("taken", "message"), [
+    (1, "(port {first} was taken)"), (3, "(ports {first}-{last} were taken)")])
+def test_a_taken_port_moves_to_the_next_free_one(taken: int, message: str,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    with occupied(taken) as first:
         server = _server(first)
         with caplog.at_level(logging.INFO, "spark_adaptive.rest.server"):
             url = server.start()
         try:
-            assert server.port == first + 2 and url == f"http://127.0.0.1:{first + 2}"
+            assert server.port == first + taken and url == f"http://127.0.0.1:{first + taken}"
             assert server.ready.is_set()
             assert call(url, "GET", "/queries").status == 200
             started = [r.getMessage() for r in caplog.records if "REST API at" in r.getMessage()]
-            assert started == [f"spark-adaptive REST API at {url} (port {first} was taken)"]
+            shown = message.format(first=first, last=first + taken - 1)
+            assert started == [f"spark-adaptive REST API at {url} {shown}"]
         finally:
             server.stop()
             server.stop()  # idempotent
