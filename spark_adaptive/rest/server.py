@@ -49,6 +49,10 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_port = False  # two servers must never share a port
     rest: RestServer
 
+    def handle_error(self, request: object, client_address: object) -> None:
+        # The default prints a traceback to stderr, e.g. for a client that went away.
+        log.debug("REST request from %s failed", client_address, exc_info=True)
+
     def server_bind(self) -> None:
         # HTTPServer.server_bind resolves the host's FQDN, a DNS lookup we do not need.
         socketserver.TCPServer.server_bind(self)
@@ -64,6 +68,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
     server_version = "spark-adaptive"
+    timeout = 60  # seconds a kept-alive or slow connection may hold its thread idle
 
     def do_GET(self) -> None:  # noqa: N802 - the names http.server dispatches to
         self._handle("GET")
