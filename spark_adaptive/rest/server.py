@@ -235,7 +235,7 @@ def serve(facade: SchedulerFacade, settings: Settings) -> RestServer | None:
     holder: list[RestServer] = []
     api = RestApi(facade, lambda: openapi.document(holder[0].url, holder[0].token_required))
     server = RestServer(api, host=settings.rest_host, port=settings.rest_port,
-                        token=settings.rest_token)
+                        token=settings.rest_token, port_tries=PORT_TRIES)
     holder.append(server)
     try:
         server.start()
