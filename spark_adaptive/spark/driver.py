@@ -16,9 +16,17 @@ offline first (``StreamingCheckpointManager.repartition``, RocksDB state store).
 
 **Clean stop.** Spark's ``stop()`` interrupts whatever runs, and a stop during
 a micro-batch leaves it unfinished: the repartition then refuses the
-checkpoint and an exactly-once sink would see the batch twice. The driver
-therefore stops while no trigger is active (polling the query's status), then
-checks the checkpoint; if a batch was caught unfinished after all, it
+checkpoint and an exactly-once sink would see the batch twice. Spark has no
+graceful stop for Structured Streaming, but its micro-batch loop constructs a
+new batch only while the query's state is ACTIVE, and ends once a trigger
+finds it is not. The driver therefore first sets that state to TERMINATED
+without interrupting anything: the batch running now finishes and commits, and
+no new one starts. Once no trigger is active, ``stop()`` only cuts short the
+wait for the next trigger. A query saturated with back-to-back batches is
+stopped as soon as its current batch is done, not whenever a gap appears.
+
+Afterwards the driver checks the checkpoint anyway. If a batch was caught
+unfinished (a trigger that passed its ACTIVE check an instant before), it
 finishes that one batch by running the query once more with a one-shot
 trigger, and puts the app's trigger back.
 
@@ -186,7 +194,7 @@ class SparkQueryDriver:
             return StopResult(clean=self._checkpoint_complete(), error=_failure_of(q))
         t0 = time.monotonic()
         if clean:
-            self._wait_between_batches(q)
+            self._let_current_batch_finish(q)
         q._jsq.stop()
         timings.append(("stop", time.monotonic() - t0))
         error = _failure_of(q)
@@ -197,11 +205,25 @@ class SparkQueryDriver:
                 timings.append(("finish-batch", self._finish_unfinished_batch(cp)))
         return StopResult(clean=self._checkpoint_complete(), error=error, timings=tuple(timings))
 
-    def _wait_between_batches(self, q: StreamingQuery) -> None:
-        """Return once no trigger runs (or after the timeout: the stop then interrupts one)."""
+    def _let_current_batch_finish(self, q: StreamingQuery) -> None:
+        """Stop new batches from starting; return once the running one has finished.
+
+        After the timeout the stop that follows interrupts the batch, and the
+        checkpoint check finishes it afterwards.
+        """
+        jquery = q._jsq
+        try:
+            execution = jquery.streamingQuery()  # the StreamExecution behind the wrapper
+            terminated = jvm(self._spark.sparkContext).java.lang.Class.forName(
+                execution.state().get().getClass().getPackageName() + ".TERMINATED$"
+            ).getField("MODULE$").get(None)
+            execution.state().set(terminated)
+        except Exception as e:  # a Spark without this internal: poll for a gap instead
+            log.debug("cannot hold back new micro-batches of %s (%s); polling for a gap",
+                      self._info.key, e)
         deadline = time.monotonic() + self._clean_stop_timeout
         while time.monotonic() < deadline:
-            if not q._jsq.status().isTriggerActive() or not q._jsq.isActive():
+            if not jquery.status().isTriggerActive():
                 return
             time.sleep(self._poll)
         log.warning("query %s kept a micro-batch running for %.0fs; stopping it anyway and "
