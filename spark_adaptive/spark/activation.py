@@ -22,6 +22,7 @@ unmanaged.
 
 from __future__ import annotations
 
+import importlib
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _activation_hooks: list[Any] = []
+#: Parts that start through an activation hook; imported at the first activation only, so an
+#: app that never enables spark-adaptive loads none of them.
+_PARTS = ("spark_adaptive.batch.wiring",)
 
 
 def conf_dict(sc: SparkContext) -> dict[str, str]:
@@ -63,6 +67,8 @@ def activate_context(sc: SparkContext, overrides: dict[str, str] | None = None,
     _configure_logging()
     rt = start_runtime(sc, settings)
     _install_stop_hook()
+    for part in _PARTS:
+        importlib.import_module(part)  # registers its hook below, once
     for hook in _activation_hooks:
         hook(rt)
     log.info("spark-adaptive enabled (mode %s)", settings.mode)

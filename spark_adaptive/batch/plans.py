@@ -1,0 +1,174 @@
+"""Deciding how the reduce side of an RDD helper's shuffle is read, and carrying it out.
+
+:func:`plan_read` is the step between the map and the reduce side of every
+helper in :mod:`spark_adaptive.batch.rdd`: it runs the map side, reads the
+sizes (shim) or the total (fallback), decides the plan with the pure core
+(:mod:`spark_adaptive.core.batch_shuffle`), logs it as one INFO line on the
+``spark_adaptive.batch`` logger, records it in the batch report, and returns
+a function that builds the RDD reading any subset of the plan's tasks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from spark_adaptive.core.batch_executors import LOGGER_NAME
+from spark_adaptive.core.batch_ranges import (
+    DEFAULT_SKEW_FACTOR,
+    DEFAULT_SKEW_THRESHOLD,
+    Splitting,
+)
+from spark_adaptive.core.batch_shuffle import (
+    EVEN_BY_COUNT,
+    ReadSlice,
+    ShufflePlan,
+    plan_by_bytes,
+    plan_even,
+)
+from spark_adaptive.core.options import Settings, parse_size
+from spark_adaptive.spark.jvm import shim_jar_path
+from spark_adaptive.spark.shuffle import SparkShuffles, shim_shuffles, shuffle_dependency
+
+if TYPE_CHECKING:
+    from pyspark import RDD, SparkContext
+
+decision_log = logging.getLogger(LOGGER_NAME)
+
+_warned_lock = threading.Lock()
+_warned: set[str] = set()
+_LIMITS = ("avg_bytes_per_task", "min_parallelism", "max_parallelism", "skew_factor",
+           "skew_threshold")
+
+
+@dataclass(frozen=True)
+class BatchParams:
+    """What one helper call decides with: the ``batch.*`` settings and per-call overrides."""
+
+    avg_bytes_per_task: int
+    min_p: int
+    max_p: int
+    skew_factor: float = DEFAULT_SKEW_FACTOR
+    skew_threshold: int = DEFAULT_SKEW_THRESHOLD
+    shim_jar: Path | None = None
+
+
+def settings_for(sc: SparkContext, limits: dict[str, Any]) -> BatchParams:
+    """The running spark-adaptive's settings (else the app's conf), with ``limits`` applied.
+
+    Raises ``TypeError`` on an unknown limit and ``ValueError`` on inconsistent bounds.
+    """
+    from spark_adaptive.spark.runtime import runtime_for
+
+    unknown = set(limits) - set(_LIMITS)
+    if unknown:
+        raise TypeError(f"unknown keyword(s) {sorted(unknown)}; accepted: {', '.join(_LIMITS)}")
+    rt = runtime_for(sc)
+    s = rt.settings if rt is not None else Settings.from_conf(dict(sc.getConf().getAll()))
+    p = BatchParams(
+        avg_bytes_per_task=int(limits.get("avg_bytes_per_task") or
+                               s.batch_avg_data_volume_per_task),
+        min_p=int(limits.get("min_parallelism") or s.batch_min_parallelism),
+        max_p=int(limits.get("max_parallelism") or s.batch_max_parallelism),
+        skew_factor=float(limits.get("skew_factor", DEFAULT_SKEW_FACTOR)),
+        skew_threshold=int(limits.get("skew_threshold", DEFAULT_SKEW_THRESHOLD)),
+        shim_jar=shim_jar_path(s.shim_jar))
+    if not 1 <= p.min_p <= p.max_p or p.avg_bytes_per_task < 1:
+        raise ValueError(f"need avg_bytes_per_task >= 1 and 1 <= min_parallelism <= "
+                         f"max_parallelism, got {p.avg_bytes_per_task}, [{p.min_p}, {p.max_p}]")
+    return p
+
+
+def memory_limit_mb(sc: SparkContext) -> int:
+    """``spark.python.worker.memory`` in MiB: what PySpark's own shuffles spill at."""
+    return max(1, parse_size(sc.getConf().get("spark.python.worker.memory", "512m") or "512m")
+               >> 20)
+
+
+@dataclass(frozen=True)
+class PlannedRead:
+    """A decided plan and how to read it: ``read(tasks)`` builds an RDD over those tasks."""
+
+    plan: ShufflePlan
+    read: Callable[..., RDD[Any]]
+
+
+def plan_read(shuffled: RDD[Any], operation: str, splitting: Splitting, params: BatchParams,
+              *, keep_order: bool = False) -> PlannedRead:
+    """Run the map side of ``shuffled`` (a PySpark ``partitionBy`` result) and plan its read.
+
+    ``keep_order``: tasks must read adjacent partitions in order (a sort).
+    """
+    sc = shuffled.context
+    jdep = shuffle_dependency(shuffled)
+    shim = shim_shuffles(sc, params.shim_jar)
+    with _job_description(sc, f"spark-adaptive: map side of {operation}"):
+        total = (shim.run_map_stage(jdep) if shim is not None
+                 else SparkShuffles(sc).run_map_stage_total(jdep))
+    n = params.max_p
+    bounds = dict(avg_bytes_per_task=params.avg_bytes_per_task, min_p=params.min_p,
+                  max_p=params.max_p)
+    if shim is not None:
+        try:
+            sizes = shim.sizes(jdep)
+            plan = plan_by_bytes(operation, sizes, splitting, skew_factor=params.skew_factor,
+                                 skew_threshold=params.skew_threshold, **bounds)
+        except Exception as e:  # a map output lost since the stage ran: Spark re-runs it
+            plan = plan_even(operation, n, total, why=f"sizes per partition unavailable "
+                             f"({str(e).splitlines()[0][:160]})", **bounds)
+        planned = PlannedRead(plan, lambda tasks=None: shim.read(shuffled, jdep, plan, tasks))
+    else:
+        _warn_once(sc)
+        if keep_order:
+            # Spark's coalesce may group non-adjacent partitions, which would break the order.
+            plan = ShufflePlan(operation, n, tuple((ReadSlice(j, j + 1),) for j in range(n)),
+                               None, total, EVEN_BY_COUNT,
+                               f"{operation}: no JVM shim: one task per partition, {n} in all "
+                               f"(Spark's coalesce may group non-adjacent partitions)")
+            planned = PlannedRead(plan, lambda tasks=None: shuffled)
+        else:
+            plan = plan_even(operation, n, total, why="no JVM shim, so no sizes per partition; "
+                             "Spark's coalesce groups whole partitions evenly by count", **bounds)
+            planned = PlannedRead(plan, lambda tasks=None: shuffled.coalesce(plan.parallelism))
+    decision_log.info("batch: %s reads its shuffle with %d task(s): %s", operation,
+                      plan.parallelism, plan.reason)
+    _record(sc, plan)
+    return planned
+
+
+def _record(sc: SparkContext, plan: ShufflePlan) -> None:
+    from spark_adaptive.batch.wiring import batch_scheduler_for
+
+    part = batch_scheduler_for(sc)
+    if part is not None:
+        part.tracker.add_plan(plan, time.time())
+
+
+def _warn_once(sc: SparkContext) -> None:
+    app = str(sc.applicationId)
+    with _warned_lock:
+        if app in _warned:
+            return
+        _warned.add(app)
+    decision_log.warning(
+        "batch: the JVM shim is not available, so the RDD helpers cannot read sizes per "
+        "partition: they size the reduce side from the total bytes and let Spark's coalesce "
+        "group whole partitions evenly by count (sorts read one partition per task). Build "
+        "the shim with jvm-shim/build.sh or set spark.adaptive.shim.jar.")
+
+
+@contextlib.contextmanager
+def _job_description(sc: SparkContext, text: str) -> Iterator[None]:
+    key = "spark.job.description"
+    old = sc.getLocalProperty(key)
+    sc.setLocalProperty(key, text)
+    try:
+        yield
+    finally:
+        sc.setLocalProperty(key, old)  # type: ignore[arg-type]

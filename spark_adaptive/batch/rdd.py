@@ -1,0 +1,230 @@
+"""RDD operations whose reduce side is sized by the bytes it reads (Flink's adaptive batch rule).
+
+PySpark's shuffling operations take a partition count the user must guess.
+These helpers take none:
+
+1. the map side writes ``batch.max-parallelism`` partitions (Flink's
+   subpartitions), with the same hashing and local combining as PySpark's own
+   operation;
+2. the map side runs at once, when the helper is called (as ``sortByKey``
+   runs its sampling job at once), so that the bytes are known;
+3. the reduce side gets ``p = ceil(bytes / V)`` tasks within the batch bounds,
+   each reading a contiguous range of partitions balanced by bytes
+   (:func:`~spark_adaptive.core.batch_shuffle.plan_by_bytes`). For operations
+   with a merge step (:func:`reduce_by_key`, :func:`group_by_key`,
+   :func:`combine_by_key`) a skewed partition is split by map ranges; the
+   tasks that read pieces feed a small second shuffle that merges the pieces
+   of each key.
+
+Sizes per partition come from Spark's map output statistics through the JVM
+shim. Without the shim the helpers still work: ``p`` comes from the total
+bytes, and Spark's ``coalesce`` groups whole partitions evenly by count; a
+sort then reads one partition per task, since Spark may group non-adjacent
+partitions. This is logged once per application.
+
+Results equal PySpark's own operations (values of :func:`group_by_key` are
+``ResultIterable`` as there; the order of values within a group is not
+defined, as in PySpark). :func:`decision_of` gives the plan behind a result.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import weakref
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from spark_adaptive.batch import plans
+from spark_adaptive.core.batch_ranges import Splitting
+from spark_adaptive.core.batch_shuffle import ShufflePlan
+
+if TYPE_CHECKING:
+    from pyspark import RDD
+
+log = logging.getLogger(__name__)
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+C = TypeVar("C")
+
+_decisions: weakref.WeakKeyDictionary[Any, ShufflePlan] = weakref.WeakKeyDictionary()
+
+
+def decision_of(rdd: RDD[Any]) -> ShufflePlan | None:
+    """The shuffle plan behind an RDD a helper returned (None for any other RDD)."""
+    return _decisions.get(rdd)
+
+
+def reduce_by_key(rdd: RDD[tuple[K, V]], func: Callable[[V, V], V], *,
+                  partition_func: Callable[[Any], int] | None = None,
+                  **limits: Any) -> RDD[tuple[K, V]]:
+    """``rdd.reduceByKey(func)`` with the reduce side sized by bytes; see the module doc.
+
+    ``limits`` override the settings for this call: ``avg_bytes_per_task``,
+    ``min_parallelism``, ``max_parallelism``, ``skew_factor``, ``skew_threshold``.
+    """
+    return combine_by_key(rdd, lambda v: v, func, func, partition_func=partition_func,
+                          operation="reduceByKey", **limits)
+
+
+def combine_by_key(rdd: RDD[tuple[K, V]], create: Callable[[V], C],
+                   merge_value: Callable[[C, V], C], merge_combiners: Callable[[C, C], C], *,
+                   partition_func: Callable[[Any], int] | None = None,
+                   operation: str = "combineByKey", **limits: Any) -> RDD[tuple[K, C]]:
+    """``rdd.combineByKey(create, merge_value, merge_combiners)``, sized by bytes."""
+    from pyspark.shuffle import Aggregator, ExternalMerger
+
+    sc = rdd.context
+    memory, serializer = plans.memory_limit_mb(sc), sc.serializer
+    agg = Aggregator(create, merge_value, merge_combiners)
+
+    def combine_locally(it: Iterable[Any]) -> Iterator[Any]:
+        merger: Any = ExternalMerger(agg, memory * 0.9, serializer)
+        merger.mergeValues(it)
+        return merger.items()  # type: ignore[no-any-return]
+
+    def merge(it: Iterable[Any]) -> Iterator[Any]:
+        merger: Any = ExternalMerger(agg, memory, serializer)
+        merger.mergeCombiners(it)
+        return merger.items()  # type: ignore[no-any-return]
+
+    def merge_pieces(partial: RDD[Any], partitions: int) -> RDD[Any]:
+        # Each key of a split partition was reduced by several tasks: combine those partials.
+        return partial.combineByKey(lambda c: c, merge_combiners, merge_combiners, partitions)
+
+    local = rdd.mapPartitions(combine_locally, preservesPartitioning=True)
+    return _reduce(local, operation, Splitting.MERGE, merge, merge_pieces, partition_func, limits)
+
+
+def group_by_key(rdd: RDD[tuple[K, V]], *, partition_func: Callable[[Any], int] | None = None,
+                 **limits: Any) -> RDD[tuple[K, Iterable[V]]]:
+    """``rdd.groupByKey()`` with the reduce side sized by bytes; see the module doc."""
+    return _group(rdd, "groupByKey", Splitting.MERGE, partition_func, limits)
+
+
+def join(left: RDD[tuple[K, V]], right: RDD[tuple[K, Any]], *,
+         partition_func: Callable[[Any], int] | None = None,
+         **limits: Any) -> RDD[tuple[K, tuple[V, Any]]]:
+    """``left.join(right)`` (inner) with the reduce side sized by bytes.
+
+    Both sides go through one shuffle, as in PySpark. A skewed partition is
+    not split: a piece of it would meet only part of the other side's values.
+    """
+    tagged = left.mapValues(lambda v: (1, v)).union(right.mapValues(lambda w: (2, w)))
+    grouped = _group(tagged, "join", Splitting.NO, partition_func, limits)
+
+    def pairs(values: Iterable[tuple[int, Any]]) -> Iterator[tuple[Any, Any]]:
+        lefts: list[Any] = []
+        rights: list[Any] = []
+        for side, value in values:
+            (lefts if side == 1 else rights).append(value)
+        return ((v, w) for v in lefts for w in rights)
+
+    out = grouped.flatMapValues(pairs)
+    _remember(out, decision_of(grouped))
+    return out
+
+
+def sort_by_key(rdd: RDD[tuple[K, V]], ascending: bool = True,
+                keyfunc: Callable[[Any], Any] = lambda k: k, **limits: Any) -> RDD[tuple[K, V]]:
+    """``rdd.sortByKey(ascending, keyfunc=keyfunc)``: range-partitioned into max-parallelism
+    partitions from a sample (like PySpark), read in byte-balanced contiguous ranges, which
+    evens out what the sample got wrong."""
+    from pyspark.shuffle import ExternalSorter
+
+    sc = rdd.context
+    settings = plans.settings_for(sc, limits)
+    n = settings.max_p
+    memory, serializer = plans.memory_limit_mb(sc), rdd._jrdd_deserializer
+
+    def sort_partition(it: Iterable[Any]) -> Iterator[Any]:
+        ordered: Any = ExternalSorter(memory * 0.9, serializer).sorted
+        return iter(ordered(it, key=lambda kv: keyfunc(kv[0]), reverse=not ascending))
+
+    # Range bounds from a sample of about 20 keys per partition, as PySpark does.
+    size = rdd.count()
+    fraction = min(n * 20.0 / max(size, 1), 1.0)
+    samples = sorted(keyfunc(k) for k in rdd.sample(False, fraction, 1).keys().collect())
+    bounds = [samples[int(len(samples) * (i + 1) / n)] for i in range(n - 1)] if samples else []
+
+    def range_partition(key: Any) -> int:
+        p = bisect.bisect_left(bounds, keyfunc(key))
+        return p if ascending else n - 1 - p
+
+    return _reduce(rdd, "sortByKey", Splitting.NO, sort_partition, None, range_partition,
+                   limits, keep_order=True)
+
+
+# -- internals ---------------------------------------------------------------------------------
+def _group(rdd: RDD[tuple[K, V]], operation: str, splitting: Splitting,
+           partition_func: Callable[[Any], int] | None, limits: dict[str, Any]) -> RDD[Any]:
+    from pyspark.resultiterable import ResultIterable
+    from pyspark.shuffle import Aggregator, ExternalGroupBy, ExternalMerger
+
+    sc = rdd.context
+    memory, serializer = plans.memory_limit_mb(sc), rdd._jrdd_deserializer
+
+    def create(x: Any) -> list[Any]:
+        return [x]
+
+    def append(xs: list[Any], x: Any) -> list[Any]:
+        xs.append(x)
+        return xs
+
+    def extend(a: list[Any], b: list[Any]) -> list[Any]:
+        a.extend(b)
+        return a
+
+    agg: Any = Aggregator(create, append, extend)
+
+    def combine_locally(it: Iterable[Any]) -> Iterator[Any]:
+        merger: Any = ExternalMerger(agg, memory * 0.9, serializer)
+        merger.mergeValues(it)
+        return merger.items()  # type: ignore[no-any-return]
+
+    def group(it: Iterable[Any]) -> Iterator[Any]:
+        # ExternalGroupBy, as PySpark's groupByKey: it spills one huge group safely.
+        merger: Any = ExternalGroupBy(agg, memory, serializer)
+        merger.mergeCombiners(it)
+        return merger.items()  # type: ignore[no-any-return]
+
+    def merge_pieces(partial: RDD[Any], partitions: int) -> RDD[Any]:
+        return partial.combineByKey(list, extend, extend, partitions)
+
+    local = rdd.mapPartitions(combine_locally, preservesPartitioning=True)
+    grouped = _reduce(local, operation, splitting, group, merge_pieces, partition_func, limits)
+    out = grouped.mapValues(ResultIterable)
+    _remember(out, decision_of(grouped))
+    return out
+
+
+def _reduce(rdd: RDD[Any], operation: str, splitting: Splitting,
+            reduce_partition: Callable[[Iterable[Any]], Iterator[Any]],
+            merge_pieces: Callable[[RDD[Any], int], RDD[Any]] | None,
+            partition_func: Callable[[Any], int] | None, limits: dict[str, Any],
+            keep_order: bool = False) -> RDD[Any]:
+    """Shuffle ``rdd`` into max-parallelism partitions, plan the read, reduce each task."""
+    from pyspark.rdd import portable_hash
+
+    settings = plans.settings_for(rdd.context, limits)
+    shuffled = rdd.partitionBy(settings.max_p, partition_func or portable_hash)
+    planned = plans.plan_read(shuffled, operation, splitting, settings, keep_order=keep_order)
+    plan = planned.plan
+    pieces = plan.piece_tasks if merge_pieces is not None else ()
+    if not pieces:
+        out = planned.read().mapPartitions(reduce_partition, preservesPartitioning=False)
+    else:
+        whole = [i for i in range(plan.parallelism) if i not in set(pieces)]
+        partial = planned.read(list(pieces)).mapPartitions(reduce_partition)
+        assert merge_pieces is not None
+        merged = merge_pieces(partial, max(1, len(plan.skewed)))
+        out = merged if not whole else \
+            planned.read(whole).mapPartitions(reduce_partition).union(merged)
+    _remember(out, plan)
+    return out
+
+
+def _remember(rdd: RDD[Any], plan: ShufflePlan | None) -> None:
+    if plan is not None:
+        _decisions[rdd] = plan

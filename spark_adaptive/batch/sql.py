@@ -1,0 +1,128 @@
+"""Steering Spark SQL (DataFrame) jobs with the ``batch.*`` settings: which confs, and when.
+
+Spark SQL already has the two mechanisms Flink's adaptive batch scheduler
+needs; spark-adaptive sets them so that they follow Flink's rule,
+``p = ceil(bytes / V)`` within ``[batch.min-parallelism, batch.max-parallelism]``:
+
+* **Shuffle stages, by adaptive query execution (AQE).** Every shuffle is
+  written with ``initialPartitionNum = batch.max-parallelism`` partitions
+  (Flink's subpartitions); once the map side is done, AQE packs contiguous
+  partitions greedily up to ``advisoryPartitionSizeInBytes = V``. With
+  partitions much smaller than ``V`` that gives ``ceil(bytes / V)`` tasks.
+  ``minPartitionNum = batch.min-parallelism`` is the lower bound.
+  ``parallelismFirst`` is turned **off**: when on (Spark's default) AQE
+  ignores the advisory size and aims for ``defaultParallelism`` tasks, i.e.
+  the executor cores registered at that moment. That would defeat the rule,
+  and tie the partition count to the executors, which themselves follow the
+  partition count here (a feedback loop). ``minPartitionSize`` is held at
+  ``min(1 MiB, V / 5)`` (Spark's own test-mode clamp) so a small ``V`` is not
+  overridden by Spark's 1 MiB floor.
+* **Source stages, by the file-scan planner.** Spark sizes file splits per
+  scan from the scan's total bytes: ``min(maxPartitionBytes, max(openCost,
+  total / minPartitionNum))``, then caps the split count at
+  ``maxPartitionNum``. With ``maxPartitionBytes = V``, ``minPartitionNum =
+  batch.min-parallelism`` and ``maxPartitionNum = min(default source
+  parallelism, max-parallelism)``, every scan gets ``ceil(total / V)`` splits
+  within those bounds, computed from that query's own input size at planning
+  time: Flink's dynamic source parallelism inference, with Spark's
+  per-file open cost (4 MiB) counted as bytes.
+
+When: at activation (:func:`apply_sql_confs`). The values go into the
+SparkContext's live configuration, which every session created later starts
+from (the zero-code path activates before the app's first session exists),
+and into the shared state and session conf of a session that already exists
+(:func:`spark_adaptive.enable` on a running session). Session confs are read
+at planning, so a query planned after activation is steered. An app that
+sets one of these keys on a session afterwards overrides it for that session.
+
+``spark.sql.adaptive.enabled`` is left as the app has it (Spark's default is
+on). With AQE off, shuffle stages run ``spark.sql.shuffle.partitions`` tasks
+and only source stages are steered; activation warns about it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from spark_adaptive.core.batch_decider import format_bytes
+from spark_adaptive.core.options import Settings
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+
+log = logging.getLogger(__name__)
+
+AQE = "spark.sql.adaptive."
+FILES = "spark.sql.files."
+SPARK_MIN_PARTITION_SIZE = 1 << 20
+
+
+def source_upper_bound(settings: Settings) -> int:
+    """Flink's source inference bound: min(default source parallelism, max-parallelism)."""
+    default = settings.batch_default_source_parallelism
+    upper = settings.batch_max_parallelism
+    return upper if default is None else min(default, upper)
+
+
+def sql_confs(settings: Settings) -> dict[str, str]:
+    """The Spark SQL confs that make DataFrame jobs follow the ``batch.*`` settings."""
+    v = settings.batch_avg_data_volume_per_task
+    return {
+        AQE + "coalescePartitions.enabled": "true",
+        AQE + "coalescePartitions.initialPartitionNum": str(settings.batch_max_parallelism),
+        AQE + "advisoryPartitionSizeInBytes": str(v),
+        AQE + "coalescePartitions.parallelismFirst": "false",
+        AQE + "coalescePartitions.minPartitionNum": str(settings.batch_min_parallelism),
+        AQE + "coalescePartitions.minPartitionSize": str(min(SPARK_MIN_PARTITION_SIZE,
+                                                             max(1, v // 5))),
+        FILES + "maxPartitionBytes": str(v),
+        FILES + "minPartitionNum": str(settings.batch_min_parallelism),
+        FILES + "maxPartitionNum": str(source_upper_bound(settings)),
+    }
+
+
+def apply_sql_confs(sc: SparkContext, settings: Settings) -> dict[str, str]:
+    """Set :func:`sql_confs` where sessions read them; returns what was set.
+
+    Logs one INFO line with the values and the keys whose earlier value they replace.
+    """
+    confs = sql_confs(settings)
+    live = sc._jsc.sc().conf()  # the SparkContext's own conf; getConf() would be a copy
+    replaced = {k: live.get(k) for k in confs if live.contains(k) and live.get(k) != confs[k]}
+    for k, v in confs.items():
+        live.set(k, v)
+    session = _default_session(sc)
+    aqe_on = str(live.get(AQE + "enabled", "true")).lower() == "true"
+    if session is not None:
+        shared = session.sharedState().conf()
+        runtime = session.conf()
+        for k, v in confs.items():
+            shared.set(k, v)
+            old = runtime.get(k, None)
+            if old is not None and old != v:
+                replaced.setdefault(k, old)
+            runtime.set(k, v)
+        aqe_on = str(runtime.get(AQE + "enabled", "true")).lower() == "true"
+    log.info("batch: Spark SQL steered to %s per task within [%d, %d] tasks (source splits at "
+             "most %d): %s%s", format_bytes(settings.batch_avg_data_volume_per_task),
+             settings.batch_min_parallelism, settings.batch_max_parallelism,
+             source_upper_bound(settings), ", ".join(f"{k}={v}" for k, v in confs.items()),
+             f"; replaced {replaced}" if replaced else "")
+    if not aqe_on:
+        log.warning("batch: spark.sql.adaptive.enabled=false, so shuffle stages of DataFrame jobs "
+                    "run spark.sql.shuffle.partitions tasks; only source splits follow "
+                    "spark.adaptive.batch.*. Turn adaptive execution on to steer shuffles.")
+    return confs
+
+
+def _default_session(sc: SparkContext) -> Any:
+    """The JVM's default SparkSession of ``sc``, or None (the zero-code path: not created yet)."""
+    try:
+        cls = getattr(sc._jvm, "org.apache.spark.sql.classic.SparkSession")
+        opt = cls.getDefaultSession()
+        if opt.isDefined() and not opt.get().sparkContext().isStopped():
+            return opt.get()
+    except Exception as e:  # a pyspark without the classic session class
+        log.debug("no default SparkSession to steer: %s", e)
+    return None

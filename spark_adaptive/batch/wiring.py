@@ -1,0 +1,115 @@
+"""The batch part of a running spark-adaptive: started at activation when ``batch.enabled``.
+
+:func:`start_batch` is registered with
+:func:`spark_adaptive.spark.activation.on_activation`. For a runtime whose
+``spark.adaptive.batch.enabled`` is true it
+
+* steers Spark SQL with the ``batch.*`` settings (:mod:`spark_adaptive.batch.sql`);
+* subscribes :class:`BatchScheduler` to the event bus: every completed stage is
+  explained against the rule and logged, every job is summarized when it ends
+  (:class:`~spark_adaptive.core.batch_stages.BatchTracker`), and executors
+  follow the submitted stages' tasks while spark-adaptive controls them
+  (:class:`~spark_adaptive.core.batch_executors.ExecutorFollower`).
+
+Who controls the executors: the batch part declares executors only while no
+managed streaming query runs, and only where Spark can add and remove them
+(not ``local[*]``). When a streaming query is managed, its scheduler's
+declarations stand and batch stages use what exists. After a batch
+declaration the streaming scheduler is told to declare afresh next time.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING
+
+from spark_adaptive.batch.sql import apply_sql_confs
+from spark_adaptive.core import events as ev
+from spark_adaptive.core.batch_executors import LOGGER_NAME, ExecutorFollower
+from spark_adaptive.core.batch_stages import BatchLimits, BatchTracker, JobReport
+from spark_adaptive.spark.activation import on_activation
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+
+    from spark_adaptive.spark.runtime import AdaptiveRuntime
+
+decision_log = logging.getLogger(LOGGER_NAME)
+_lock = threading.Lock()
+_parts: dict[int, BatchScheduler] = {}
+
+
+class BatchScheduler:
+    """The batch part of one runtime; every handler runs on the scheduler thread."""
+
+    def __init__(self, rt: AdaptiveRuntime) -> None:
+        s = rt.settings
+        self._rt = rt
+        self.tracker = BatchTracker(BatchLimits(
+            s.batch_avg_data_volume_per_task, s.batch_min_parallelism, s.batch_max_parallelism,
+            s.batch_default_source_parallelism))
+        self.sql_confs = apply_sql_confs(rt.sc, s)
+        self.follower = ExecutorFollower(
+            rt.actuator, rt.loop, min_p=s.batch_min_parallelism, max_p=s.batch_max_parallelism,
+            idle_timeout=s.batch_executor_idle_timeout, controls=self.controls_executors,
+            slots_per_executor=self._slots_per_executor,
+            executors_alive=lambda: len(rt.actuator.executors),
+            on_declared=rt.scheduler.forget_declared_executors)
+        self._unsubscribe = rt.subscribe(self.on_event, "batch scheduler", replay_executors=False)
+
+    def controls_executors(self) -> bool:
+        """True while spark-adaptive may size the executors for batch stages (see module doc)."""
+        if not self._rt.actuator.supported:
+            return False
+        return not any(not q.finished for q in self._rt.scheduler.queries())
+
+    def _slots_per_executor(self) -> int | None:
+        task_cpus = self._rt.actuator.task_cpus
+        cores = sorted(self._rt.actuator.executors.values())
+        if cores:
+            return max(1, cores[len(cores) // 2] // task_cpus)
+        configured = self._rt.sc.getConf().get("spark.executor.cores", None)
+        return int(configured) // task_cpus if configured else None
+
+    def on_event(self, event: ev.Event) -> None:
+        if isinstance(event, ev.StageSubmitted):
+            self.follower.stage_submitted((event.stage_id, event.attempt), event.num_tasks)
+        elif isinstance(event, ev.StageCompleted):
+            self.follower.stage_completed((event.stage_id, event.attempt))
+            stage = self.tracker.handle(event)
+            if stage is not None and not isinstance(stage, JobReport):
+                decision_log.info("batch: stage %d '%s': %s", stage.stage_id, stage.name,
+                                  stage.reason)
+        elif isinstance(event, ev.JobStarted):
+            self.tracker.handle(event)
+        elif isinstance(event, ev.JobEnded):
+            job = self.tracker.handle(event)
+            if isinstance(job, JobReport):
+                decision_log.info("batch: %s", job.summary())
+
+    def close(self) -> None:
+        self._unsubscribe()
+        self.follower.close()
+        with _lock:
+            _parts.pop(id(self._rt.sc), None)
+
+
+def start_batch(rt: AdaptiveRuntime) -> BatchScheduler | None:
+    """Activation hook: start the batch part when ``spark.adaptive.batch.enabled`` is true."""
+    if not rt.settings.batch_enabled:
+        return None
+    part = BatchScheduler(rt)
+    with _lock:
+        _parts[id(rt.sc)] = part
+    rt.on_close(part.close)
+    return part
+
+
+def batch_scheduler_for(sc: SparkContext) -> BatchScheduler | None:
+    """The running batch part of ``sc``, if ``batch.enabled`` started one."""
+    with _lock:
+        return _parts.get(id(sc))
+
+
+on_activation(start_batch)

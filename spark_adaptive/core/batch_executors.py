@@ -1,0 +1,142 @@
+"""Executors that follow the parallelism of batch stages.
+
+Flink's adaptive batch scheduler asks the resource manager for the slots of the
+tasks it is about to deploy, and idle TaskManagers go away after
+``resourcemanager.taskmanager-timeout``. :class:`ExecutorFollower` does the same
+for Spark batch stages:
+
+* **scale up at once**: when a stage is submitted, the running stages need
+  ``ceil(tasks / slots per executor)`` executors, within
+  ``[ceil(min-parallelism / slots), ceil(max-parallelism / slots)]``; if that
+  is more than are alive (or were last declared), declare it;
+* **never shrink mid-job**: a smaller stage leaves extra executors alone (their
+  shuffle files and cached blocks may still be read);
+* **release when idle**: once no stage has run for ``idle_timeout``, declare
+  the lower bound; the actuator releases the newest surplus executors.
+
+Coordination with the streaming scheduler (the rule, in one place): batch
+declares executors only while ``controls()`` is true, which the wiring defines
+as "spark-adaptive manages no running streaming query". Streaming queries hold
+long-lived state and declare their own upper bounds; a batch job running
+beside them uses whatever executors exist and never declares over them. After
+every declaration ``on_declared`` runs, so the streaming scheduler declares
+afresh, rather than trusting its own last declaration, when a query starts.
+
+Every method runs on the scheduler thread; timers come from the injected
+:class:`~spark_adaptive.core.clock.Timers`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Hashable
+
+from spark_adaptive.core.clock import Cancellable, Timers
+from spark_adaptive.core.ports import ExecutorActuator
+
+LOGGER_NAME = "spark_adaptive.batch"
+decision_log = logging.getLogger(LOGGER_NAME)
+
+
+def executors_for_tasks(tasks: int, slots_per_executor: int, min_p: int, max_p: int
+                        ) -> tuple[int, str]:
+    """Executors to run ``tasks`` tasks at once, within the batch bounds, and why.
+
+    ``ceil(tasks / slots)`` clamped to ``[ceil(min_p / slots), ceil(max_p / slots)]``
+    and never below 1. Raises ``ValueError`` on ``slots_per_executor < 1``.
+    """
+    if slots_per_executor < 1:
+        raise ValueError(f"slots_per_executor must be >= 1, got {slots_per_executor}")
+    lo = max(1, math.ceil(min_p / slots_per_executor))
+    hi = max(lo, math.ceil(max_p / slots_per_executor))
+    raw = math.ceil(tasks / slots_per_executor)
+    n = min(max(raw, lo), hi)
+    text = f"ceil({tasks} tasks / {slots_per_executor} slots per executor) = {raw}"
+    if n != raw:
+        text += f", {'raised' if n > raw else 'clamped'} to {n} (bounds [{lo}, {hi}] from " \
+                f"batch.min/max-parallelism {min_p}/{max_p})"
+    return n, text
+
+
+class ExecutorFollower:
+    """Declares executors for the batch stages that run, and releases them when idle."""
+
+    def __init__(
+        self,
+        actuator: ExecutorActuator,
+        timers: Timers,
+        *,
+        min_p: int,
+        max_p: int,
+        idle_timeout: float,
+        controls: Callable[[], bool],
+        slots_per_executor: Callable[[], int | None],
+        executors_alive: Callable[[], int],
+        on_declared: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._actuator = actuator
+        self._timers = timers
+        self._min_p, self._max_p = min_p, max_p
+        self._idle_timeout = idle_timeout
+        self._controls = controls
+        self._slots = slots_per_executor
+        self._alive = executors_alive
+        self._on_declared = on_declared
+        self._running: dict[Hashable, int] = {}
+        self._idle_timer: Cancellable | None = None
+        self.declared: int | None = None
+        self.decisions: list[tuple[int, str]] = []
+
+    @property
+    def running_tasks(self) -> int:
+        return sum(self._running.values())
+
+    def stage_submitted(self, key: Hashable, tasks: int) -> None:
+        """A stage (``key``: stage id and attempt) with ``tasks`` tasks is about to run."""
+        self._running[key] = tasks
+        self._cancel_idle()
+        if not self._controls():
+            return
+        per = self._slots() or 1
+        want, why = executors_for_tasks(self.running_tasks, per, self._min_p, self._max_p)
+        have = max(self._alive(), self.declared or 0)
+        if want > have:
+            self._declare(want, f"{len(self._running)} running stage(s) need {why}; "
+                                f"{self._alive()} alive")
+
+    def stage_completed(self, key: Hashable) -> None:
+        """A stage ended (succeeded or failed); when none runs, the idle clock starts."""
+        self._running.pop(key, None)
+        if not self._running and self._idle_timer is None:
+            self._idle_timer = self._timers.call_later(self._idle_timeout, self._on_idle)
+
+    def close(self) -> None:
+        self._cancel_idle()
+
+    def _on_idle(self) -> None:
+        self._idle_timer = None
+        if self._running or not self._controls():
+            return
+        per = self._slots() or 1
+        floor, _ = executors_for_tasks(0, per, self._min_p, self._max_p)
+        alive = self._alive()
+        if alive > floor or (self.declared is not None and self.declared > floor):
+            self._declare(floor, f"no batch stage ran for {self._idle_timeout:g}s: keep the "
+                                 f"lower bound of {floor} (batch.min-parallelism {self._min_p}, "
+                                 f"{per} slots per executor); {alive} alive")
+
+    def _declare(self, total: int, reason: str) -> None:
+        self.declared = total
+        self.decisions.append((total, reason))
+        decision_log.info("batch: request %d executor(s) in total: %s", total, reason)
+        try:
+            self._actuator.request_total_executors(total)
+        except Exception:
+            decision_log.exception("batch: requesting %d executors failed", total)
+        self._on_declared()
+
+    def _cancel_idle(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None

@@ -1,0 +1,232 @@
+"""How the reduce side of one RDD shuffle reads it: the plan the RDD helpers carry out.
+
+An RDD helper (:mod:`spark_adaptive.batch.rdd`) writes its shuffle into
+``batch.max-parallelism`` partitions (Flink's subpartitions) and runs the map
+side. Then one of two planners here decides how many tasks read the shuffle
+and which partitions each reads:
+
+* :func:`plan_by_bytes`, when the per-map, per-partition sizes are known (the
+  JVM shim reads them from Spark's map output statistics): ``p = ceil(total /
+  V)`` within the bounds; skewed partitions are split by map ranges where the
+  operation allows it (:func:`~.batch_ranges.split_skewed`), and the pieces
+  are packed into at most ``p`` contiguous ranges, as even in bytes as
+  contiguity allows. This is Flink's flexible subpartition mapping with
+  auto-rebalancing, with the count held to the rule: a greedy packing at
+  ``V`` alone runs up to twice ``p`` tasks when partitions are not much
+  smaller than ``V``.
+* :func:`plan_even`, when only the total is known (no shim): ``p`` from the
+  total bytes (:func:`~.batch_decider.decide_parallelism`) and ranges of equal
+  partition count, the mapping of Flink before auto-rebalancing.
+
+A :class:`ShufflePlan` lists, per task, the :class:`ReadSlice` values it reads,
+and which tasks read a piece of a split partition (their output needs the
+operation's merge step). :meth:`ShufflePlan.spec` encodes the slices for the
+shim's ``RangeShuffleRDD`` (syntax documented there and at :func:`encode`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from spark_adaptive.core.batch_decider import decide_parallelism, format_bytes
+from spark_adaptive.core.batch_ranges import (
+    DEFAULT_SKEW_FACTOR,
+    DEFAULT_SKEW_THRESHOLD,
+    Splitting,
+    even_ranges,
+    split_skewed,
+)
+
+#: ``ShufflePlan.method`` values.
+BY_BYTES, EVEN_BY_COUNT = "bytes", "even"
+
+
+@dataclass(frozen=True)
+class ShuffleSizes:
+    """``by_partition[j][m]``: bytes map task ``m`` wrote for reduce partition ``j``."""
+
+    by_partition: tuple[tuple[int, ...], ...]
+
+    @property
+    def partitions(self) -> int:
+        return len(self.by_partition)
+
+    @property
+    def maps(self) -> int:
+        return len(self.by_partition[0]) if self.by_partition else 0
+
+    @property
+    def totals(self) -> tuple[int, ...]:
+        return tuple(sum(row) for row in self.by_partition)
+
+    @property
+    def total(self) -> int:
+        return sum(self.totals)
+
+
+def parse_sizes(text: str) -> ShuffleSizes:
+    """The shim's sizes text: ``"<partitions> <maps>"``, then one line of map sizes per partition.
+
+    Raises ``ValueError`` when the text does not match its own header.
+    """
+    lines = text.split("\n")
+    head = lines[0].split()
+    if len(head) != 2:
+        raise ValueError(f"bad shuffle sizes header {lines[0]!r}")
+    partitions, maps = int(head[0]), int(head[1])
+    rows = tuple(tuple(int(x) for x in line.split(",")) if maps else ()
+                 for line in lines[1:1 + partitions])
+    if len(rows) != partitions or any(len(r) != maps for r in rows):
+        raise ValueError(f"shuffle sizes do not match their header {partitions} x {maps}")
+    return ShuffleSizes(rows)
+
+
+@dataclass(frozen=True)
+class ReadSlice:
+    """Partitions ``[start, end)`` from every map task, or from maps ``[map_start, map_end)``.
+
+    A slice with a map range is always one partition (a piece of a split one).
+    """
+
+    start: int
+    end: int
+    map_start: int = 0
+    map_end: int | None = None
+
+    @property
+    def is_piece(self) -> bool:
+        return self.map_end is not None
+
+    def spec(self) -> str:
+        if self.map_end is None:
+            return f"{self.start}-{self.end}"
+        return f"{self.start}@{self.map_start}-{self.map_end}"
+
+
+def encode(tasks: Sequence[Sequence[ReadSlice]]) -> str:
+    """Slices per task for the shim: tasks joined by ``;``, slices by ``,``
+    (``"s-e"`` whole partitions, ``"j@a-b"`` partition ``j`` from maps ``[a, b)``)."""
+    return ";".join(",".join(s.spec() for s in task) for task in tasks)
+
+
+@dataclass(frozen=True)
+class ShufflePlan:
+    """Which partitions of one shuffle each reduce task reads, and why."""
+
+    operation: str
+    partitions: int
+    tasks: tuple[tuple[ReadSlice, ...], ...]
+    bytes_per_task: tuple[int, ...] | None
+    total_bytes: int | None
+    method: str
+    reason: str
+    skewed: tuple[int, ...] = ()
+    maps: int | None = None
+
+    @property
+    def parallelism(self) -> int:
+        return len(self.tasks)
+
+    @property
+    def piece_tasks(self) -> tuple[int, ...]:
+        """Tasks that read a piece of a split partition: their keys need the merge step."""
+        return tuple(i for i, t in enumerate(self.tasks) if any(s.is_piece for s in t))
+
+    def spec(self, tasks: Sequence[int] | None = None) -> str:
+        """The shim's spec for all tasks, or for the tasks ``tasks`` in that order."""
+        chosen = self.tasks if tasks is None else [self.tasks[i] for i in tasks]
+        return encode(chosen)
+
+    def ranges(self) -> tuple[tuple[int, int], ...]:
+        """``(first partition, end partition)`` each task touches."""
+        return tuple((t[0].start, t[-1].end) for t in self.tasks)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "operation": self.operation, "partitions": self.partitions, "maps": self.maps,
+            "totalBytes": self.total_bytes, "parallelism": self.parallelism,
+            "method": self.method, "skewedPartitions": list(self.skewed),
+            "tasks": [[s.spec() for s in t] for t in self.tasks],
+            "bytesPerTask": list(self.bytes_per_task) if self.bytes_per_task else None,
+            "reason": self.reason,
+        }
+
+
+def plan_by_bytes(
+    operation: str,
+    sizes: ShuffleSizes,
+    splitting: Splitting,
+    *,
+    avg_bytes_per_task: int,
+    min_p: int,
+    max_p: int,
+    skew_factor: float = DEFAULT_SKEW_FACTOR,
+    skew_threshold: int = DEFAULT_SKEW_THRESHOLD,
+) -> ShufflePlan:
+    """At most ``p = ceil(total / V)`` (within ``[min_p, max_p]``) tasks reading byte-balanced
+    contiguous ranges; skewed partitions split by map ranges first if ``splitting`` allows.
+
+    The ranges are those of :func:`~.batch_ranges.split_skewed` with the bounds
+    ``[min_p, p]``: greedy ranges at ``V`` when they are at most ``p``, else those of
+    the smallest byte limit giving at most ``p`` (``p`` itself unless the count jumps
+    over it), so the largest range is as small as contiguity allows. The reason says
+    which applied.
+    """
+    if sizes.partitions == 0:
+        raise ValueError("a shuffle has at least one partition")
+    if sizes.maps == 0:
+        # No map task ran (an empty input): nothing to balance, one task reads it all.
+        task = (ReadSlice(0, sizes.partitions),)
+        return ShufflePlan(operation, sizes.partitions, (task,), (0,), 0, BY_BYTES,
+                           f"{operation}: the map side had no tasks, so one task reads the "
+                           f"{sizes.partitions} empty partitions", maps=0)
+    # The rule caps the count; when greedy ranges at V would exceed it (they run up to twice
+    # as many tasks when partitions are not much smaller than V), the packer takes the
+    # smallest byte limit that stays within it: the most even contiguous ranges.
+    rule = decide_parallelism(sizes.total, avg_bytes_per_task=avg_bytes_per_task, min_p=min_p,
+                              max_p=max_p)
+    skew = split_skewed(sizes.by_partition, avg_bytes_per_task=avg_bytes_per_task,
+                        min_p=min_p, max_p=rule.parallelism, splitting=splitting,
+                        skew_factor=skew_factor, skew_threshold=skew_threshold)
+    tasks = []
+    for start, end in skew.packing.ranges:
+        out: list[ReadSlice] = []
+        for piece in skew.slices[start:end]:
+            whole = piece.map_start == 0 and piece.map_end == sizes.maps
+            if whole and out and not out[-1].is_piece and out[-1].end == piece.partition:
+                # Consecutive whole partitions are read by one shuffle reader.
+                out[-1] = ReadSlice(out[-1].start, piece.partition + 1)
+            elif whole:
+                out.append(ReadSlice(piece.partition, piece.partition + 1))
+            else:
+                out.append(ReadSlice(piece.partition, piece.partition + 1,
+                                     piece.map_start, piece.map_end))
+        tasks.append(tuple(out))
+    return ShufflePlan(operation, sizes.partitions, tuple(tasks), skew.packing.bytes_per_range,
+                       sizes.total, BY_BYTES, f"{operation}: {rule.reason}; {skew.reason}",
+                       skew.skewed, sizes.maps)
+
+
+def plan_even(
+    operation: str,
+    partitions: int,
+    total_bytes: int,
+    *,
+    avg_bytes_per_task: int,
+    min_p: int,
+    max_p: int,
+    why: str,
+) -> ShufflePlan:
+    """``p`` from the total bytes, then ranges of equal partition count (no sizes per partition).
+
+    ``why`` says why sizes per partition are missing; it starts the reason.
+    """
+    decision = decide_parallelism(total_bytes, avg_bytes_per_task=avg_bytes_per_task,
+                                  min_p=min_p, max_p=max_p, vertex_max=partitions)
+    even = even_ranges(partitions, decision.parallelism)
+    tasks = tuple((ReadSlice(s, e),) for s, e in even.ranges)
+    return ShufflePlan(operation, partitions, tasks, None, total_bytes, EVEN_BY_COUNT,
+                       f"{operation}: {why}; {format_bytes(total_bytes)} in all: "
+                       f"{decision.reason}; {even.reason}")

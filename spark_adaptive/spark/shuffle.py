@@ -1,0 +1,140 @@
+"""The JVM side of an RDD shuffle for the batch helpers: run the map side, read sizes, read ranges.
+
+Two paths, chosen once per SparkContext:
+
+* **shim** (:class:`ShimShuffles`): ``io.sparkadaptive.shim.ShuffleSizes`` runs
+  the map side (``SparkContext.submitMapStage``, what Spark SQL's adaptive
+  execution uses) and returns the bytes each map task wrote for each reduce
+  partition, from the driver's ``MapOutputTrackerMaster``;
+  ``RangeShuffleRDD`` then reads the shuffle in the planned ranges and pieces.
+  Its classes run in the executors too, so the jar is added to the
+  application (``SparkContext.addJar``) the first time.
+* **fallback** (:class:`SparkShuffles`, no shim jar): the same map stage
+  through py4j, but only the total bytes are read (``MapOutputStatistics``);
+  the caller then coalesces with Spark's own ``RDD.coalesce``, which groups
+  whole partitions evenly by count (by executor locality once the map outputs
+  exist, so not necessarily adjacent ones).
+
+Only JDK and Spark objects cross into the shim's classes; JVM handles stay in
+this module (``_j`` names) and leave it as plain Python values or PySpark RDDs.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from spark_adaptive.core.batch_shuffle import ShufflePlan, ShuffleSizes, parse_sizes
+from spark_adaptive.errors import ShimNotAvailableError
+from spark_adaptive.spark.jvm import gateway, jvm, seq_to_list, shim_class
+
+if TYPE_CHECKING:
+    from pyspark import RDD, SparkContext
+
+log = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_jars_added: set[tuple[int, str]] = set()
+
+
+def shuffle_dependency(rdd: RDD[Any]) -> Any:
+    """The ShuffleDependency (JVM handle) a PySpark ``partitionBy`` result reads: a lineage walk."""
+    sc = rdd.context
+    shuffle_cls = jvm(sc).java.lang.Class.forName("org.apache.spark.ShuffleDependency")
+    todo, seen = [rdd._jrdd.rdd()], set()
+    while todo:
+        j = todo.pop()
+        if j.id() in seen:
+            continue
+        seen.add(j.id())
+        for dep in seq_to_list(j.dependencies()):
+            if shuffle_cls.isInstance(dep):
+                return dep
+            todo.append(dep.rdd())
+    raise ValueError(f"{rdd} reads no shuffle")
+
+
+class ShimShuffles:
+    """Shuffle sizes and range reads through the JVM shim."""
+
+    def __init__(self, sc: SparkContext, jar: Path) -> None:
+        self._sc = sc
+        self._jsizes = shim_class(sc, "ShuffleSizes", jar)
+        self._jranges = shim_class(sc, "RangeShuffleRDD", jar)
+        self._jar = jar
+        self._methods: dict[tuple[str, str, int], Any] = {}
+
+    def run_map_stage(self, jdep: Any) -> int:
+        """Run the map side of ``jdep`` (Spark skips it if done); returns the bytes written."""
+        return int(self._static(self._jsizes, "runMapStage", self._sc._jsc.sc(), jdep))
+
+    def sizes(self, jdep: Any) -> ShuffleSizes:
+        """Bytes per (partition, map task) of the finished shuffle ``jdep``.
+
+        Raises py4j's error when Spark no longer has every map output (an
+        executor was lost since): the caller falls back to even ranges.
+        """
+        text = self._static(self._jsizes, "sizes", jdep.shuffleId(),
+                            jdep.partitioner().numPartitions())
+        return parse_sizes(str(text))
+
+    def read(self, shuffled: RDD[Any], jdep: Any, plan: ShufflePlan,
+             tasks: list[int] | None = None) -> RDD[Any]:
+        """A PySpark RDD whose task ``i`` reads the slices of ``plan``'s task ``tasks[i]``."""
+        from pyspark import RDD as PyRDD
+
+        self._ship_jar()
+        jrdd = self._static(self._jranges, "of", jdep, plan.spec(tasks))
+        return PyRDD(jrdd, self._sc, shuffled._jrdd_deserializer)
+
+    def _ship_jar(self) -> None:
+        # Executors deserialize RangeShuffleRDD in every task: they need the jar too.
+        key = (id(self._sc), str(self._jar))
+        with _lock:
+            if key not in _jars_added:
+                self._sc._jsc.sc().addJar(str(self._jar))
+                _jars_added.add(key)
+
+    def _static(self, jcls: Any, name: str, *args: Any) -> Any:
+        # Classes from the shim's own class loader are not visible to py4j by name, so
+        # their static methods are called by reflection.
+        key = (str(jcls.getName()), name, len(args))
+        method = self._methods.get(key)
+        if method is None:
+            found = [m for m in jcls.getMethods()
+                     if m.getName() == name and len(m.getParameterTypes()) == len(args)]
+            if not found:
+                raise ShimNotAvailableError(f"the shim has no {key[0]}.{name}; rebuild it")
+            method = self._methods[key] = found[0]
+        jargs = gateway(self._sc).new_array(jvm(self._sc).java.lang.Object, len(args))
+        for i, a in enumerate(args):
+            jargs[i] = a
+        return method.invoke(None, jargs)
+
+
+class SparkShuffles:
+    """The fallback without the shim: Spark's own calls only."""
+
+    def __init__(self, sc: SparkContext) -> None:
+        self._sc = sc
+
+    def run_map_stage_total(self, jdep: Any) -> int:
+        """Run the map side of ``jdep`` (Spark skips it if done); returns the bytes written."""
+        if len(jdep.rdd().partitions()) == 0:
+            return 0
+        sizes = self._sc._jsc.sc().submitMapStage(jdep).get().bytesByPartitionId()
+        # One py4j call per partition: a few hundred at most (batch.max-parallelism).
+        return sum(int(sizes[i]) for i in range(len(sizes)))
+
+
+def shim_shuffles(sc: SparkContext, jar: Path | None) -> ShimShuffles | None:
+    """The shim path for ``sc``, or None (logged by the caller) when the jar is missing or bad."""
+    if jar is None:
+        return None
+    try:
+        return ShimShuffles(sc, jar)
+    except ShimNotAvailableError as e:
+        log.debug("shim shuffles unavailable: %s", e)
+        return None

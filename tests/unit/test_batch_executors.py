@@ -1,0 +1,95 @@
+"""Executors follow batch stages: up at once, down only when idle, never over streaming."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from spark_adaptive.core.batch_executors import ExecutorFollower, executors_for_tasks
+from spark_adaptive.core.clock import VirtualTime
+
+
+class FakeActuator:
+    def __init__(self) -> None:
+        self.requested: list[int] = []
+
+    def request_total_executors(self, total: int) -> None:
+        self.requested.append(total)
+
+    def kill_executors(self, executor_ids: Sequence[str], reason: str) -> None:
+        raise AssertionError("the follower only declares totals")
+
+
+class World:
+    def __init__(self, alive: int = 1, slots: int | None = 2, controls: bool = True,
+                 min_p: int = 1, max_p: int = 128) -> None:
+        self.time = VirtualTime()
+        self.actuator = FakeActuator()
+        self.alive, self.slots, self.controls = alive, slots, controls
+        self.forgotten = 0
+        self.follower = ExecutorFollower(
+            self.actuator, self.time, min_p=min_p, max_p=max_p, idle_timeout=60.0,
+            controls=lambda: self.controls, slots_per_executor=lambda: self.slots,
+            executors_alive=lambda: self.alive, on_declared=self._forget)
+
+    def _forget(self) -> None:
+        self.forgotten += 1
+
+
+def test_executors_for_tasks_is_ceil_within_bounds() -> None:
+    assert executors_for_tasks(7, 2, 1, 128) == (4, "ceil(7 tasks / 2 slots per executor) = 4")
+    n, why = executors_for_tasks(300, 2, 1, 128)
+    assert n == 64 and "clamped to 64" in why
+    n, why = executors_for_tasks(0, 4, 9, 128)
+    assert n == 3 and "raised to 3" in why
+    with pytest.raises(ValueError):
+        executors_for_tasks(1, 0, 1, 1)
+
+
+def test_scale_up_at_submission_then_down_to_the_floor_after_idle() -> None:
+    w = World(alive=1)
+    w.follower.stage_submitted((1, 0), 7)
+    assert w.actuator.requested == [4] and w.forgotten == 1
+    w.alive = 4
+    w.follower.stage_submitted((2, 0), 2)  # concurrent: 9 tasks need 5
+    assert w.actuator.requested == [4, 5]
+    w.follower.stage_completed((1, 0))
+    w.follower.stage_completed((2, 0))
+    w.time.advance(59)
+    assert w.actuator.requested == [4, 5], "not idle long enough"
+    w.time.advance(1)
+    assert w.actuator.requested == [4, 5, 1]
+    assert "no batch stage ran for 60s" in w.follower.decisions[-1][1]
+
+
+def test_a_smaller_stage_never_shrinks_mid_job_and_a_new_stage_stops_the_idle_clock() -> None:
+    w = World(alive=4)
+    w.follower.stage_submitted((1, 0), 8)
+    w.follower.stage_completed((1, 0))
+    w.time.advance(30)
+    w.follower.stage_submitted((2, 0), 1)  # fewer tasks: nothing released
+    w.time.advance(100)
+    assert w.actuator.requested == []
+    w.follower.stage_completed((2, 0))
+    w.time.advance(60)
+    assert w.actuator.requested == [1]
+
+
+def test_no_declaration_while_streaming_queries_are_managed() -> None:
+    w = World(alive=1, controls=False)
+    w.follower.stage_submitted((1, 0), 50)
+    w.follower.stage_completed((1, 0))
+    w.time.advance(120)
+    assert w.actuator.requested == [] and w.forgotten == 0
+
+
+def test_unknown_slots_count_one_per_executor_and_min_parallelism_sets_the_floor() -> None:
+    w = World(alive=6, slots=None, min_p=3)
+    w.follower.stage_submitted((1, 0), 5)  # 5 executors wanted, 6 alive: nothing
+    assert w.actuator.requested == []
+    w.follower.stage_completed((1, 0))
+    w.time.advance(60)
+    assert w.actuator.requested == [3]
+    w.time.advance(600)
+    assert w.actuator.requested == [3], "declared once"

@@ -1,0 +1,86 @@
+"""Batch reports: completed stages explained against the rule, grouped by job."""
+
+from __future__ import annotations
+
+import json
+
+from spark_adaptive.core import events as ev
+from spark_adaptive.core.batch_shuffle import plan_even
+from spark_adaptive.core.batch_stages import (
+    OTHER,
+    SHUFFLE,
+    SOURCE,
+    BatchLimits,
+    BatchTracker,
+    JobReport,
+    explain_stage,
+)
+
+MiB = 1 << 20
+LIMITS = BatchLimits(avg_bytes_per_task=16 * MiB, min_p=1, max_p=128)
+
+
+def done(stage: int, tasks: int, *, inp: int = 0, read: int = 0, write: int = 0,
+         failure: str | None = None, slow: float | None = None) -> ev.StageCompleted:
+    return ev.StageCompleted(10.0 + stage, stage, 0, tasks, inp, read, write, 1.5, failure,
+                             f"stage {stage}", slow, 0.5 if slow else None)
+
+
+def test_shuffle_stage_is_explained_by_ceil_bytes_over_v() -> None:
+    r = explain_stage(done(3, 7, read=100 * MiB), LIMITS)
+    assert (r.kind, r.rule, r.follows_rule) == (SHUFFLE, 7, True)
+    assert "ceil(100 MiB / 16 MiB) = 7" in r.reason and "against" not in r.reason
+
+    off = explain_stage(done(3, 200, read=100 * MiB), LIMITS)
+    assert off.follows_rule is False and "+193 against the rule" in off.reason
+
+
+def test_source_stage_uses_source_inference_and_other_stages_have_no_rule() -> None:
+    src = explain_stage(done(1, 4, inp=50 * MiB, write=10 * MiB), LIMITS)
+    assert (src.kind, src.rule) == (SOURCE, 4) and "source: ceil(50 MiB / 16 MiB)" in src.reason
+    capped = explain_stage(done(1, 4, inp=50 * MiB),
+                           BatchLimits(16 * MiB, 1, 128, default_source_parallelism=2))
+    assert capped.rule == 2 and "default source parallelism 2" in capped.reason
+    gen = explain_stage(done(2, 4, write=MiB), LIMITS)
+    assert (gen.kind, gen.rule, gen.follows_rule) == (OTHER, None, None)
+
+
+def test_skew_and_failure_are_in_the_reason() -> None:
+    r = explain_stage(done(5, 8, read=100 * MiB, slow=4.0, failure="boom"), LIMITS)
+    assert "slowest task 4.00s, median 0.50s" in r.reason and "failed: boom" in r.reason
+
+
+def test_stages_are_filed_under_the_running_job_that_lists_them() -> None:
+    t = BatchTracker(LIMITS)
+    t.handle(ev.JobStarted(1.0, 7, (1, 2), None, "3"))
+    t.handle(ev.JobStarted(1.0, 8, (2, 4), "group"))
+    assert t.handle(done(1, 4, inp=MiB)) is not None
+    t.handle(ev.JobEnded(2.0, 7, True))
+    t.handle(done(2, 3, read=40 * MiB))  # job 7 has ended: it ran for job 8
+    job = t.handle(ev.JobEnded(3.0, 8, True))
+    assert isinstance(job, JobReport) and [s.stage_id for s in job.stages] == [2]
+    assert "job 8 succeeded: stage 2 shuffle 40 MiB -> 3 tasks (rule 3)" == job.summary()
+    jobs = t.jobs()
+    assert [s.stage_id for s in jobs[0].stages] == [1] and jobs[0].execution_id == "3"
+    assert "(SQL query 3)" in jobs[0].summary()
+
+
+def test_report_is_json_and_keeps_plans_and_orphans() -> None:
+    t = BatchTracker(LIMITS, history=2)
+    for job in range(3):
+        t.handle(ev.JobStarted(0.0, job, (job,)))
+    t.handle(done(99, 1, read=MiB))
+    t.add_plan(plan_even("reduceByKey", 8, MiB, avg_bytes_per_task=MiB, min_p=1, max_p=8,
+                         why="test"), 5.0)
+    data = json.loads(json.dumps(t.report()))
+    assert [j["jobId"] for j in data["jobs"]] == [1, 2]
+    assert data["stagesWithoutJob"][0]["stageId"] == 99
+    assert data["rddShuffles"][0]["operation"] == "reduceByKey"
+    assert data["avgDataVolumePerTask"] == 16 * MiB
+
+
+def test_a_job_whose_stages_were_all_skipped_says_so() -> None:
+    t = BatchTracker(LIMITS)
+    t.handle(ev.JobStarted(0.0, 1, (1, 2)))
+    job = t.handle(ev.JobEnded(1.0, 1, False))
+    assert isinstance(job, JobReport) and "failed: every stage was skipped" in job.summary()
