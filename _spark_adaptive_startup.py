@@ -9,6 +9,13 @@ SparkContext has started with ``spark.adaptive.enabled=true`` (from
 wrapper imports spark_adaptive and activates it for that context. With the key
 absent or false, spark_adaptive is never imported.
 
+Before the SparkContext starts, and only when the configuration it is given
+enables spark-adaptive, the wrapper also sets ``spark.executor.heartbeatInterval``
+to 3s unless the app set it: spark-adaptive treats an executor silent for
+``spark.adaptive.failure-detection.timeout`` (20s) as hung, which needs
+heartbeats more often than Spark's default 10s (executors read the interval
+when they start, so it cannot be changed later).
+
 Set ``SPARK_ADAPTIVE_STARTUP=0`` to switch the hook off for a process.
 """
 
@@ -16,13 +23,31 @@ import os
 import sys
 
 _TARGETS = ("pyspark.core.context", "pyspark.context")
+_HEARTBEAT = "spark.executor.heartbeatInterval"
+HEARTBEAT_INTERVAL = "3s"
+
+
+def _conf_enables(conf):
+    try:
+        return conf.get("spark.adaptive.enabled", "false").strip().lower() == "true"
+    except Exception:
+        return False
 
 
 def _enabled(sc):
+    return _conf_enables(getattr(sc, "_conf", None))
+
+
+def _prepare(args, kwargs):
+    """Settings spark-adaptive needs before the context starts (only when it is enabled)."""
+    conf = kwargs.get("conf", args[7] if len(args) > 7 else None)
+    if conf is None or not _conf_enables(conf):
+        return
     try:
-        return sc._conf.get("spark.adaptive.enabled", "false").strip().lower() == "true"
+        if not conf.contains(_HEARTBEAT):
+            conf.set(_HEARTBEAT, HEARTBEAT_INTERVAL)
     except Exception:
-        return False
+        pass  # a conf without these methods: leave it as it is
 
 
 def _patch(module):
@@ -32,6 +57,7 @@ def _patch(module):
     original = cls.__init__
 
     def __init__(self, *args, **kwargs):
+        _prepare(args, kwargs)
         original(self, *args, **kwargs)
         if _enabled(self):
             from spark_adaptive.spark.activation import activate_context

@@ -108,3 +108,8 @@ class ExecutorActuator(Protocol):
     def kill_executors(self, executor_ids: Sequence[str], reason: str) -> None:
         """Release these executors (lowering the target by as many)."""
         ...
+
+    def release_hung_executor(self, executor_id: str, reason: str) -> None:
+        """An executor stopped answering: have it replaced, and have the driver drop it
+        (and reschedule its tasks) now rather than when its process finally ends."""
+        ...

@@ -98,6 +98,8 @@ class QuerySnapshot:
     status: FinishedStatus | None = None
     error: str | None = None
     error_class: str | None = None
+    progress: QueryProgress | None = None
+    """The query's last completed micro-batch (of any run)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -106,6 +108,13 @@ class QuerySnapshot:
             "requirements": self.requirements.to_dict(),
             "lastDecision": None if self.last_decision is None else self.last_decision.to_dict(),
             "counters": self.counters.to_dict(), "runId": self.run_id,
+            "lastProgress": None if self.progress is None else {
+                "batchId": self.progress.batch_id, "time": self.progress.time,
+                "numInputRows": self.progress.num_input_rows,
+                "inputRowsPerSecond": self.progress.input_rows_per_second,
+                "processedRowsPerSecond": self.progress.processed_rows_per_second,
+                "batchDuration": self.progress.batch_duration,
+                "statePartitions": self.progress.state_partitions},
             "status": self.status, "error": self.error, "errorClass": self.error_class,
         }
 
@@ -146,6 +155,7 @@ class QueryScheduler:
         self._running_slots = 0
         self._stateful = driver.info.stateful or driver.info.state_partitions is not None
         self._support: tuple[tuple[str | None, bool], RepartitionSupport] | None = None
+        self._last_progress: QueryProgress | None = None
         self._state: State = Created(self)
 
     # -- public -----------------------------------------------------------------------
@@ -198,8 +208,10 @@ class QueryScheduler:
             log.debug("query %s: dropping %s of run %s (current run %s)", self.key,
                       type(event).__name__, getattr(event, "run_id", None), self.run_id)
             return
-        if isinstance(event, QueryProgress) and event.state_operators:
-            self._stateful = True
+        if isinstance(event, QueryProgress):
+            self._last_progress = event
+            if event.state_operators:
+                self._stateful = True
         if isinstance(event, QueryTerminated):
             self._running = False
         self._state.on_query_event(event)
@@ -215,7 +227,8 @@ class QueryScheduler:
             counters=self.history.counters, run_id=self.run_id,
             status=st.status if isinstance(st, Finished) else None,
             error=None if failure is None else failure.message,
-            error_class=None if failure is None else failure.error_class)
+            error_class=None if failure is None else failure.error_class,
+            progress=self._last_progress)
 
     # -- the one way to change state ----------------------------------------------------
     def _transition(self, cls: type[S], build: Callable[[], S], reason: str) -> None:
@@ -389,16 +402,19 @@ class QueryScheduler:
         """The partitions the query must keep, when its partition count cannot change.
 
         A query that can never be restart-rescaled keeps the partition count of its
-        first start for good, so that start uses its upper bound (the partitions the
-        app configured): it then runs as it would without spark-adaptive, and only
-        live rescales apply to it.
+        first start for good, so that start uses the partitions the app configured
+        (``spark.sql.shuffle.partitions``, within the query's bounds): it then runs as
+        it would without spark-adaptive, and only live rescales apply to it. (Not the
+        upper bound: in reactive mode that is max-parallelism.)
         """
         support = self.repartition_support()
         if support.possible:
             return None
         if self._partitions is None:
-            upper = self._requirements.upper
-            return upper, f"{support.reason}; so it starts at its upper bound {upper}"
+            r = self._requirements
+            configured = min(max(self.configured_partitions, r.lower), r.upper)
+            return configured, (f"{support.reason}; so it starts at its configured "
+                                f"{configured} partitions and is only rescaled live")
         return self._partitions, support.reason
 
     def start_parallelism(self, share: int) -> tuple[int, str]:

@@ -75,6 +75,7 @@ class ResourceTracker:
         *,
         loss_grace: float,
         failure_detection_timeout: float,
+        first_heartbeat_grace: float = 0.0,
         task_cpus: int = 1,
         on_change: Callable[[SlotChange], None] | None = None,
         on_hung: Callable[[str, float], None] | None = None,
@@ -84,6 +85,10 @@ class ResourceTracker:
         self._timers = timers
         self._grace = loss_grace
         self._timeout = failure_detection_timeout
+        # Spark sends an executor's first heartbeat after a random delay of one to two
+        # heartbeat intervals; until then silence says nothing about a hang.
+        self._first_grace = first_heartbeat_grace
+        self._heard: set[str] = set()
         self._task_cpus = task_cpus
         self._listeners: list[Callable[[SlotChange], None]] = [on_change] if on_change else []
         self._on_hung = on_hung
@@ -160,6 +165,7 @@ class ResourceTracker:
     def executor_removed(self, executor_id: str, reason: str) -> None:
         executor = self._live.pop(executor_id, None)
         self._last_seen.pop(executor_id, None)
+        self._heard.discard(executor_id)
         if executor is None:
             return  # unknown, or already dropped as hung
         why = f"executor {executor_id} removed ({reason})"
@@ -175,6 +181,11 @@ class ResourceTracker:
     def heartbeat(self, executor_id: str) -> None:
         if executor_id in self._live:
             self._last_seen[executor_id] = self._timers.now()
+            self._heard.add(executor_id)
+
+    def _deadline(self, executor_id: str) -> float:
+        extra = 0.0 if executor_id in self._heard else self._first_grace
+        return self._last_seen[executor_id] + self._timeout + extra
 
     def close(self) -> None:
         """Cancel every timer (grace and hang check)."""
@@ -218,7 +229,7 @@ class ResourceTracker:
     def _arm_hang_check(self) -> None:
         if not self._last_seen:
             return
-        due = min(self._last_seen.values()) + self._timeout
+        due = min(self._deadline(e) for e in self._last_seen)
         if self._hang_check is not None and due >= self._hang_check_due:
             return  # the armed check comes first and re-arms itself
         if self._hang_check is not None:
@@ -232,11 +243,12 @@ class ResourceTracker:
         self._hang_check_due = math.inf
         now = self._timers.now()
         hung = [(eid, now - seen) for eid, seen in self._last_seen.items()
-                if now - seen >= self._timeout]
+                if now >= self._deadline(eid)]
         for executor_id, silent in hung:
             before = self.slots
             executor = self._live.pop(executor_id)
             self._last_seen.pop(executor_id)
+            self._heard.discard(executor_id)
             self._changed(before, f"executor {executor_id} sent no heartbeat for {silent:g}s "
                                   f"(failure-detection.timeout {self._timeout:g}s); treated as "
                                   "lost")

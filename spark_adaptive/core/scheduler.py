@@ -55,6 +55,24 @@ REACTIVE_REQUIREMENTS = "Cannot change the parallelism of a job running in react
 _EARLY_LIMIT = 64
 
 
+#: A timeout shorter than this many heartbeat intervals would take a late heartbeat for a hang.
+MIN_HEARTBEATS_PER_TIMEOUT = 3
+
+
+def failure_detection_timeout(configured: float, heartbeat_interval: float) -> float:
+    """The silence after which an executor counts as hung: the configured timeout, but never
+    less than three heartbeat intervals (warned about: lower the interval instead)."""
+    floor = MIN_HEARTBEATS_PER_TIMEOUT * heartbeat_interval
+    if configured >= floor:
+        return configured
+    log.warning("failure-detection.timeout %gs is under %d heartbeat intervals "
+                "(spark.executor.heartbeatInterval=%gs); using %gs. Set "
+                "spark.executor.heartbeatInterval to at most %gs to detect hung executors "
+                "within %gs.", configured, MIN_HEARTBEATS_PER_TIMEOUT, heartbeat_interval,
+                floor, configured / MIN_HEARTBEATS_PER_TIMEOUT, configured)
+    return floor
+
+
 class AdaptiveScheduler:
     """Every managed streaming query of one application, and the slots they share."""
 
@@ -67,10 +85,12 @@ class AdaptiveScheduler:
         *,
         task_cpus: int = 1,
         default_slots_per_executor: int | None = None,
+        heartbeat_interval: float = 10.0,
         random: Callable[[], float] = _random.random,
     ) -> None:
         """``default_slots_per_executor`` sizes executor requests until one executor is seen
-        (``spark.executor.cores // spark.task.cpus`` when the app sets it); ``random``
+        (``spark.executor.cores // spark.task.cpus`` when the app sets it);
+        ``heartbeat_interval`` is ``spark.executor.heartbeatInterval`` in seconds; ``random``
         feeds the exponential-delay jitter."""
         self.settings = settings
         self._actuator = actuator
@@ -80,7 +100,9 @@ class AdaptiveScheduler:
         self._random = random
         self.resources = ResourceTracker(
             timers, loss_grace=settings.executor_loss_grace,
-            failure_detection_timeout=settings.failure_detection_timeout, task_cpus=task_cpus,
+            failure_detection_timeout=failure_detection_timeout(
+                settings.failure_detection_timeout, heartbeat_interval),
+            first_heartbeat_grace=2 * heartbeat_interval, task_cpus=task_cpus,
             on_change=self._on_slots_changed, on_hung=self._on_hung)
         self._queries: dict[str, QueryScheduler] = {}
         self._shares: dict[str, int] | None = {}
@@ -113,9 +135,9 @@ class AdaptiveScheduler:
 
     def _on_hung(self, executor_id: str, silent: float) -> None:
         reason = f"no heartbeat for {silent:g}s"
-        decision_log.info("kill executor %s: %s", executor_id, reason)
+        decision_log.info("release hung executor %s: %s", executor_id, reason)
         try:
-            self._actuator.kill_executors([executor_id], f"spark-adaptive: {reason}")
+            self._actuator.release_hung_executor(executor_id, f"spark-adaptive: {reason}")
         except Exception:
             log.exception("killing hung executor %s failed", executor_id)
 

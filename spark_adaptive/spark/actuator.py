@@ -29,7 +29,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from spark_adaptive.core import events as ev
-from spark_adaptive.spark.jvm import empty_scala_map, jvm, scala_string_seq
+from spark_adaptive.spark.jvm import (
+    empty_scala_map,
+    jvm,
+    new_shim_object,
+    scala_string_seq,
+    shim_jar_path,
+)
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -40,8 +46,10 @@ log = logging.getLogger(__name__)
 class SparkExecutorActuator:
     """:class:`spark_adaptive.core.ports.ExecutorActuator` for a live SparkContext."""
 
-    def __init__(self, sc: SparkContext, synchronous: bool = False) -> None:
+    def __init__(self, sc: SparkContext, synchronous: bool = False, shim_jar: str = "") -> None:
         self._sc = sc
+        self.shim_jar = shim_jar
+        self._control: Any = None
         self._synchronous = synchronous
         self._queue: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._latest_total: int | None = None
@@ -100,6 +108,11 @@ class SparkExecutorActuator:
             self._latest_total = total
         self._enqueue("request", None)
 
+    def release_hung_executor(self, executor_id: str, reason: str) -> None:
+        """Kill a silent executor and have the driver drop it at once (through the shim)."""
+        self.kill_executors([executor_id], reason)
+        self._enqueue("declare-lost", (executor_id, reason))
+
     def kill_executors(self, executor_ids: Sequence[str], reason: str) -> None:
         if executor_ids:
             self._releasing.update(executor_ids)
@@ -142,6 +155,17 @@ class SparkExecutorActuator:
                 self.requested.append(int(total))
                 log.info("requested %d executor(s) in total (accepted: %s)",
                          total, ok)
+            elif what == "declare-lost":
+                executor_id, reason = arg
+                jar = shim_jar_path(self.shim_jar)
+                if jar is None:
+                    log.info("executor %s is dropped when its process ends (the JVM shim, "
+                             "which drops it at once, is not installed)", executor_id)
+                    return
+                if self._control is None:
+                    self._control = new_shim_object(self._sc, "ExecutorControl", jar)
+                if self._control.declareLost(self._sc._jsc.sc(), executor_id, reason):
+                    log.info("executor %s declared lost to the driver: %s", executor_id, reason)
             elif what == "kill":
                 ids, reason = arg
                 ok = jsc.killExecutors(scala_string_seq(self._sc, ids))

@@ -131,6 +131,9 @@ class SparkQueryDriver:
                    on_error: Callable[[str], Any]) -> None:
         def run() -> None:
             with self._lock:  # one operation of this query at a time, in order
+                if self._spark.sparkContext._jsc is None:
+                    on_done(on_error("the SparkContext has stopped"))
+                    return
                 try:
                     result = op()
                 except Exception as e:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from spark_adaptive.core.bus import EventBus, Handler
 from spark_adaptive.core.events import Event
 from spark_adaptive.core.loop import EventLoop
-from spark_adaptive.core.options import Settings
+from spark_adaptive.core.options import Settings, parse_duration
 from spark_adaptive.core.persistence import PersistedRequirements
 from spark_adaptive.core.scheduler import AdaptiveScheduler
 from spark_adaptive.rest.facade import RuntimeFacade
@@ -50,7 +50,7 @@ class AdaptiveRuntime:
         self.settings = settings
         self.loop = EventLoop()
         self.bus = EventBus(self.loop.submit)
-        self.actuator = SparkExecutorActuator(sc)
+        self.actuator = SparkExecutorActuator(sc, shim_jar=settings.shim_jar)
         self.bus.subscribe(self.actuator.observe, "executor tracking")
         self._query_listener: Any = None
         self._query_listener_session: SparkSession | None = None
@@ -59,9 +59,12 @@ class AdaptiveRuntime:
         conf = sc.getConf()
         task_cpus = int(conf.get("spark.task.cpus", "1") or 1)
         cores = conf.get("spark.executor.cores", None)
+        heartbeat = parse_duration(conf.get("spark.executor.heartbeatInterval", "10s") or "10s",
+                                   unit="ms")
         self.scheduler = AdaptiveScheduler(
             settings, self.actuator, self.loop, self.loop.submit, task_cpus=task_cpus,
-            default_slots_per_executor=int(cores) // task_cpus if cores else None)
+            default_slots_per_executor=int(cores) // task_cpus if cores else None,
+            heartbeat_interval=heartbeat)
         self.bus.subscribe(self.scheduler.on_event, "adaptive scheduler")
         from spark_adaptive.spark.streaming import StreamingManager, install_writer_hooks
 

@@ -120,7 +120,7 @@ def test_state_that_cannot_be_repartitioned_keeps_its_partitions_and_says_why(
     # One slot, but this query's first partition count is final: it starts at its upper bound.
     rec.wait_for(ev.QueryProgress, lambda e: e.state_partitions == 3, timeout=120)
     start = _history(rt, query.key)[0]
-    assert start["toParallelism"] == 3
+    assert start["toParallelism"] == 3  # the app's spark.sql.shuffle.partitions
     assert "only for the RocksDB provider" in start["reason"]
     run = query.runId
     local_cluster.add_worker()  # 3 partitions on 2 slots would want a restart; it cannot

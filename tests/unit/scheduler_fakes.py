@@ -313,6 +313,9 @@ class FakeActuator:
     def kill_executors(self, executor_ids: Any, reason: str) -> None:
         self.killed.append((tuple(executor_ids), reason))
 
+    def release_hung_executor(self, executor_id: str, reason: str) -> None:
+        self.killed.append(((executor_id,), reason))
+
 
 def query_info(key: str = "q1", *, partitions: int = 4, checkpoint: str | None = "/cp/q1",
                trigger_interval: float = 0.0, name: str | None = None,
@@ -335,7 +338,8 @@ class App:
         self.actuator = FakeActuator()
         self.scheduler = AdaptiveScheduler(
             settings or Settings(), self.actuator, self.vt,
-            lambda fn: self.vt.call_later(0, fn), random=lambda: 0.5, **kw)
+            lambda fn: self.vt.call_later(0, fn), random=lambda: 0.5,
+            **{"heartbeat_interval": 5.0, **kw})
         self.changes: list[Any] = []
         self.scheduler.add_listener(self.changes.append)
         self.beating: set[str] = set()

@@ -182,3 +182,31 @@ def test_slots_per_executor_and_executors_for(vt: VirtualTime, rec: Recorder) ->
 def test_refuses_bad_task_cpus(vt: VirtualTime, rec: Recorder) -> None:
     with pytest.raises(ValueError, match="task_cpus"):
         tracker(vt, rec, task_cpus=0)
+
+
+def test_first_heartbeat_gets_two_intervals_of_grace() -> None:
+    """Spark's first heartbeat comes one to two intervals after the executor starts."""
+    vt = VirtualTime()
+    hung: list[str] = []
+    t = ResourceTracker(vt, loss_grace=0, failure_detection_timeout=20,
+                        first_heartbeat_grace=20, on_hung=lambda e, s: hung.append(e))
+    t.executor_added("1", "h", 1)
+    vt.advance(39.9)
+    assert hung == [] and t.slots == 1
+    t.heartbeat("1")  # heard from: from now on 20 s of silence is a hang
+    vt.advance(19.9)
+    assert hung == []
+    vt.advance(0.1)
+    assert hung == ["1"] and t.slots == 0
+
+
+def test_never_heard_from_is_a_hang_after_timeout_plus_grace() -> None:
+    vt = VirtualTime()
+    hung: list[str] = []
+    t = ResourceTracker(vt, loss_grace=0, failure_detection_timeout=20,
+                        first_heartbeat_grace=6, on_hung=lambda e, s: hung.append(e))
+    t.executor_added("1", "h", 1)
+    vt.advance(25.9)
+    assert hung == []
+    vt.advance(0.1)
+    assert hung == ["1"]

@@ -6,6 +6,8 @@ import ast
 import math
 from pathlib import Path
 
+import pytest
+
 import spark_adaptive.core as core
 from spark_adaptive.core.options import Settings
 
@@ -57,3 +59,13 @@ def test_the_core_imports_neither_pyspark_nor_py4j() -> None:
                         "spark_adaptive.spark"):
                     offenders.append(f"{path.name}: {name}")
     assert offenders == []
+
+
+def test_failure_detection_never_below_three_heartbeat_intervals(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from spark_adaptive.core.scheduler import failure_detection_timeout
+
+    assert failure_detection_timeout(20.0, 3.0) == 20.0  # 3 s heartbeats: 20 s is safe
+    with caplog.at_level("WARNING"):
+        assert failure_detection_timeout(20.0, 10.0) == 30.0  # Spark's default interval
+    assert "spark.executor.heartbeatInterval" in caplog.text

@@ -378,7 +378,7 @@ def test_query_that_cannot_repartition_is_only_rescaled_live() -> None:
     assert "HDFS state store" in live.reason
 
 
-def test_query_that_can_never_repartition_starts_at_its_upper_bound() -> None:
+def test_query_that_can_never_repartition_starts_at_its_configured_partitions() -> None:
     """Its first partition count is its last: start where Spark alone would, then scale live."""
     app = App()
     app.add("1")
@@ -395,7 +395,18 @@ def test_query_that_can_never_repartition_starts_at_its_upper_bound() -> None:
     assert driver.calls == [("start", 6)]  # never restarted
     snap = app.scheduler.query("q").snapshot()
     assert (snap.parallelism, snap.slots) == (6, 3)
-    assert "starts at its upper bound 6" in app.scheduler.history("q")[0].reason
+    assert "starts at its configured 6 partitions" in app.scheduler.history("q")[0].reason
+
+
+def test_reactive_query_that_can_never_repartition_keeps_its_configured_partitions() -> None:
+    """Reactive mode's upper bound is max-parallelism; the first start must not use it."""
+    app = App(Settings.from_conf({"spark.adaptive.scheduler.mode": "reactive"}))
+    app.add("1")
+    driver = FakeDriver(query_info("q", partitions=4),
+                        support=RepartitionSupport(False, "stateful, HDFS state store"))
+    app.register(driver)
+    app.advance(1)
+    assert driver.calls == [("start", 4)]
 
 
 def test_lookup_by_key_query_id_and_name() -> None:

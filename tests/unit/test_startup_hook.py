@@ -19,13 +19,19 @@ class _Conf:
     def get(self, key: str, default: str) -> str:
         return self.values.get(key, default)
 
+    def contains(self, key: str) -> bool:
+        return key in self.values
 
-def _module(conf: dict[str, str]) -> Any:
+    def set(self, key: str, value: str) -> None:
+        self.values[key] = value
+
+
+def _module(values: dict[str, str]) -> Any:
     class SparkContext:
         stopped = False
 
-        def __init__(self) -> None:
-            self._conf = _Conf(conf)
+        def __init__(self, conf: Any = None) -> None:
+            self._conf = conf or _Conf(values)
 
         def stop(self) -> None:
             self.stopped = True
@@ -80,3 +86,21 @@ def test_interpreter_start_up_is_cheap_and_loads_nothing_of_ours() -> None:
             "'_spark_adaptive_startup' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False", "True"]
+
+
+def test_heartbeat_interval_is_set_before_an_enabled_context_starts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = types.ModuleType("spark_adaptive.spark.activation")
+    fake.activate_context = lambda sc: None  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "spark_adaptive.spark.activation", fake)
+    mod = _module({})
+    hook._patch(mod)
+    enabled = _Conf({"spark.adaptive.enabled": "true"})
+    mod.SparkContext(conf=enabled)
+    assert enabled.values["spark.executor.heartbeatInterval"] == "3s"
+    own = _Conf({"spark.adaptive.enabled": "true", "spark.executor.heartbeatInterval": "5s"})
+    mod.SparkContext(conf=own)
+    assert own.values["spark.executor.heartbeatInterval"] == "5s"  # the app's own setting stays
+    plain = _Conf({})
+    mod.SparkContext(conf=plain)
+    assert plain.values == {}  # not enabled: nothing touched

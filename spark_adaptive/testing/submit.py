@@ -1,0 +1,119 @@
+"""Run an unmodified PySpark app with ``spark-submit`` on a local cluster, and watch it.
+
+:func:`submit` starts ``spark-submit --master <cluster> [--conf ...] app.py`` as
+a child process (its output goes to a log file) and returns a
+:class:`SubmittedApp`, which reads the app's spark-adaptive REST API: the
+queries, their state, parallelism and rescale history. This is how an
+operator sees a production app, and it needs nothing inside the app.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from spark_adaptive.errors import ClusterError
+from spark_adaptive.testing.cluster import LocalCluster, free_port
+
+
+@dataclass
+class SubmittedApp:
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    rest_url: str
+
+    def get(self, path: str) -> Any:
+        with urllib.request.urlopen(self.rest_url + path, timeout=5) as r:
+            return json.load(r)
+
+    def queries(self) -> list[dict[str, Any]]:
+        result = self.get("/queries")
+        assert isinstance(result, list)
+        return result
+
+    def rescales(self, query: str) -> dict[str, Any]:
+        result = self.get(f"/queries/{query}/rescales")
+        assert isinstance(result, dict)
+        return result
+
+    def running(self) -> bool:
+        return self.process.poll() is None
+
+    def wait_for_query(self, timeout: float = 180.0) -> dict[str, Any]:
+        """The app's first query, once the REST API answers and lists one."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.running():
+                raise ClusterError(f"the app ended (exit {self.process.returncode}); "
+                                   f"see {self.log_path}:\n{self.tail()}")
+            self._learn_rest_url()
+            try:
+                found = self.queries()
+                if found:
+                    return found[0]
+            except (OSError, ValueError):
+                pass  # not up yet
+            time.sleep(0.5)
+        raise ClusterError(f"no query reported by {self.rest_url} within {timeout}s; "
+                           f"see {self.log_path}")
+
+    def _learn_rest_url(self) -> None:
+        """The server takes the next free port when its own is taken: read where it went."""
+        match = re.search(r"REST API at (http://[\d.:]+)", self.tail(400))
+        if match:
+            self.rest_url = match.group(1)
+
+    def wait(self, timeout: float = 120.0) -> int:
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise ClusterError(f"the app did not end within {timeout}s; see {self.log_path}"
+                               ) from None
+
+    def kill(self) -> None:
+        if self.running():
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+
+    def tail(self, lines: int = 40) -> str:
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def submit(cluster: LocalCluster, app: str | os.PathLike[str], *args: str,
+           conf: dict[str, str] | None = None, log_path: str | os.PathLike[str] | None = None,
+           rest_port: int | None = None) -> SubmittedApp:
+    """``spark-submit`` ``app`` to ``cluster`` with ``conf``; the REST API on a free port."""
+    port = rest_port or free_port()
+    settings = {
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.executor.memory": "512m",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.adaptive.rest.port": str(port),
+        **(conf or {}),
+    }
+    spark_submit = str(Path(sys.executable).parent / "spark-submit")
+    cmd = [spark_submit, "--master", cluster.master_url]
+    for key, value in settings.items():
+        cmd += ["--conf", f"{key}={value}"]
+    cmd += [str(app), *args]
+    log = Path(log_path) if log_path else cluster.work_dir / "logs" / f"app-{port}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    with open(log, "wb") as out:
+        process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                   stdin=subprocess.DEVNULL, start_new_session=True)
+    return SubmittedApp(process, log, f"http://127.0.0.1:{port}")

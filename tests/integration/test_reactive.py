@@ -1,0 +1,132 @@
+"""Reactive Mode with an unmodified app through spark-submit, and hung executors."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from spark_adaptive.core import events as ev
+from spark_adaptive.spark.runtime import runtime_for
+from spark_adaptive.testing.recorder import EventRecorder
+from spark_adaptive.testing.submit import SubmittedApp, submit
+
+pytestmark = pytest.mark.timeout(420)
+APP = Path(__file__).resolve().parents[2] / "examples" / "reactive_demo.py"
+
+
+def _until(app: SubmittedApp, what: str, check: Any, timeout: float = 180.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert app.running(), f"the app ended early:\n{app.tail()}"
+        q = app.queries()[0]
+        if check(q):
+            return q
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}; last seen {app.queries()}\n"
+                         f"{app.tail()}")
+
+
+def test_unmodified_app_in_reactive_mode_follows_workers_exactly_once(local_cluster, tmp_path):
+    app = submit(local_cluster, APP, "--checkpoint", str(tmp_path / "cp"),
+                 "--output", str(tmp_path / "out"), "--stop-file", str(tmp_path / "stop"),
+                 "--trigger", "1 second",
+                 conf={"spark.adaptive.enabled": "true",
+                       "spark.adaptive.scheduler.mode": "reactive",
+                       "spark.adaptive.scheduler.executing.cooldown-after-rescaling": "3s",
+                       "spark.adaptive.scheduler.executing.resource-stabilization-timeout": "15s",
+                       "spark.adaptive.scheduler.executor-loss-grace": "3s",
+                       "spark.sql.streaming.stateStore.providerClass":
+                           "org.apache.spark.sql.execution.streaming.state."
+                           "RocksDBStateStoreProvider",
+                       "spark.sql.shuffle.partitions": "7"})  # ignored in reactive mode
+    try:
+        q = app.wait_for_query()
+        assert q["name"] == "sensor-counts"
+        assert q["requirements"]["parallelism"]["upperBound"] == 32768  # max-parallelism
+        _until(app, "parallelism 1", lambda q: q["parallelism"] == 1 and q["state"] == "Executing")
+        local_cluster.add_worker()
+        local_cluster.add_worker()
+        _until(app, "parallelism 3", lambda q: (q["parallelism"], q["slots"]) == (3, 3))
+        local_cluster.kill_worker()
+        q = _until(app, "parallelism 2", lambda q: (q["parallelism"], q["slots"]) == (2, 2))
+        batch = q["lastProgress"]["batchId"]
+        _until(app, "a batch at 2", lambda q: q["lastProgress"]["batchId"] > batch)
+        rescales = app.rescales(q["id"])["rescales"]
+        assert [(r["trigger"], r["fromParallelism"], r["toParallelism"]) for r in rescales
+                if r["kind"] == "restart"] == [("INITIAL_SCHEDULE", 0, 1),
+                                               ("NEW_RESOURCES", 1, 3),
+                                               ("RESOURCES_LOST", 3, 2)]
+        (tmp_path / "stop").touch()
+        assert app.wait(120) == 0, app.tail()
+    finally:
+        app.kill()
+    log = app.log_path.read_text()
+    assert "Listener threw an exception" not in log
+    # Exactly once: the last committed aggregate counts every value 0..latest once. (The
+    # app's own stop() is Spark's immediate stop: a batch it cut short was never committed.)
+    committed = max(int(p.name) for p in (tmp_path / "cp" / "commits").iterdir()
+                    if p.name.isdigit())
+    table = pq.read_table(tmp_path / "out" / f"batch={committed}").to_pydict()
+    latest = max(table["latest"])
+    assert sum(table["readings"]) == latest + 1
+    assert sum(table["total"]) == latest * (latest + 1) // 2
+
+
+def test_frozen_executor_is_released_within_the_failure_detection_timeout(
+        local_cluster_factory, cluster_spark_factory, tmp_path):
+    from pyspark.sql import functions as F
+
+    cluster = local_cluster_factory(3)
+    # Enabled through the session's configuration, like spark-submit --conf: the start-up
+    # hook then sets a 3 s executor heartbeat before the context starts.
+    spark = cluster_spark_factory(cluster, **{
+        "spark.adaptive.enabled": "true",
+        "spark.adaptive.scheduler.submission.resource-stabilization-timeout": "0s",
+        "spark.adaptive.scheduler.executing.cooldown-after-rescaling": "0s",
+        "spark.adaptive.scheduler.executing.resource-stabilization-timeout": "2s",
+        "spark.adaptive.scheduler.executor-loss-grace": "2s",
+        "spark.sql.shuffle.partitions": "3"})
+    assert spark.sparkContext.getConf().get("spark.executor.heartbeatInterval") == "3s"
+    rt = runtime_for(spark.sparkContext)
+    assert rt is not None
+    rec = EventRecorder()
+    rt.subscribe(rec, "test")
+    query = (spark.readStream.format("rate").option("rowsPerSecond", 20).load()
+             .groupBy((F.col("value") % 10).alias("k")).count()
+             .writeStream.outputMode("update")
+             .foreachBatch(lambda df, i: df.write.mode("overwrite").parquet(
+                 str(tmp_path / "out" / str(i))))
+             .option("checkpointLocation", str(tmp_path / "cp"))
+             .trigger(processingTime="1 second").start())
+    rec.wait_for(ev.QueryProgress, lambda e: e.state_partitions == 3, timeout=180)
+    rec.wait_until(lambda: len({e.executor_id for e in rec.of(ev.ExecutorHeartbeat)}) == 3,
+                   timeout=60, what="heartbeats from all three executors")
+    victim = cluster.executors()[-1]
+    frozen = None
+    try:
+        frozen = cluster.freeze_executor(victim.executor_id)
+        t_freeze = time.monotonic()
+        mark = rec.mark()
+        removed = rec.wait_for(ev.ExecutorRemoved, lambda e: e.executor_id == victim.executor_id,
+                               since=mark, timeout=60)
+        released_after = time.monotonic() - t_freeze
+        assert released_after <= 20 + 3, f"released {released_after:.1f}s after the freeze"
+        assert removed.reason  # Spark's words ("Executor killed by driver.")
+        assert victim.executor_id in rt.actuator.killed  # released by spark-adaptive
+        # The query goes on without the hung executor, at a reduced parallelism.
+        rec.wait_for(ev.QueryProgress, lambda e: e.state_partitions == 2, since=mark,
+                     timeout=120)
+        stall = time.monotonic() - t_freeze
+        print(f"frozen executor released after {released_after:.1f}s; running at 2 partitions "
+              f"{stall:.1f}s after the freeze")
+    finally:
+        if frozen is not None:
+            try:
+                cluster.thaw_executor(frozen.executor_id)
+            except Exception:
+                pass  # killed meanwhile, as it should be
+    query.stop()
