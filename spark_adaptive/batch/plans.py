@@ -57,6 +57,8 @@ class BatchParams:
     skew_factor: float = DEFAULT_SKEW_FACTOR
     skew_threshold: int = DEFAULT_SKEW_THRESHOLD
     shim_jar: Path | None = None
+    #: Task slots held (``defaultParallelism``) with ``batch.use-held-slots``, else 1.
+    slots: int = 1
 
 
 def settings_for(sc: SparkContext, limits: dict[str, Any]) -> BatchParams:
@@ -78,7 +80,8 @@ def settings_for(sc: SparkContext, limits: dict[str, Any]) -> BatchParams:
         max_p=int(limits.get("max_parallelism") or s.batch_max_parallelism),
         skew_factor=float(limits.get("skew_factor", DEFAULT_SKEW_FACTOR)),
         skew_threshold=int(limits.get("skew_threshold", DEFAULT_SKEW_THRESHOLD)),
-        shim_jar=shim_jar_path(s.shim_jar))
+        shim_jar=shim_jar_path(s.shim_jar),
+        slots=int(sc.defaultParallelism) if s.batch_use_held_slots else 1)
     if not 1 <= p.min_p <= p.max_p or p.avg_bytes_per_task < 1:
         raise ValueError(f"need avg_bytes_per_task >= 1 and 1 <= min_parallelism <= "
                          f"max_parallelism, got {p.avg_bytes_per_task}, [{p.min_p}, {p.max_p}]")
@@ -113,7 +116,7 @@ def plan_read(shuffled: RDD[Any], operation: str, splitting: Splitting, params: 
                  else SparkShuffles(sc).run_map_stage_total(jdep))
     n = params.max_p
     bounds = dict(avg_bytes_per_task=params.avg_bytes_per_task, min_p=params.min_p,
-                  max_p=params.max_p)
+                  max_p=params.max_p, slots=params.slots)
     if shim is not None:
         try:
             sizes = shim.sizes(jdep)

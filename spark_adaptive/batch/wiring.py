@@ -48,7 +48,7 @@ class BatchScheduler:
         self._rt = rt
         self.tracker = BatchTracker(BatchLimits(
             s.batch_avg_data_volume_per_task, s.batch_min_parallelism, s.batch_max_parallelism,
-            s.batch_default_source_parallelism))
+            s.batch_default_source_parallelism, s.batch_use_held_slots))
         self.sql_confs = apply_sql_confs(rt.sc, s)
         self.follower = ExecutorFollower(
             rt.actuator, rt.loop, min_p=s.batch_min_parallelism, max_p=s.batch_max_parallelism,
@@ -77,7 +77,7 @@ class BatchScheduler:
             self.follower.stage_submitted((event.stage_id, event.attempt), event.num_tasks)
         elif isinstance(event, ev.StageCompleted):
             self.follower.stage_completed((event.stage_id, event.attempt))
-            stage = self.tracker.handle(event)
+            stage = self.tracker.handle(event, self._rt.actuator.slots)
             if stage is not None and not isinstance(stage, JobReport):
                 decision_log.info("batch: stage %d '%s': %s", stage.stage_id, stage.name,
                                   stage.reason)

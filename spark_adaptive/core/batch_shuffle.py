@@ -41,6 +41,26 @@ from spark_adaptive.core.batch_ranges import (
 
 #: ``ShufflePlan.method`` values.
 BY_BYTES, EVEN_BY_COUNT = "bytes", "even"
+#: The least a task reads when held slots raise a stage's parallelism: Spark AQE's
+#: ``minPartitionSize`` default, lowered to V / 5 for small V as Spark's own tests do.
+MIN_TASK_BYTES = 1 << 20
+
+
+def min_task_bytes(avg_bytes_per_task: int) -> int:
+    return min(MIN_TASK_BYTES, max(1, avg_bytes_per_task // 5))
+
+
+def slot_floor(total_bytes: int, slots: int, avg_bytes_per_task: int) -> int:
+    """Tasks that keep ``slots`` held slots busy while each reads at least
+    :func:`min_task_bytes`: ``min(slots, total // min_task_bytes)``, at least 1.
+
+    The lower bound ``batch.use-held-slots`` adds to Flink's rule (what Spark AQE's
+    ``parallelismFirst`` does with ``defaultParallelism``): a Spark application holds
+    its executors for the whole job, so leaving a held slot idle saves nothing.
+    """
+    if slots <= 1 or total_bytes <= 0:
+        return 1
+    return max(1, min(slots, total_bytes // min_task_bytes(avg_bytes_per_task)))
 
 
 @dataclass(frozen=True)
@@ -164,6 +184,7 @@ def plan_by_bytes(
     max_p: int,
     skew_factor: float = DEFAULT_SKEW_FACTOR,
     skew_threshold: int = DEFAULT_SKEW_THRESHOLD,
+    slots: int = 1,
 ) -> ShufflePlan:
     """At most ``p = ceil(total / V)`` (within ``[min_p, max_p]``) tasks reading byte-balanced
     contiguous ranges; skewed partitions split by map ranges first if ``splitting`` allows.
@@ -185,6 +206,7 @@ def plan_by_bytes(
     # The rule caps the count; when greedy ranges at V would exceed it (they run up to twice
     # as many tasks when partitions are not much smaller than V), the packer takes the
     # smallest byte limit that stays within it: the most even contiguous ranges.
+    min_p, held = _with_slots(min_p, max_p, sizes.total, slots, avg_bytes_per_task)
     rule = decide_parallelism(sizes.total, avg_bytes_per_task=avg_bytes_per_task, min_p=min_p,
                               max_p=max_p)
     skew = split_skewed(sizes.by_partition, avg_bytes_per_task=avg_bytes_per_task,
@@ -205,7 +227,7 @@ def plan_by_bytes(
                                      piece.map_start, piece.map_end))
         tasks.append(tuple(out))
     return ShufflePlan(operation, sizes.partitions, tuple(tasks), skew.packing.bytes_per_range,
-                       sizes.total, BY_BYTES, f"{operation}: {rule.reason}; {skew.reason}",
+                       sizes.total, BY_BYTES, f"{operation}: {rule.reason}{held}; {skew.reason}",
                        skew.skewed, sizes.maps)
 
 
@@ -218,15 +240,25 @@ def plan_even(
     min_p: int,
     max_p: int,
     why: str,
+    slots: int = 1,
 ) -> ShufflePlan:
     """``p`` from the total bytes, then ranges of equal partition count (no sizes per partition).
 
     ``why`` says why sizes per partition are missing; it starts the reason.
     """
+    min_p, held = _with_slots(min_p, max_p, total_bytes, slots, avg_bytes_per_task)
     decision = decide_parallelism(total_bytes, avg_bytes_per_task=avg_bytes_per_task,
                                   min_p=min_p, max_p=max_p, vertex_max=partitions)
     even = even_ranges(partitions, decision.parallelism)
     tasks = tuple((ReadSlice(s, e),) for s, e in even.ranges)
     return ShufflePlan(operation, partitions, tasks, None, total_bytes, EVEN_BY_COUNT,
                        f"{operation}: {why}; {format_bytes(total_bytes)} in all: "
-                       f"{decision.reason}; {even.reason}")
+                       f"{decision.reason}{held}; {even.reason}")
+
+
+def _with_slots(min_p: int, max_p: int, total: int, slots: int, v: int) -> tuple[int, str]:
+    """``min_p`` raised by :func:`slot_floor` (never above ``max_p``), and a note if it was."""
+    floor = min(slot_floor(total, slots, v), max_p)
+    if floor <= min_p:
+        return min_p, ""
+    return floor, f" (lower bound {floor}: {slots} task slots held)"

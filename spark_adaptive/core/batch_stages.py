@@ -37,7 +37,7 @@ from spark_adaptive.core.batch_decider import (
     format_bytes,
     infer_source_parallelism,
 )
-from spark_adaptive.core.batch_shuffle import ShufflePlan
+from spark_adaptive.core.batch_shuffle import ShufflePlan, slot_floor
 
 SHUFFLE, SOURCE, OTHER = "shuffle", "source", "other"
 
@@ -50,6 +50,8 @@ class BatchLimits:
     min_p: int
     max_p: int
     default_source_parallelism: int | None = None
+    #: ``batch.use-held-slots``: the slots held raise the lower bound (:func:`slot_floor`).
+    use_held_slots: bool = False
 
 
 @dataclass(frozen=True)
@@ -88,16 +90,21 @@ class StageReport:
         }
 
 
-def explain_stage(e: ev.StageCompleted, limits: BatchLimits) -> StageReport:
-    """What the rule says about a completed stage, next to what it ran."""
+def explain_stage(e: ev.StageCompleted, limits: BatchLimits, slots: int = 1) -> StageReport:
+    """What the rule says about a completed stage, next to what it ran.
+
+    ``slots``: task slots held when the stage ran; with ``limits.use_held_slots`` they
+    raise the rule's value as :func:`~.batch_shuffle.slot_floor` says.
+    """
     ran = f"ran {e.num_tasks} task{'s' if e.num_tasks != 1 else ''}"
+    v = limits.avg_bytes_per_task
     if e.shuffle_read_bytes > 0:
-        d = decide_parallelism(e.shuffle_read_bytes, avg_bytes_per_task=limits.avg_bytes_per_task,
-                               min_p=limits.min_p, max_p=limits.max_p)
+        d = decide_parallelism(e.shuffle_read_bytes, avg_bytes_per_task=v, min_p=limits.min_p,
+                               max_p=limits.max_p)
         kind, rule = SHUFFLE, d.parallelism
         reason = f"shuffle read {format_bytes(e.shuffle_read_bytes)}, {ran}; rule: {d.reason}"
     elif e.input_bytes > 0:
-        d = infer_source_parallelism(e.input_bytes, avg_bytes_per_task=limits.avg_bytes_per_task,
+        d = infer_source_parallelism(e.input_bytes, avg_bytes_per_task=v,
                                      upper_bound=limits.max_p,
                                      default_source_parallelism=limits.default_source_parallelism)
         kind, rule = SOURCE, d.parallelism
@@ -105,6 +112,11 @@ def explain_stage(e: ev.StageCompleted, limits: BatchLimits) -> StageReport:
     else:
         kind, rule = OTHER, None
         reason = f"no input or shuffle bytes measured (in-memory or generated data), {ran}"
+    if rule is not None and limits.use_held_slots and limits.min_p == 1:
+        floor = min(slot_floor(e.shuffle_read_bytes or e.input_bytes, slots, v), limits.max_p)
+        if floor > rule:
+            rule = floor
+            reason += f", raised to {floor} for the {slots} task slots held"
     if rule is not None and rule != e.num_tasks:
         reason += f"; {e.num_tasks - rule:+d} against the rule"
     if e.max_task_duration and e.median_task_duration and e.num_tasks > 1:
@@ -163,8 +175,10 @@ class BatchTracker:
         self._plans: list[dict[str, Any]] = []
         self._orphans: list[StageReport] = []
 
-    def handle(self, event: ev.Event) -> StageReport | JobReport | None:
-        """Apply one event; returns the stage or job report it completed, if any."""
+    def handle(self, event: ev.Event, slots: int = 1) -> StageReport | JobReport | None:
+        """Apply one event; returns the stage or job report it completed, if any.
+
+        ``slots``: task slots held now (see :func:`explain_stage`)."""
         with self._lock:
             if isinstance(event, ev.JobStarted):
                 self._jobs[event.job_id] = JobReport(event.job_id, event.stage_ids, event.time,
@@ -172,7 +186,7 @@ class BatchTracker:
                 while len(self._jobs) > self._history:
                     self._jobs.popitem(last=False)
             elif isinstance(event, ev.StageCompleted):
-                report = explain_stage(event, self.limits)
+                report = explain_stage(event, self.limits, slots)
                 job = self._owner(event.stage_id)
                 if job is not None:
                     job.stages.append(report)

@@ -346,6 +346,12 @@ class Settings:
         "While spark-adaptive controls the executors (no managed streaming query runs): once no "
         "batch stage has run for this long, executors beyond what batch.min-parallelism needs "
         "are released.", unit="s")
+    batch_use_held_slots: bool = option(
+        "batch.use-held-slots", "bool", True,
+        "Give a batch stage at least one task per task slot the application holds (Spark's "
+        "defaultParallelism) while each task still reads min(1 MiB, avg-data-volume-per-task "
+        "/ 5): executors are held for the whole job, so an idle slot saves nothing. false: "
+        "Flink's rule alone, and a stage with little data leaves held slots idle.")
 
     rest_enabled: bool = option(
         "rest.enabled", "bool", True, "Serve the REST API on the driver.")

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import math
 import operator
+import os
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -41,7 +45,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 
 def _session(cluster: LocalCluster, **adaptive: str) -> tuple[Any, Any, EventRecorder]:
-    spark = cluster_session(cluster, "batch-test")
+    # The task slots the app holds (defaultParallelism) are the cluster's two cores, not
+    # TEST_CONF's 4: batch.use-held-slots makes them the least number of tasks.
+    spark = cluster_session(cluster, "batch-test", **{"spark.default.parallelism": "2"})
     rt = spark_adaptive.enable(spark, **{"batch.enabled": "true", **adaptive})
     rec = EventRecorder()
     rt.subscribe(rec, "test recorder")
@@ -60,7 +66,7 @@ def test_dataframe_shuffle_stage_runs_bytes_over_v_tasks(cluster: LocalCluster,
 
     spark, rt, rec = _session(cluster, **{"batch.avg-data-volume-per-task": str(V_SQL)})
     assert spark.conf.get("spark.sql.adaptive.advisoryPartitionSizeInBytes") == str(V_SQL)
-    assert spark.conf.get("spark.sql.adaptive.coalescePartitions.parallelismFirst") == "false"
+    assert spark.conf.get("spark.sql.adaptive.coalescePartitions.initialPartitionNum") == "128"
     seen = []
     for rows in SQL_ROWS:
         mark = rec.mark()
@@ -82,6 +88,15 @@ def test_dataframe_shuffle_stage_runs_bytes_over_v_tasks(cluster: LocalCluster,
     assert stages[-1]["followsRule"] is True and "ceil(" in stages[-1]["reason"]
     assert any(j["jobId"] == job.job_id and j["executionId"] is not None
                for j in report["jobs"])
+
+    # Less than V in all: Flink's rule says 1 task, the two held slots make it 2
+    # (each task still reads more than V / 5).
+    mark = rec.mark()
+    (spark.range(0, 8_000, numPartitions=4).groupBy((F.col("id") % 4_000).alias("k"))
+     .agg(F.sum("id").alias("s")).write.format("noop").mode("overwrite").save())
+    small = rec.wait_for(ev.StageCompleted, where=lambda e: e.shuffle_read_bytes > 0, since=mark)
+    assert math.ceil(small.shuffle_read_bytes / V_SQL) == 1
+    assert small.shuffle_read_bytes > 2 * V_SQL // 5 and small.num_tasks == 2
 
 
 def _pairs(spark: Any, n: int, hot: bool = False) -> Any:
@@ -184,3 +199,36 @@ def _follower(rt: Any) -> Any:
     part = batch_scheduler_for(rt.sc)
     assert part is not None
     return part.follower
+
+
+ZERO_CODE_APP = textwrap.dedent("""
+    from pyspark.sql import SparkSession, functions as F
+    spark = SparkSession.builder.appName("unmodified-batch-app").getOrCreate()
+    print("ADVISORY", spark.conf.get("spark.sql.adaptive.advisoryPartitionSizeInBytes"))
+    (spark.range(0, 40000, numPartitions=4).groupBy((F.col("id") % 20000).alias("k"))
+     .agg(F.sum("id").alias("s")).write.format("noop").mode("overwrite").save())
+    print("RESULT done")
+    spark.stop()
+""")
+
+
+def test_zero_code_app_is_steered_before_its_first_session(cluster: LocalCluster,
+                                                           tmp_path: Path) -> None:
+    """spark-submit with the keys only: the session the app creates already has the confs."""
+    app = tmp_path / "app.py"
+    app.write_text(ZERO_CODE_APP)
+    submit = str(Path(sys.executable).parent / "spark-submit")
+    conf = ["spark.adaptive.enabled=true", "spark.adaptive.batch.enabled=true",
+            f"spark.adaptive.batch.avg-data-volume-per-task={V_SQL}",
+            "spark.executor.memory=512m", "spark.driver.host=127.0.0.1", "spark.ui.enabled=false"]
+    args = [submit, "--master", cluster.master_url]
+    for c in conf:
+        args += ["--conf", c]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    p = subprocess.run([*args, str(app)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, env=env, timeout=240, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout[-3000:]
+    assert f"ADVISORY {V_SQL}" in p.stdout and "RESULT done" in p.stdout
+    assert "batch: Spark SQL steered to 184 KiB per task" in p.stdout
+    # 459 KiB of shuffle (as in the DataFrame test) at 184 KiB per task: 3 tasks, logged.
+    assert "ran 3 tasks; rule: ceil(459.3 KiB / 184 KiB) = 3" in p.stdout, p.stdout[-3000:]

@@ -17,6 +17,7 @@ from spark_adaptive.core.batch_shuffle import (
     parse_sizes,
     plan_by_bytes,
     plan_even,
+    slot_floor,
 )
 
 KiB = 1024
@@ -127,3 +128,17 @@ def test_plan_json_names_every_task_slice() -> None:
     plan = plan_even("sortByKey", 4, 0, avg_bytes_per_task=1, min_p=1, max_p=4, why="w")
     data = plan.to_json()
     assert data["tasks"] == [["0-4"]] and data["parallelism"] == 1 and data["method"] == "even"
+
+
+def test_held_slots_raise_the_count_while_each_task_reads_a_mebibyte() -> None:
+    assert slot_floor(10 << 20, 4, 64 << 20) == 4
+    assert slot_floor(3 << 20, 4, 64 << 20) == 3, "never below 1 MiB per task"
+    assert slot_floor(3 * KiB, 4, 10 * KiB) == 1, "V / 5 when V is small: 2 KiB"
+    assert slot_floor(0, 8, KiB) == 1 and slot_floor(1 << 30, 1, KiB) == 1
+    rows = [[256 * KiB] * 2 for _ in range(32)]  # 16 MiB, V 64 MiB: the rule says 1
+    plan = plan_by_bytes("reduceByKey", sizes_of(rows), Splitting.MERGE,
+                         avg_bytes_per_task=64 << 20, min_p=1, max_p=128, slots=4)
+    assert plan.parallelism == 4 and "4 task slots held" in plan.reason
+    even = plan_even("reduceByKey", 32, 16 << 20, avg_bytes_per_task=64 << 20, min_p=1,
+                     max_p=128, why="w", slots=4)
+    assert even.parallelism == 4

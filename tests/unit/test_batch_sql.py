@@ -5,26 +5,40 @@ from __future__ import annotations
 from spark_adaptive.batch.sql import source_upper_bound, sql_confs
 from spark_adaptive.core.options import Settings
 
+AQE, FILES = "spark.sql.adaptive.", "spark.sql.files."
+
+
+def settings(**conf: str) -> Settings:
+    return Settings.from_conf({f"spark.adaptive.batch.{k}": v for k, v in conf.items()})
+
 
 def test_confs_follow_the_batch_settings() -> None:
-    s = Settings.from_conf({"spark.adaptive.batch.avg-data-volume-per-task": "16m",
-                            "spark.adaptive.batch.min-parallelism": "2",
-                            "spark.adaptive.batch.max-parallelism": "256",
-                            "spark.adaptive.batch.default-source-parallelism": "64"})
+    s = settings(**{"avg-data-volume-per-task": "16m", "max-parallelism": "256",
+                    "default-source-parallelism": "64"})
     c = sql_confs(s)
-    assert c["spark.sql.adaptive.coalescePartitions.initialPartitionNum"] == "256"
-    assert c["spark.sql.adaptive.advisoryPartitionSizeInBytes"] == str(16 << 20)
-    assert c["spark.sql.adaptive.coalescePartitions.minPartitionNum"] == "2"
-    # parallelismFirst would aim at the executor cores instead of the advisory size.
-    assert c["spark.sql.adaptive.coalescePartitions.parallelismFirst"] == "false"
-    assert c["spark.sql.adaptive.coalescePartitions.minPartitionSize"] == str(1 << 20)
-    assert c["spark.sql.files.maxPartitionBytes"] == str(16 << 20)
-    assert c["spark.sql.files.minPartitionNum"] == "2"
-    assert c["spark.sql.files.maxPartitionNum"] == "64" == str(source_upper_bound(s))
-    assert "spark.sql.adaptive.enabled" not in c, "the app's choice stays"
+    assert c[AQE + "coalescePartitions.initialPartitionNum"] == "256"
+    assert c[AQE + "advisoryPartitionSizeInBytes"] == str(16 << 20)
+    assert c[AQE + "coalescePartitions.minPartitionSize"] == str(1 << 20)
+    assert c[FILES + "maxPartitionBytes"] == str(16 << 20)
+    assert c[FILES + "maxPartitionNum"] == "64" == str(source_upper_bound(s))
+    assert AQE + "enabled" not in c, "the app's choice stays"
+    # Held slots are the lower bound: AQE's parallelismFirst, the scans' default minimum.
+    assert c[AQE + "coalescePartitions.parallelismFirst"] == "true"
+    assert FILES + "minPartitionNum" not in c
+    # Spark warns whenever its deprecated minPartitionNum is set: only when it matters.
+    assert AQE + "coalescePartitions.minPartitionNum" not in c
+
+
+def test_flinks_rule_alone_and_a_min_parallelism_above_one() -> None:
+    strict = sql_confs(settings(**{"use-held-slots": "false"}))
+    assert strict[AQE + "coalescePartitions.parallelismFirst"] == "false"
+    assert strict[FILES + "minPartitionNum"] == "1"
+    raised = sql_confs(settings(**{"min-parallelism": "6"}))
+    assert raised[AQE + "coalescePartitions.minPartitionNum"] == "6"
+    assert raised[FILES + "minPartitionNum"] == "6"
 
 
 def test_small_v_lowers_sparks_minimum_partition_size() -> None:
-    s = Settings.from_conf({"spark.adaptive.batch.avg-data-volume-per-task": "100k"})
-    assert sql_confs(s)["spark.sql.adaptive.coalescePartitions.minPartitionSize"] == "20480"
+    s = settings(**{"avg-data-volume-per-task": "100k"})
+    assert sql_confs(s)[AQE + "coalescePartitions.minPartitionSize"] == "20480"
     assert source_upper_bound(s) == 128

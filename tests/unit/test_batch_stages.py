@@ -84,3 +84,10 @@ def test_a_job_whose_stages_were_all_skipped_says_so() -> None:
     t.handle(ev.JobStarted(0.0, 1, (1, 2)))
     job = t.handle(ev.JobEnded(1.0, 1, False))
     assert isinstance(job, JobReport) and "failed: every stage was skipped" in job.summary()
+
+
+def test_held_slots_raise_the_rule_in_reports() -> None:
+    limits = BatchLimits(64 * MiB, 1, 128, use_held_slots=True)
+    r = explain_stage(done(3, 2, read=18 * MiB), limits, slots=2)
+    assert r.rule == 2 and r.follows_rule and "raised to 2 for the 2 task slots held" in r.reason
+    assert explain_stage(done(3, 1, read=12 * MiB), LIMITS, slots=2).rule == 1, "flag off"

@@ -52,6 +52,7 @@ def test_declared_keys_and_promised_defaults() -> None:
         "spark.adaptive.batch.max-parallelism": 128,
         "spark.adaptive.batch.default-source-parallelism": None,
         "spark.adaptive.batch.executor-idle-timeout": 60.0,
+        "spark.adaptive.batch.use-held-slots": True,
         "spark.adaptive.rest.enabled": True,
         "spark.adaptive.rest.host": "127.0.0.1",
         "spark.adaptive.rest.port": 4050,
