@@ -37,7 +37,8 @@ CONF = {
     "spark.adaptive.scheduler.mode": "reactive",
     # Flink's defaults (30 s cooldown, 60 s stabilization) would make a long demo.
     "spark.adaptive.scheduler.executing.cooldown-after-rescaling": "10s",
-    "spark.adaptive.scheduler.executing.resource-stabilization-timeout": "8s",
+    # Longer than the seconds between the two new executors arriving: one rescale 1 -> 3.
+    "spark.adaptive.scheduler.executing.resource-stabilization-timeout": "15s",
     "spark.adaptive.scheduler.executor-loss-grace": "5s",
     "spark.sql.streaming.stateStore.providerClass":
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
@@ -181,7 +182,8 @@ def plot(sampler: Sampler, history: list[dict[str, Any]], path: Path) -> None:
     t = [x["t"] for x in s]
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6), sharex=True,
                                       gridspec_kw={"height_ratios": [1, 1]})
-    top.step(t, [x["executors"] for x in s], where="post", label="executors", color="tab:gray")
+    top.step(t, [x["executors"] for x in s], where="post", label="executors", color="0.75",
+             lw=7, alpha=0.7)
     top.step(t, [x["slots"] for x in s], where="post", label="slots of the query",
              color="tab:orange", ls="--")
     top.step(t, [x["parallelism"] for x in s], where="post", label="parallelism (partitions)",
@@ -205,7 +207,8 @@ def plot(sampler: Sampler, history: list[dict[str, Any]], path: Path) -> None:
         when = r["time"] - started_at
         top.axvline(when, color="tab:red", lw=1, alpha=0.6)
         top.annotate(f"{r['kind']} {r['fromParallelism']}->{r['toParallelism']}",
-                     (when, 0.3), fontsize=7, color="tab:red", rotation=90, va="bottom")
+                     (when, top.get_ylim()[1] * 0.05), fontsize=7, color="tab:red",
+                     rotation=90, va="bottom", ha="right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
