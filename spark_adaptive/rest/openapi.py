@@ -88,6 +88,20 @@ def _schemas() -> dict[str, Any]:
                                      "enum": ["FINISHED", "CANCELED", "FAILED", None]}),
                 "error": _nullable({"type": "string"}),
                 "errorClass": _nullable({"type": "string"}),
+                "lastProgress": _nullable({
+                    "type": "object",
+                    "description": "The query's last completed micro-batch (of any run).",
+                    "properties": {
+                        "batchId": _int("Spark's batch id."),
+                        "time": {"type": "number", "description": "Epoch seconds."},
+                        "numInputRows": _int("Rows the batch read."),
+                        "inputRowsPerSecond": {"type": "number"},
+                        "processedRowsPerSecond": {"type": "number"},
+                        "batchDuration": {"type": "number", "description": "Seconds."},
+                        "statePartitions": _nullable(_int("State partitions; null when "
+                                                          "stateless.")),
+                    },
+                }),
             },
         },
         "RescaleRecord": {
