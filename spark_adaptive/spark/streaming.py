@@ -11,7 +11,8 @@ that always speaks for the query's current run, so it stays valid across the
 restarts of rescales and failures. ``awaitTermination()`` returns only when the
 query really ends (and raises the query's own error if it failed);
 ``stop()`` cancels it through the scheduler (Canceling, then
-Finished(CANCELED)).
+Finished(CANCELED)); ``stop_with_savepoint()`` stops it between two
+micro-batches for good (StopWithSavepoint, then Finished(FINISHED)).
 
 Not covered: ``spark.streams.awaitAnyTermination()`` and ``spark.streams.active``
 speak of Spark's runs, so they see a run end at each restart.
@@ -110,6 +111,16 @@ def _managed_query_class() -> type:
             while not self._finished.wait(1.0):
                 pass
 
+        def stop_with_savepoint(self) -> None:
+            """Stop for good, exactly between two micro-batches, leaving the checkpoint
+            complete (Flink's stop-with-savepoint): StopWithSavepoint, then
+            Finished(FINISHED). Raises ``ConflictError`` unless the query is Executing."""
+            if self._finished.is_set():
+                return
+            self._manager.stop_with_savepoint(self._key)
+            while not self._finished.wait(1.0):
+                pass
+
         @property
         def status(self) -> dict[str, Any]:
             state = self._manager.snapshot(self._key)["state"]
@@ -192,6 +203,9 @@ class StreamingManager:
 
     def cancel(self, key: str) -> None:
         self._rt.loop.call_sync(lambda: self._sched.cancel(key))
+
+    def stop_with_savepoint(self, key: str) -> None:
+        self._rt.loop.call_sync(lambda: self._sched.stop_with_savepoint(key))
 
     def snapshot(self, key: str) -> dict[str, Any]:
         result = self._rt.loop.call_sync(lambda: self._sched.query(key).snapshot().to_dict())

@@ -8,6 +8,7 @@ import pytest
 
 import spark_adaptive
 from spark_adaptive.core import events as ev
+from spark_adaptive.spark.checkpoint import inspect_checkpoint
 from spark_adaptive.testing.recorder import EventRecorder
 
 pytestmark = pytest.mark.timeout(400)
@@ -93,7 +94,11 @@ def test_balanced_partitions_are_rescaled_live_without_a_restart(
     assert query.runId == first_run, "a live rescale never restarts the query"
     snap = _snap(rt, query.key)
     assert (snap["parallelism"], snap["slots"], snap["counters"]["restarts"]) == (4, 4, 0)
-    query.stop()
+    query.stop_with_savepoint()  # for good, between two micro-batches
+    snap = _snap(rt, query.key)
+    assert (snap["state"], snap["status"]) == ("Finished", "FINISHED")
+    assert inspect_checkpoint(spark, str(tmp_path / "cp")).complete
+    assert query.awaitTermination(1) is True
 
 
 def test_state_that_cannot_be_repartitioned_keeps_its_partitions_and_says_why(
