@@ -8,9 +8,10 @@ These helpers take none:
    operation;
 2. the map side runs at once, when the helper is called (as ``sortByKey``
    runs its sampling job at once), so that the bytes are known;
-3. the reduce side gets ``p = ceil(bytes / V)`` tasks within the batch bounds,
-   each reading a contiguous range of partitions balanced by bytes
-   (:func:`~spark_adaptive.core.batch_shuffle.plan_by_bytes`). For operations
+3. the reduce side gets ``p = ceil(bytes / V)`` tasks within the batch bounds
+   (at least one per held task slot with ``batch.use-held-slots``, as long as
+   each reads 1 MiB), each reading a contiguous range of partitions balanced
+   by bytes (:func:`~spark_adaptive.core.batch_shuffle.plan_by_bytes`). For operations
    with a merge step (:func:`reduce_by_key`, :func:`group_by_key`,
    :func:`combine_by_key`) a skewed partition is split by map ranges; the
    tasks that read pieces feed a small second shuffle that merges the pieces

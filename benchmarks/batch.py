@@ -1,0 +1,322 @@
+"""Adaptive batch scheduling against Spark's defaults, AQE off and the best fixed partition count.
+
+One application on a local standalone cluster (one worker, 2 cores) runs two
+jobs on generated CSV data at several scales:
+
+* **df**: an aggregation plus a join in the DataFrame API: sum and count per
+  key of the facts, joined with a dimension table, summed per group;
+* **rdd**: ``reduceByKey`` over the parsed lines of the same facts.
+
+Variants, side by side, in one run (session confs switch between runs):
+
+* ``defaults``: Spark as shipped: 200 shuffle partitions, AQE on (its
+  coalescing aims at the cluster's default parallelism). For the RDD job:
+  PySpark's ``reduceByKey(f)``, which keeps the input's partition count;
+* ``aqe-off``: 200 partitions, no AQE (DataFrame job only);
+* ``adaptive``: spark-adaptive's batch settings (:mod:`spark_adaptive.batch.sql`;
+  :func:`spark_adaptive.batch.reduce_by_key` for the RDD job) at ``--v``;
+* ``fixed-N``: AQE off and N partitions, for every N of ``--sweep``; the best
+  of them (and of 200) is the "best fixed" column.
+
+Rounds interleave the variants, so drift of the shared machine hits all of
+them alike; a cell is the median of its rounds. ``--v-sweep`` also runs the
+adaptive variant at other volumes per task, to choose the default. A skewed
+variant of one scale (``--skew-scale``, a third of the rows on one key) reports
+the slowest and the median task of the biggest shuffle stage.
+
+Data goes to ``benchmarks/data/`` (gitignored; reused when present), results
+to ``benchmarks/results/batch.json`` and ``batch.png``.
+
+    .venv/bin/python benchmarks/batch.py --scales 10m,100m          # quick
+    .venv/bin/python benchmarks/batch.py                            # 10m..5g, long
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import operator
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import spark_adaptive
+from spark_adaptive import batch
+from spark_adaptive.batch.sql import sql_confs
+from spark_adaptive.core import events as ev
+from spark_adaptive.core.options import Settings, format_size, parse_size
+from spark_adaptive.testing.cluster import LocalCluster
+from spark_adaptive.testing.recorder import EventRecorder
+
+HERE = Path(__file__).parent
+RESULTS, DATA = HERE / "results", HERE / "data"
+BYTES_PER_ROW = 20  # "12345678,12345.67,42\n" and shorter keys
+STEERED = [*sql_confs(Settings()), "spark.sql.adaptive.enabled", "spark.sql.shuffle.partitions"]
+
+
+# -- data --------------------------------------------------------------------------------------
+def generate(spark: Any, scale: str, skew: float = 0.0) -> tuple[Path, Path]:
+    """Facts (key,value,grp) of about ``scale`` bytes and dims (key,name,grp); reused if there."""
+    from pyspark.sql import functions as F
+
+    name = scale + (f"-skew{int(skew * 100)}" if skew else "")
+    facts, dims, meta = DATA / name / "facts", DATA / name / "dims", DATA / name / "meta.json"
+    if meta.exists():
+        return facts, dims
+    rows = parse_size(scale) // BYTES_PER_ROW
+    keys = max(1, rows // 8)
+    files = max(1, math.ceil(parse_size(scale) / (128 << 20)))
+    h = F.xxhash64("id")
+    key = F.pmod(h, F.lit(keys))
+    if skew:
+        key = F.when(F.pmod(F.xxhash64("id", F.lit(2)), F.lit(1000)) < int(skew * 1000),
+                     F.lit(0)).otherwise(key)
+    (spark.range(0, rows, numPartitions=files)
+     .select(key.alias("key"), (F.pmod(F.xxhash64("id", F.lit(1)), F.lit(10**7)) / 100)
+             .alias("value"), F.pmod(h, F.lit(100)).alias("grp"))
+     .write.mode("overwrite").csv(str(facts)))
+    (spark.range(0, keys, 2, numPartitions=max(1, files // 8))
+     .select("id", F.concat(F.lit("name-"), "id"), F.pmod("id", F.lit(100)))
+     .write.mode("overwrite").csv(str(dims)))
+    size = sum(p.stat().st_size for p in facts.glob("*.csv"))
+    meta.write_text(json.dumps({"rows": rows, "keys": keys, "bytes": size, "skew": skew}))
+    return facts, dims
+
+
+def data_bytes(facts: Path) -> int:
+    return int(json.loads((facts.parent / "meta.json").read_text())["bytes"])
+
+
+# -- jobs ----------------------------------------------------------------------------------------
+def df_job(spark: Any, facts: Path, dims: Path) -> None:
+    from pyspark.sql import functions as F
+
+    f = spark.read.schema("key LONG, value DOUBLE, grp INT").csv(str(facts))
+    d = spark.read.schema("key LONG, name STRING, dgrp INT").csv(str(dims))
+    per_key = f.groupBy("key").agg(F.sum("value").alias("total"), F.count("*").alias("n"))
+    out = per_key.join(d, "key").groupBy("dgrp").agg(F.sum("total"), F.sum("n"))
+    out.write.format("noop").mode("overwrite").save()
+
+
+def parse(line: str) -> tuple[int, float]:
+    k, v, _ = line.split(",")
+    return int(k), float(v)
+
+
+def rdd_job(spark: Any, facts: Path, partitions: int | str | None, v: int) -> None:
+    pairs = spark.sparkContext.textFile(str(facts)).map(parse)
+    if partitions == "adaptive":
+        out = batch.reduce_by_key(pairs, operator.add, avg_bytes_per_task=v)
+    else:
+        out = pairs.reduceByKey(operator.add, partitions)  # type: ignore[arg-type]
+    out.count()
+
+
+def sql_variant(spark: Any, name: str, v: int) -> None:
+    """Session confs of one DataFrame variant; every steered key is reset first."""
+    for k in STEERED:
+        spark.conf.unset(k)
+    if name == "defaults":
+        return
+    if name == "adaptive":
+        conf = sql_confs(Settings.from_conf({"spark.adaptive.batch.avg-data-volume-per-task":
+                                             str(v)}))
+        for k, val in conf.items():
+            spark.conf.set(k, val)
+        return
+    spark.conf.set("spark.sql.adaptive.enabled", "false")
+    spark.conf.set("spark.sql.shuffle.partitions",
+                   "200" if name == "aqe-off" else name.removeprefix("fixed-"))
+
+
+# -- measuring -------------------------------------------------------------------------------------
+def timed(rec: EventRecorder, run: Callable[[], None]) -> dict[str, Any]:
+    """Seconds of one run, and the task count and skew of its biggest shuffle-reading stage."""
+    mark = rec.mark()
+    t0 = time.perf_counter()
+    run()
+    seconds = time.perf_counter() - t0
+    time.sleep(0.5)  # the last stage events reach Python a moment after the action returns
+    stages = [e for e in rec.events[mark:]
+              if isinstance(e, ev.StageCompleted) and e.shuffle_read_bytes > 0]
+    big = max(stages, key=lambda e: e.shuffle_read_bytes, default=None)
+    out: dict[str, Any] = {"seconds": round(seconds, 2)}
+    if big is not None:
+        out.update(tasks=big.num_tasks, shuffle_bytes=big.shuffle_read_bytes,
+                   max_task=big.max_task_duration, median_task=big.median_task_duration)
+    return out
+
+
+def run_scale(spark: Any, rec: EventRecorder, scale: str, args: argparse.Namespace,
+              skew: float = 0.0) -> dict[str, Any]:
+    facts, dims = generate(spark, scale, skew)
+    v = parse_size(args.v)
+    vs = [v, *(parse_size(x) for x in args.v_sweep.split(",") if x and parse_size(x) != v)]
+    sweep = [int(x) for x in args.sweep.split(",")]
+    jobs: dict[str, dict[str, Callable[[], None]]] = {"df": {}, "rdd": {}}
+
+    def df(name: str, vv: int = v) -> Callable[[], None]:
+        return lambda: (sql_variant(spark, name, vv), df_job(spark, facts, dims))[1]
+
+    for name in ("defaults", "aqe-off", *(f"fixed-{n}" for n in sweep)):
+        jobs["df"][name] = df(name)
+    for vv in vs:
+        jobs["df"]["adaptive" if vv == v else f"adaptive-{format_size(vv)}"] = df("adaptive", vv)
+    jobs["rdd"]["defaults"] = lambda: rdd_job(spark, facts, None, v)
+    for n in sweep:
+        jobs["rdd"][f"fixed-{n}"] = (lambda n=n: rdd_job(spark, facts, n, v))  # type: ignore[misc]
+    for vv in vs:
+        key = "adaptive" if vv == v else f"adaptive-{format_size(vv)}"
+        jobs["rdd"][key] = (lambda vv=vv: rdd_job(spark, facts, "adaptive", vv))  # type: ignore[misc]
+    wanted = args.jobs.split(",")
+    repeats = args.repeats or (3 if parse_size(scale) <= 200 << 20 else 1)
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {j: {} for j in wanted}
+    # Warm the page cache, the JIT and the Python workers once, unmeasured.
+    df_job(spark, facts, dims)
+    rdd_job(spark, facts, 2, v)
+    for r in range(repeats):
+        for job in wanted:
+            names = list(jobs[job])
+            names = names[r % len(names):] + names[:r % len(names)]  # rotate the order
+            for name in names:
+                result = timed(rec, jobs[job][name])
+                runs[job].setdefault(name, []).append(result)
+                print(f"  {scale}{' skewed' if skew else ''} {job} {name}: {result}", flush=True)
+    return {"scale": scale, "bytes": data_bytes(facts), "skew": skew, "repeats": repeats,
+            "runs": runs, "summary": {job: summarize(runs[job]) for job in wanted}}
+
+
+def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    med = {name: statistics.median(r["seconds"] for r in rs) for name, rs in runs.items()}
+    fixed = {k: t for k, t in med.items() if k.startswith("fixed-") or k == "aqe-off"}
+    best = min(fixed, key=lambda k: fixed[k])
+    last = {name: rs[-1] for name, rs in runs.items()}
+    return {"median": med, "best_fixed": best, "tasks": {k: r.get("tasks") for k, r in
+                                                         last.items()},
+            "adaptive_vs_best": med["adaptive"] / med[best],
+            "adaptive_vs_defaults": med["adaptive"] / med["defaults"],
+            "skew": {k: (r.get("max_task"), r.get("median_task")) for k, r in last.items()}}
+
+
+# -- output ----------------------------------------------------------------------------------------
+def table(results: list[dict[str, Any]]) -> str:
+    lines = ["| job | scale | defaults | AQE off | adaptive | best fixed | adaptive / best "
+             "| adaptive / defaults | tasks (adaptive) |", "|---|---|---|---|---|---|---|---|---|"]
+    for res in results:
+        for job, s in res["summary"].items():
+            m = s["median"]
+            aqe_off = f"{m['aqe-off']:.1f}s" if "aqe-off" in m else "n/a"
+            name = res["scale"] + (" skewed" if res["skew"] else "")
+            lines.append(
+                f"| {job} | {name} ({res['bytes'] / 2**20:.0f} MiB) | {m['defaults']:.1f}s "
+                f"| {aqe_off} | {m['adaptive']:.1f}s | {m[s['best_fixed']]:.1f}s "
+                f"({s['best_fixed']}) | {s['adaptive_vs_best']:.2f} "
+                f"| {s['adaptive_vs_defaults']:.2f} | {s['tasks'].get('adaptive')} |")
+    for res in results:
+        if not res["skew"]:
+            continue
+        lines.append("")
+        for job, s in res["summary"].items():
+            cells = []
+            for name in ("defaults", "adaptive"):
+                slow, med = s["skew"].get(name, (None, None))
+                if slow and med:
+                    cells.append(f"{name} {slow:.2f}s / {med:.2f}s = {slow / med:.1f}x")
+            lines.append(f"skewed {res['scale']} {job}: slowest / median task of the biggest "
+                         f"shuffle stage: " + "; ".join(cells))
+    extra = sorted({k for r in results for s in r["summary"].values() for k in s["median"]
+                    if k.startswith("adaptive-")})
+    if extra:
+        lines += ["", "| job | scale | " + " | ".join(["adaptive", *extra]) + " | best fixed |",
+                  "|---|---|" + "---|" * (len(extra) + 2)]
+        for res in results:
+            for job, s in res["summary"].items():
+                cells = [f"{s['median'][k] / s['median'][s['best_fixed']]:.2f}"
+                         for k in ["adaptive", *extra] if k in s["median"]]
+                lines.append(f"| {job} | {res['scale']} | " + " | ".join(cells)
+                             + f" | {s['median'][s['best_fixed']]:.1f}s |")
+    return "\n".join(lines)
+
+
+def plot(results: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plain = [r for r in results if not r["skew"]]
+    jobs = sorted({j for r in plain for j in r["summary"]})
+    fig, axes = plt.subplots(1, len(jobs), figsize=(6 * len(jobs), 4.5), squeeze=False)
+    for ax, job in zip(axes[0], jobs, strict=True):
+        xs = [r["bytes"] / 2**20 for r in plain if job in r["summary"]]
+        for label in ("defaults", "aqe-off", "adaptive", "best fixed"):
+            ys = []
+            for r in plain:
+                s = r["summary"].get(job)
+                if s is None:
+                    continue
+                key = s["best_fixed"] if label == "best fixed" else label
+                ys.append(s["median"].get(key, float("nan")))
+            if not all(math.isnan(y) for y in ys):
+                ax.plot(xs, ys, marker="o", label=label)
+        ax.set(xscale="log", yscale="log", xlabel="input on disk (MiB)", ylabel="seconds",
+               title=f"{job} job")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--scales", default="10m,100m,1g,5g")
+    ap.add_argument("--jobs", default="df,rdd")
+    ap.add_argument("--v", default=format_size(Settings().batch_avg_data_volume_per_task),
+                    help="volume per task of the adaptive variant (default: the option default)")
+    ap.add_argument("--v-sweep", default="", help="more volumes to try, e.g. 16m,32m,128m")
+    ap.add_argument("--sweep", default="2,8,32,128,200", help="fixed partition counts")
+    ap.add_argument("--repeats", type=int, default=0, help="0: 3 up to 200 MiB, else 1")
+    ap.add_argument("--skew-scale", default="1g", help="scale of the skewed variant ('' skips)")
+    ap.add_argument("--memory", default="6g", help="executor memory")
+    ap.add_argument("--verbose", action="store_true", help="keep spark-adaptive's INFO lines")
+    args = ap.parse_args()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    from pyspark.sql import SparkSession
+
+    with LocalCluster(1, 2, memory_per_worker=args.memory) as cluster:
+        spark = (SparkSession.builder.master(cluster.master_url).appName("batch-benchmark")
+                 .config("spark.driver.host", "127.0.0.1")
+                 .config("spark.driver.bindAddress", "127.0.0.1")
+                 .config("spark.driver.memory", "2g")
+                 .config("spark.executor.memory", args.memory)
+                 .config("spark.ui.enabled", "false")
+                 .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+        spark.sparkContext.setLogLevel("WARN")
+        rt = spark_adaptive.enable(spark, **{"batch.enabled": "true", "rest.enabled": "false"})
+        if not args.verbose:  # one INFO line per stage would bury the results
+            logging.getLogger("spark_adaptive").setLevel(logging.WARNING)
+        rec = EventRecorder()
+        rt.subscribe(rec, "benchmark")
+        results = []
+        runs = [(scale, 0.0) for scale in args.scales.split(",") if scale]
+        runs += [(args.skew_scale, 0.33)] if args.skew_scale else []
+        for scale, skew in runs:
+            results.append(run_scale(spark, rec, scale, args, skew))
+            # Written after every scale: a long run that dies keeps what it measured.
+            (RESULTS / "batch.json").write_text(json.dumps(results, indent=2))
+        spark.stop()
+    plot(results, RESULTS / "batch.png")
+    print(table(results))
+    print(f"\nwritten: {RESULTS / 'batch.json'}, {RESULTS / 'batch.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
