@@ -25,7 +25,7 @@ variant of one scale (``--skew-scale``, a third of the rows on one key) reports
 the slowest and the median task of the biggest shuffle stage.
 
 Data goes to ``benchmarks/data/`` (gitignored; reused when present), results
-to ``benchmarks/results/batch.json`` and ``batch.png``.
+to ``benchmarks/results/batch.json`` and ``batch.png`` (``--out`` names them).
 
     .venv/bin/python benchmarks/batch.py --scales 10m,100m          # quick
     .venv/bin/python benchmarks/batch.py                            # 10m..5g, long
@@ -178,8 +178,10 @@ def run_scale(spark: Any, rec: EventRecorder, scale: str, args: argparse.Namespa
     repeats = args.repeats or (3 if parse_size(scale) <= 200 << 20 else 1)
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {j: {} for j in wanted}
     # Warm the page cache, the JIT and the Python workers once, unmeasured.
-    df_job(spark, facts, dims)
-    rdd_job(spark, facts, 2, v)
+    if "df" in wanted:
+        df_job(spark, facts, dims)
+    if "rdd" in wanted:
+        rdd_job(spark, facts, 2, v)
     for r in range(repeats):
         for job in wanted:
             names = list(jobs[job])
@@ -284,6 +286,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=0, help="0: 3 up to 200 MiB, else 1")
     ap.add_argument("--skew-scale", default="1g", help="scale of the skewed variant ('' skips)")
     ap.add_argument("--memory", default="6g", help="executor memory")
+    ap.add_argument("--out", default="batch", help="name of the .json and .png results")
     ap.add_argument("--verbose", action="store_true", help="keep spark-adaptive's INFO lines")
     args = ap.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -310,11 +313,11 @@ def main() -> int:
         for scale, skew in runs:
             results.append(run_scale(spark, rec, scale, args, skew))
             # Written after every scale: a long run that dies keeps what it measured.
-            (RESULTS / "batch.json").write_text(json.dumps(results, indent=2))
+            (RESULTS / f"{args.out}.json").write_text(json.dumps(results, indent=2))
         spark.stop()
-    plot(results, RESULTS / "batch.png")
+    plot(results, RESULTS / f"{args.out}.png")
     print(table(results))
-    print(f"\nwritten: {RESULTS / 'batch.json'}, {RESULTS / 'batch.png'}")
+    print(f"\nwritten: {RESULTS / args.out}.json, {RESULTS / args.out}.png")
     return 0
 
 
