@@ -204,7 +204,8 @@ def _follower(rt: Any) -> Any:
 ZERO_CODE_APP = textwrap.dedent("""
     from pyspark.sql import SparkSession, functions as F
     spark = SparkSession.builder.appName("unmodified-batch-app").getOrCreate()
-    print("ADVISORY", spark.conf.get("spark.sql.adaptive.advisoryPartitionSizeInBytes"))
+    # One write per line (spark-submit runs Python unbuffered; JVM log lines share the pipe).
+    print(f"ADVISORY {spark.conf.get('spark.sql.adaptive.advisoryPartitionSizeInBytes')}")
     (spark.range(0, 40000, numPartitions=4).groupBy((F.col("id") % 20000).alias("k"))
      .agg(F.sum("id").alias("s")).write.format("noop").mode("overwrite").save())
     print("RESULT done")

@@ -111,7 +111,9 @@ APP = textwrap.dedent("""
     from pyspark.sql import SparkSession, functions as F
     spark = SparkSession.builder.appName("unmodified-app").getOrCreate()
     n = spark.range(0, 50_000).groupBy((F.col("id") % 7).alias("k")).count().count()
-    print("RESULT", n, "LOADED", "spark_adaptive" in sys.modules)
+    # One write per line: spark-submit runs Python unbuffered, so print(a, b, c) is
+    # several writes, and the driver JVM's log lines share the pipe and can fall between.
+    print(f"RESULT {{n}} LOADED {{'spark_adaptive' in sys.modules}}")
     {ending}
 """)
 
