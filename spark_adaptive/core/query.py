@@ -67,6 +67,11 @@ class AppView(Protocol):
     @property
     def executor_count(self) -> int: ...
 
+    def released_slots(self) -> None:
+        """The query's run uses fewer slots than before: it stopped, or it was rescaled
+        live onto fewer. Executors held back for it may go now."""
+        ...
+
 
 @dataclass(frozen=True)
 class StateChange:
@@ -213,7 +218,7 @@ class QueryScheduler:
             if event.state_operators:
                 self._stateful = True
         if isinstance(event, QueryTerminated):
-            self._running = False
+            self._stopped_running()
         self._state.on_query_event(event)
 
     def snapshot(self) -> QuerySnapshot:
@@ -333,6 +338,19 @@ class QueryScheduler:
     def query_running(self) -> bool:
         return self._running
 
+    @property
+    def slots_in_use(self) -> int:
+        """Slots the query's Spark run is using now: those it started or was last rescaled
+        live onto while a run is active, else 0. Executors under a running micro-batch are
+        not released before this drops (a batch losing tasks must re-run them)."""
+        return self._running_slots if self._running else 0
+
+    def _stopped_running(self) -> None:
+        was = self.slots_in_use
+        self._running = False
+        if was:
+            self._app.released_slots()
+
     def start_query(
         self, state: State, parallelism: int, on_done: Callable[[StartResult], None]
     ) -> None:
@@ -356,7 +374,7 @@ class QueryScheduler:
 
     def stop_query(self, state: State, clean: bool, on_done: Callable[[StopResult], None]) -> None:
         def stopped(result: StopResult) -> None:
-            self._running = False
+            self._stopped_running()
             self._if_state(state, lambda: on_done(result))
 
         try:
@@ -442,5 +460,8 @@ class QueryScheduler:
             trigger, "live", from_parallelism=decision.current_parallelism,
             to_parallelism=decision.target_parallelism, from_slots=decision.current_slots,
             to_slots=decision.target_slots, reason=decision.reason)
+        fewer = decision.target_slots < self._running_slots
         self._running_slots = decision.target_slots
         self.decide("live rescale", decision.reason)
+        if fewer and self._running:
+            self._app.released_slots()

@@ -171,20 +171,32 @@ class AdaptiveScheduler:
                 self._queries[key].on_resources_changed()
 
     def _declare(self, active: dict[str, req.ResourceRequirements]) -> None:
+        """Declare the executors the active queries want, but never fewer than their running
+        micro-batches use: a lower total releases executors, and tasks lost under a running
+        batch would have to run again (Flink, too, releases only free slots). What is held
+        back is declared once the queries let go (:meth:`released_slots`)."""
         if not active:
             return  # nothing to size for; leave the executors as they are
-        slots = desired_slots(active, self.settings.max_parallelism)
+        wanted = desired_slots(active, self.settings.max_parallelism)
+        in_use = sum(q.slots_in_use for q in self._queries.values())
+        slots = max(wanted, in_use)
         total = self.resources.executors_for(slots, self._default_slots_per_executor)
         if total is None or total == self._declared:
             return
         self._declared = total
         per = self.resources.slots_per_executor(self._default_slots_per_executor)
+        held = (f"; the running queries still use {in_use} slots, the rest are released when "
+                "they let go" if in_use > wanted else "")
         decision_log.info("request %d executors in total: the queries' upper bounds want %d "
-                          "slots, %s slots per executor", total, slots, per)
+                          "slots, %s slots per executor%s", total, wanted, per, held)
         try:
             self._actuator.request_total_executors(total)
         except Exception:
             log.exception("requesting %d executors failed", total)
+
+    def released_slots(self) -> None:
+        """A query's run uses fewer slots now: declare what is wanted without them."""
+        self._declare(self._active())
 
     def forget_declared_executors(self) -> None:
         """Someone else (the batch part) declared a total: declare afresh at the next change."""

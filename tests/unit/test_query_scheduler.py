@@ -23,9 +23,13 @@ class OneQueryApp:
     def __init__(self, share: int | None = 4, executors: int = 2) -> None:
         self.share = share
         self.executor_count = executors
+        self.released = 0
 
     def slot_share(self, key: str) -> int | None:
         return self.share
+
+    def released_slots(self) -> None:
+        self.released += 1
 
 
 class Posted:
@@ -232,3 +236,26 @@ def test_fired_timers_are_forgotten_by_their_state(vt: VirtualTime) -> None:
         q.run_if_state(state, lambda: None, 1.0)
         vt.advance(1)
     assert len(state._timers) <= 2  # the resource-wait timeout, not 100 fired ones
+
+
+def test_slots_in_use_drop_only_when_the_run_lets_go(vt: VirtualTime) -> None:
+    """The app may release executors only once a query's run no longer uses them."""
+    from spark_adaptive.core.ports import RepartitionSupport
+
+    driver = FakeDriver(query_info(), support=RepartitionSupport(False, "HDFS state store"))
+    app = OneQueryApp(share=4)
+    q = make(vt, driver, app=app)
+    assert q.slots_in_use == 0
+    run_to_executing(vt, q, driver)
+    assert (q.slots_in_use, app.released) == (4, 0)
+    app.share = 2  # 4 partitions run balanced on 2 slots: a live rescale onto fewer
+    q.on_resources_changed()
+    assert (q.slots_in_use, app.released) == (2, 1)
+    app.share = 4  # and back onto more: nothing released
+    q.on_resources_changed()
+    assert (q.slots_in_use, app.released) == (4, 1)
+    q.cancel()  # Canceling stops the run; its slots are free once the stop is reported
+    assert q.slots_in_use == 4 and app.released == 1
+    driver.complete_stop()
+    vt.run_pending()
+    assert (q.state.name, q.slots_in_use, app.released) == ("Finished", 0, 2)

@@ -215,11 +215,15 @@ def test_requirements_update_rescales_the_query() -> None:
     app.register(driver)
     app.start(driver)
     app.advance(40)
+    assert app.actuator.requested == [4]
     new = app.scheduler.update_requirements("orders", -1, 2)
     assert new == ResourceRequirements(1, 2)
     app.vt.run_pending()
     assert driver.calls[-1] == ("stop", True)  # desired at once: the cooldown is over
+    # Its micro-batch still runs on 4 slots: releasing executors now would cost it tasks.
+    assert app.actuator.requested == [4]
     app.stop(driver)
+    assert app.actuator.requested == [4, 2]  # stopped between batches: now they may go
     assert driver.calls[-1] == ("start", 2)
     assert app.scheduler.history("q")[-1].trigger is Trigger.REQUIREMENTS_CHANGED
     assert app.actuator.requested[-1] == 2
