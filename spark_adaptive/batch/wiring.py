@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from spark_adaptive.batch.sql import apply_sql_confs
 from spark_adaptive.core import events as ev
 from spark_adaptive.core.batch_executors import LOGGER_NAME, ExecutorFollower
 from spark_adaptive.core.batch_stages import BatchLimits, BatchTracker, JobReport
+from spark_adaptive.core.warm_up import WARM_UP_JOB_GROUP
 from spark_adaptive.spark.activation import on_activation
 
 if TYPE_CHECKING:
@@ -55,8 +57,13 @@ class BatchScheduler:
             idle_timeout=s.batch_executor_idle_timeout, controls=self.controls_executors,
             slots_per_executor=self._slots_per_executor,
             executors_alive=lambda: len(rt.actuator.executors),
-            on_declared=rt.scheduler.forget_declared_executors)
+            on_declared=self._declared)
+        self._warm_up_stages: set[int] = set()
         self._unsubscribe = rt.subscribe(self.on_event, "batch scheduler", replay_executors=False)
+
+    def _declared(self, released: Sequence[str]) -> None:
+        self._rt.scheduler.forget_declared_executors()
+        self._rt.scheduler.executors_released(released, "batch stages are idle")
 
     def controls_executors(self) -> bool:
         """True while spark-adaptive may size the executors for batch stages (see module doc)."""
@@ -73,6 +80,8 @@ class BatchScheduler:
         return int(configured) // task_cpus if configured else None
 
     def on_event(self, event: ev.Event) -> None:
+        if self._is_warm_up(event):
+            return  # spark-adaptive's own warm-up jobs are not the app's batch work
         if isinstance(event, ev.StageSubmitted):
             self.follower.stage_submitted((event.stage_id, event.attempt), event.num_tasks)
         elif isinstance(event, ev.StageCompleted):
@@ -87,6 +96,16 @@ class BatchScheduler:
             job = self.tracker.handle(event)
             if isinstance(job, JobReport):
                 decision_log.info("batch: %s", job.summary())
+
+    def _is_warm_up(self, event: ev.Event) -> bool:
+        if isinstance(event, ev.JobStarted) and event.job_group == WARM_UP_JOB_GROUP:
+            self._warm_up_stages.update(event.stage_ids)
+            return True
+        if isinstance(event, ev.StageSubmitted):
+            return event.job_group == WARM_UP_JOB_GROUP
+        if isinstance(event, ev.StageCompleted):
+            return event.stage_id in self._warm_up_stages
+        return False
 
     def close(self) -> None:
         self._unsubscribe()

@@ -19,8 +19,9 @@ declares executors only while ``controls()`` is true, which the wiring defines
 as "spark-adaptive manages no running streaming query". Streaming queries hold
 long-lived state and declare their own upper bounds; a batch job running
 beside them uses whatever executors exist and never declares over them. After
-every declaration ``on_declared`` runs, so the streaming scheduler declares
-afresh, rather than trusting its own last declaration, when a query starts.
+every declaration ``on_declared(released)`` runs, so the streaming scheduler
+declares afresh, rather than trusting its own last declaration, when a query
+starts, and stops counting the executors released at once.
 
 Every method runs on the scheduler thread; timers come from the injected
 :class:`~spark_adaptive.core.clock.Timers`.
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 
 from spark_adaptive.core.clock import Cancellable, Timers
 from spark_adaptive.core.ports import ExecutorActuator
@@ -73,7 +74,7 @@ class ExecutorFollower:
         controls: Callable[[], bool],
         slots_per_executor: Callable[[], int | None],
         executors_alive: Callable[[], int],
-        on_declared: Callable[[], None] = lambda: None,
+        on_declared: Callable[[Sequence[str]], None] = lambda released: None,
     ) -> None:
         self._actuator = actuator
         self._timers = timers
@@ -131,10 +132,11 @@ class ExecutorFollower:
         self.decisions.append((total, reason))
         decision_log.info("batch: request %d executor(s) in total: %s", total, reason)
         try:
-            self._actuator.request_total_executors(total)
+            released = self._actuator.request_total_executors(total)
         except Exception:
             decision_log.exception("batch: requesting %d executors failed", total)
-        self._on_declared()
+            released = ()
+        self._on_declared(released)
 
     def _cancel_idle(self) -> None:
         if self._idle_timer is not None:

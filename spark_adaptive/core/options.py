@@ -256,6 +256,12 @@ class Settings:
         "scheduler.executor-loss-grace", "duration", 10.0,
         "After an executor is lost, how long to wait for it (or a replacement) to come back "
         "before scaling down (FLIP-159).", unit="s")
+    warm_up_new_executors: bool = option(
+        "scheduler.warm-up-new-executors", "bool", True,
+        "Run a small SQL job on executors that join while a streaming query is managed, so "
+        "that the rescale onto them does not pay their first-task costs (class loading, code "
+        "generation, JIT) in its first micro-batch. A restart rescale onto more partitions "
+        "waits for a warm-up in flight, at most 10 s.")
     failure_detection_timeout: float = option(
         "failure-detection.timeout", "duration", 20.0,
         "An executor silent (no heartbeat) this long is treated as lost and released.",

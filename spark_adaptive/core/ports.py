@@ -101,8 +101,9 @@ class QueryDriver(Protocol):
 class ExecutorActuator(Protocol):
     """Declares and releases executors (Spark's ExecutorAllocationClient calls)."""
 
-    def request_total_executors(self, total: int) -> None:
-        """Declare how many executors the application wants in all."""
+    def request_total_executors(self, total: int) -> Sequence[str]:
+        """Declare how many executors the application wants in all; returns the executors
+        released to honour a total below what is alive (they stop counting at once)."""
         ...
 
     def kill_executors(self, executor_ids: Sequence[str], reason: str) -> None:

@@ -13,6 +13,9 @@ Executor-loss grace (FLIP-159)
     When a grace expires without replacement, the slots are gone and the
     listeners hear of it.
 
+    An executor the driver itself killed (Spark's reason "Executor killed by
+    driver.": spark-adaptive released it) gets no grace: it will not come back.
+
 Hang detection
     An executor that sent no heartbeat for ``failure_detection_timeout``
     seconds (counted from its last heartbeat, or from its arrival) is reported
@@ -37,6 +40,9 @@ from spark_adaptive.core.clock import Cancellable, Timers
 from spark_adaptive.core.events import Event, ExecutorAdded, ExecutorHeartbeat, ExecutorRemoved
 
 log = logging.getLogger(__name__)
+
+#: Spark's removal reason for an executor the driver killed (``ExecutorKilled``).
+KILLED_BY_DRIVER = "Executor killed by driver"
 
 
 @dataclass(frozen=True)
@@ -169,7 +175,9 @@ class ResourceTracker:
         if executor is None:
             return  # unknown, or already dropped as hung
         why = f"executor {executor_id} removed ({reason})"
-        if self._grace <= 0:
+        if self._grace <= 0 or reason.startswith(KILLED_BY_DRIVER):
+            # Released on purpose (a smaller declaration, a hung executor): it will not come
+            # back, and counting its slots would have a rescale plan on slots that are gone.
             self._changed(before=self.slots + executor.slots, reason=why)
             return
         lost = _Lost(executor, None)
@@ -177,6 +185,16 @@ class ResourceTracker:
         self._lost.append(lost)
         log.info("%s; its %d slots still count for the %gs executor-loss grace",
                  why, executor.slots, self._grace)
+
+    def release(self, executor_id: str, reason: str) -> None:
+        """spark-adaptive released this executor: it stops counting now, with no grace
+        (its removal event, seconds later, then changes nothing)."""
+        executor = self._live.pop(executor_id, None)
+        self._last_seen.pop(executor_id, None)
+        self._heard.discard(executor_id)
+        if executor is not None:
+            self._changed(self.slots + executor.slots,
+                          f"executor {executor_id} released ({reason})")
 
     def heartbeat(self, executor_id: str) -> None:
         if executor_id in self._live:

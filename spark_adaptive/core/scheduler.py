@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import random as _random
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from spark_adaptive.core import requirements as req
@@ -190,9 +190,17 @@ class AdaptiveScheduler:
         decision_log.info("request %d executors in total: the queries' upper bounds want %d "
                           "slots, %s slots per executor%s", total, wanted, per, held)
         try:
-            self._actuator.request_total_executors(total)
+            released = self._actuator.request_total_executors(total)
         except Exception:
             log.exception("requesting %d executors failed", total)
+            return
+        self.executors_released(released, f"{total} executors declared")
+
+    def executors_released(self, executor_ids: Sequence[str], reason: str) -> None:
+        """Executors released on spark-adaptive's request stop counting at once: Spark
+        reports them removed only once their processes have exited, seconds later."""
+        for executor_id in executor_ids:
+            self.resources.release(executor_id, reason)
 
     def released_slots(self) -> None:
         """A query's run uses fewer slots now: declare what is wanted without them."""

@@ -97,16 +97,19 @@ class SparkExecutorActuator:
         return sum(e.cores // self.task_cpus for e in self._alive.values())
 
     # -- the port -----------------------------------------------------------------
-    def request_total_executors(self, total: int) -> None:
-        """Declare ``total`` executors; release the newest surplus ones if more are alive."""
+    def request_total_executors(self, total: int) -> list[str]:
+        """Declare ``total`` executors; release the newest surplus ones if more are alive,
+        and return their ids."""
         staying = [k for k in self._alive if k not in self._releasing]
         surplus = len(staying) - total
+        newest: list[str] = []
         if surplus > 0:
             newest = sorted(staying, key=lambda k: self._alive[k].time)[-surplus:]
             self.kill_executors(newest, f"more executors alive than the {total} declared")
         with self._lock:
             self._latest_total = total
         self._enqueue("request", None)
+        return newest
 
     def release_hung_executor(self, executor_id: str, reason: str) -> None:
         """Kill a silent executor and have the driver drop it at once (through the shim)."""

@@ -24,6 +24,11 @@ without interrupting anything: the batch running now finishes and commits, and
 no new one starts. Once no trigger is active, ``stop()`` only cuts short the
 wait for the next trigger. A query saturated with back-to-back batches is
 stopped as soon as its current batch is done, not whenever a gap appears.
+The state must not change while a batch is being built: Spark checks it again
+before running a batch whose offsets are already written, and abandons that
+batch. With the JVM shim the state is therefore changed exactly at a batch
+boundary, under the query's own progress lock (``BatchBoundary``); without it,
+at once.
 
 Afterwards the driver checks the checkpoint anyway. If a batch was caught
 unfinished (a trigger that passed its ACTIVE check an instant before), it
@@ -49,7 +54,7 @@ from spark_adaptive.spark.checkpoint import (
     CheckpointState,
     inspect_checkpoint,
 )
-from spark_adaptive.spark.jvm import jvm
+from spark_adaptive.spark.jvm import jvm, new_shim_object, shim_jar_path
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -60,6 +65,8 @@ log = logging.getLogger(__name__)
 #: Spark copies the session conf while ``start()`` runs; one start at a time.
 _START_LOCK = threading.Lock()
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+#: Longest wait of a restart for executors being warmed up (seconds).
+WARM_UP_WAIT_LIMIT = 10.0
 
 
 class SparkQueryDriver:
@@ -67,15 +74,23 @@ class SparkQueryDriver:
 
     def __init__(self, spark: SparkSession, jwriter: Any, start: Callable[[Any], Any],
                  info: QueryInfo, poll_interval: float = 0.01,
-                 clean_stop_timeout: float = 120.0) -> None:
+                 clean_stop_timeout: float = 120.0,
+                 warm_up_wait: Callable[[float], bool] | None = None,
+                 shim_jar: str = "") -> None:
         """``start(jwriter)`` starts the query (``jwriter.start()``, ``start(path)`` or
-        ``toTable(name)``, as the app asked) and returns the JVM ``StreamingQuery``."""
+        ``toTable(name)``, as the app asked) and returns the JVM ``StreamingQuery``.
+        ``warm_up_wait(timeout)`` blocks while executors that joined are being warmed up
+        (:class:`~spark_adaptive.core.warm_up.WarmUp`); a restart calls it first."""
         self._spark = spark
         self._jwriter = jwriter
         self._start = start
         self._info = info
         self._poll = poll_interval
         self._clean_stop_timeout = clean_stop_timeout
+        self._warm_up_wait = warm_up_wait
+        self._shim_jar = shim_jar
+        self._boundary: Any = None
+        self._last_parallelism = 0
         self._lock = threading.Lock()
         self.current: StreamingQuery | None = None
         """The PySpark handle of the run going on now (or of the last one)."""
@@ -147,6 +162,15 @@ class SparkQueryDriver:
     def _start_now(self, parallelism: int) -> StartResult:
         timings: list[tuple[str, float]] = []
         repartitioned = False
+        if self.runs and self._warm_up_wait is not None and parallelism > self._last_parallelism:
+            # A restart onto more partitions: let executors that just joined warm up first,
+            # so that neither the repartition nor the first micro-batch pays their first-task
+            # costs.
+            t0 = time.monotonic()
+            self._warm_up_wait(WARM_UP_WAIT_LIMIT)
+            waited = time.monotonic() - t0
+            if waited >= 0.01:
+                timings.append(("warm-up", waited))
         loc = self._info.checkpoint_location
         if loc is not None:
             cp = inspect_checkpoint(self._spark, loc)
@@ -164,6 +188,7 @@ class SparkQueryDriver:
 
         self.previous, self.current = self.current, StreamingQuery(jquery)
         self.runs += 1
+        self._last_parallelism = parallelism
         if self.on_new_run is not None:
             self.on_new_run(self.current)
         return StartResult(ok=True, parallelism=parallelism, query_id=str(jquery.id().toString()),
@@ -211,10 +236,15 @@ class SparkQueryDriver:
     def _let_current_batch_finish(self, q: StreamingQuery) -> None:
         """Stop new batches from starting; return once the running one has finished.
 
-        After the timeout the stop that follows interrupts the batch, and the
-        checkpoint check finishes it afterwards.
+        With the JVM shim, :class:`BatchBoundary` holds the batches back at the exact
+        boundary (see its doc). Without it, the state is set to TERMINATED at once: a
+        batch that has not yet passed its last state check then abandons itself, and the
+        checkpoint check after the stop finishes it. After the timeout the stop that
+        follows interrupts the batch, and the checkpoint check finishes it afterwards.
         """
         jquery = q._jsq
+        if self._hold_at_boundary(jquery):
+            return
         try:
             execution = jquery.streamingQuery()  # the StreamExecution behind the wrapper
             terminated = jvm(self._spark.sparkContext).java.lang.Class.forName(
@@ -231,6 +261,27 @@ class SparkQueryDriver:
             time.sleep(self._poll)
         log.warning("query %s kept a micro-batch running for %.0fs; stopping it anyway and "
                     "finishing that batch afterwards", self._info.key, self._clean_stop_timeout)
+
+    def _hold_at_boundary(self, jquery: Any) -> bool:
+        """Hold back new batches at the next batch boundary through the shim; False when
+        the shim is missing or could not (the caller falls back)."""
+        jar = shim_jar_path(self._shim_jar)
+        if jar is None:
+            return False
+        try:
+            if self._boundary is None:
+                self._boundary = new_shim_object(self._spark.sparkContext, "BatchBoundary", jar)
+            held = bool(self._boundary.holdNewBatches(
+                jquery.streamingQuery(), int(self._clean_stop_timeout * 1000)))
+        except Exception as e:  # an older shim jar, or a Spark without these internals
+            log.debug("the shim cannot hold back micro-batches of %s (%s); falling back",
+                      self._info.key, _error_text(e))
+            return False
+        if not held:
+            log.warning("query %s kept a micro-batch running for %.0fs; stopping it anyway and "
+                        "finishing that batch afterwards", self._info.key,
+                        self._clean_stop_timeout)
+        return True
 
     def _finish_unfinished_batch(self, cp: CheckpointState) -> float:
         """Run the query once with a one-shot trigger: it re-runs just the unfinished batch."""

@@ -21,6 +21,7 @@ from spark_adaptive.core.loop import EventLoop
 from spark_adaptive.core.options import Settings, parse_duration
 from spark_adaptive.core.persistence import PersistedRequirements
 from spark_adaptive.core.scheduler import AdaptiveScheduler
+from spark_adaptive.core.warm_up import WarmUp
 from spark_adaptive.rest.facade import RuntimeFacade
 from spark_adaptive.rest.server import serve
 from spark_adaptive.spark.actuator import SparkExecutorActuator
@@ -31,6 +32,7 @@ from spark_adaptive.spark.listener import (
     live_executors,
 )
 from spark_adaptive.spark.store import HadoopRequirementsStore
+from spark_adaptive.spark.warm_up import warm_up_launcher
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -66,6 +68,14 @@ class AdaptiveRuntime:
             default_slots_per_executor=int(cores) // task_cpus if cores else None,
             heartbeat_interval=heartbeat)
         self.bus.subscribe(self.scheduler.on_event, "adaptive scheduler")
+        self.warm_up: WarmUp | None = None
+        if settings.warm_up_new_executors and self.actuator.supported:
+            self.warm_up = WarmUp(
+                self.loop,
+                managing_streaming=lambda: any(not q.finished for q in self.scheduler.queries()),
+                launch=warm_up_launcher(lambda: self._query_listener_session,
+                                        lambda: self.actuator.slots, self.loop.submit))
+            self.bus.subscribe(self.warm_up.on_event, "executor warm-up")
         from spark_adaptive.spark.streaming import StreamingManager, install_writer_hooks
 
         self.streaming = StreamingManager(self, self.scheduler)
@@ -85,6 +95,13 @@ class AdaptiveRuntime:
         self.rest = serve(RuntimeFacade(self.loop, self.scheduler, self.persisted), settings)
         if self.rest is not None:
             self.on_close(self.rest.stop)  # closers run first: no request during shutdown
+        if self.warm_up is not None:
+            warm_up = self.warm_up
+
+            def close_warm_up() -> None:
+                self.loop.call_sync(warm_up.close)
+
+            self.on_close(close_warm_up)
 
     # -- plumbing for the scheduler, the REST API and tests ----------------------------
     def subscribe(self, handler: Handler, name: str = "", replay_executors: bool = True

@@ -184,7 +184,10 @@ class StreamingManager:
             if existing is not None and existing.has_state else None,
             stateful=is_stateful(writer._df._jdf.queryExecution().analyzed()),
         )
-        driver = SparkQueryDriver(spark, jwriter, start, info)
+        warm_up = self._rt.warm_up
+        driver = SparkQueryDriver(spark, jwriter, start, info,
+                                  warm_up_wait=None if warm_up is None else warm_up.wait,
+                                  shim_jar=self._rt.settings.shim_jar)
         handle = self._cls(self, key, driver)
         self._handles[key] = handle
         started = self._started[key] = threading.Event()

@@ -10,6 +10,7 @@ import pytest
 
 import spark_adaptive
 from spark_adaptive.core import events as ev
+from spark_adaptive.core.warm_up import WARM_UP_JOB_GROUP
 from spark_adaptive.testing.recorder import EventRecorder
 
 pytestmark = pytest.mark.timeout(600)
@@ -81,6 +82,12 @@ def test_stateful_query_follows_workers_one_three_two_exactly_once(
                                   ("NEW_RESOURCES", "restart", 1, 3)], history
     assert "repartition" in dict(history[-1]["timings"]), history[-1]
     assert query.id == query_id, "the same query (same checkpoint) across restarts"
+    # The joining executors were warmed up by a job of spark-adaptive's own, before or
+    # while the rescale waited for them.
+    warm = [e for e in rec.events[mark:]
+            if isinstance(e, ev.JobStarted) and e.job_group == WARM_UP_JOB_GROUP]
+    assert warm, "no warm-up job ran for the executors that joined"
+    assert rt.warm_up is not None and not rt.warm_up.in_flight
 
     # A worker is lost (SIGKILL): after the grace, 3 partitions on 2 slots is unbalanced -> 2.
     local_cluster.kill_worker()

@@ -306,9 +306,14 @@ class FakeDriver:
 class FakeActuator:
     requested: list[int] = field(default_factory=list)
     killed: list[tuple[tuple[str, ...], str]] = field(default_factory=list)
+    #: Executors the next declaration releases (a test sets them, as the Spark actuator
+    #: picks the newest surplus ones).
+    release_next: list[str] = field(default_factory=list)
 
-    def request_total_executors(self, total: int) -> None:
+    def request_total_executors(self, total: int) -> list[str]:
         self.requested.append(total)
+        released, self.release_next = self.release_next, []
+        return released
 
     def kill_executors(self, executor_ids: Any, reason: str) -> None:
         self.killed.append((tuple(executor_ids), reason))

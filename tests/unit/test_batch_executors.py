@@ -13,9 +13,16 @@ from spark_adaptive.core.clock import VirtualTime
 class FakeActuator:
     def __init__(self) -> None:
         self.requested: list[int] = []
+        self.alive = ["e1"]
 
-    def request_total_executors(self, total: int) -> None:
+    def request_total_executors(self, total: int) -> list[str]:
+        """Like the Spark actuator: executors join up to the total, and the newest beyond
+        it are released."""
         self.requested.append(total)
+        while len(self.alive) < total:
+            self.alive.append(f"e{len(self.alive) + 1}")
+        released, self.alive = self.alive[total:], self.alive[:total]
+        return released
 
     def kill_executors(self, executor_ids: Sequence[str], reason: str) -> None:
         raise AssertionError("the follower only declares totals")
@@ -28,13 +35,15 @@ class World:
         self.actuator = FakeActuator()
         self.alive, self.slots, self.controls = alive, slots, controls
         self.forgotten = 0
+        self.released: list[str] = []
         self.follower = ExecutorFollower(
             self.actuator, self.time, min_p=min_p, max_p=max_p, idle_timeout=60.0,
             controls=lambda: self.controls, slots_per_executor=lambda: self.slots,
             executors_alive=lambda: self.alive, on_declared=self._forget)
 
-    def _forget(self) -> None:
+    def _forget(self, released: Sequence[str]) -> None:
         self.forgotten += 1
+        self.released.extend(released)
 
 
 def test_executors_for_tasks_is_ceil_within_bounds() -> None:
@@ -58,9 +67,11 @@ def test_scale_up_at_submission_then_down_to_the_floor_after_idle() -> None:
     w.follower.stage_completed((2, 0))
     w.time.advance(59)
     assert w.actuator.requested == [4, 5], "not idle long enough"
+    assert w.released == []
     w.time.advance(1)
     assert w.actuator.requested == [4, 5, 1]
     assert "no batch stage ran for 60s" in w.follower.decisions[-1][1]
+    assert w.released == ["e2", "e3", "e4", "e5"], "released executors are handed on"
 
 
 def test_a_smaller_stage_never_shrinks_mid_job_and_a_new_stage_stops_the_idle_clock() -> None:

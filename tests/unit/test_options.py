@@ -30,6 +30,7 @@ def test_declared_keys_and_promised_defaults() -> None:
         "spark.adaptive.scheduler.scaling-interval.max": None,
         "spark.adaptive.scheduler.min-parallelism-increase": 1,
         "spark.adaptive.scheduler.executor-loss-grace": 10.0,
+        "spark.adaptive.scheduler.warm-up-new-executors": True,
         "spark.adaptive.failure-detection.timeout": 20.0,
         "spark.adaptive.parallelism.lower-bound": 1,
         "spark.adaptive.parallelism.upper-bound": None,

@@ -65,6 +65,18 @@ def test_removed_executor_counts_until_its_grace_expires(vt: VirtualTime, rec: R
     assert "did not come back within the 10s executor-loss grace" in rec.changes[-1].reason
 
 
+def test_an_executor_the_driver_killed_gets_no_grace(vt: VirtualTime, rec: Recorder) -> None:
+    """Released on purpose, it will not come back: its slots go at once."""
+    t = tracker(vt, rec)
+    t.executor_added("1", "h1", 2)
+    t.executor_added("2", "h2", 2)
+    t.executor_removed("2", "Executor killed by driver.")
+    assert t.slots == 2 and t.executor_count == 1
+    assert rec.changes[-1] == SlotChange(4, 2, rec.changes[-1].reason)
+    t.executor_added("3", "h3", 2)  # a newcomer is new, not a replacement
+    assert t.slots == 4 and rec.slots[-1] == (2, 4)
+
+
 def test_new_executor_replaces_a_lost_one_without_double_counting(
         vt: VirtualTime, rec: Recorder) -> None:
     t = tracker(vt, rec, timeout=1000)

@@ -222,8 +222,11 @@ def test_requirements_update_rescales_the_query() -> None:
     assert driver.calls[-1] == ("stop", True)  # desired at once: the cooldown is over
     # Its micro-batch still runs on 4 slots: releasing executors now would cost it tasks.
     assert app.actuator.requested == [4]
+    app.actuator.release_next = ["3", "4"]  # the Spark actuator picks the newest two
     app.stop(driver)
     assert app.actuator.requested == [4, 2]  # stopped between batches: now they may go
+    # Released on request, they stop counting now, not when Spark reports them gone.
+    assert app.scheduler.resources.slots == 2 and app.scheduler.executor_count == 2
     assert driver.calls[-1] == ("start", 2)
     assert app.scheduler.history("q")[-1].trigger is Trigger.REQUIREMENTS_CHANGED
     assert app.actuator.requested[-1] == 2
