@@ -7,8 +7,8 @@ Then:
   within ``[batch.min-parallelism, batch.max-parallelism]``, and every file
   scan ``ceil(input bytes / V)`` splits (:mod:`spark_adaptive.batch.sql`);
 * RDD jobs: :func:`reduce_by_key`, :func:`group_by_key`, :func:`combine_by_key`,
-  :func:`join` and :func:`sort_by_key` size their reduce side the same way,
-  with byte-balanced partition ranges and skew splitting
+  :func:`join`, :func:`left_outer_join` and :func:`sort_by_key` size their reduce
+  side the same way, with byte-balanced partition ranges and skew splitting
   (:mod:`spark_adaptive.batch.rdd`; they work without ``batch.enabled`` too);
 * executors follow the stages' tasks while no managed streaming query runs;
 * :func:`report` returns (and writes) the per-job report: stages, bytes,
@@ -29,12 +29,13 @@ from spark_adaptive.batch.rdd import (
     decision_of,
     group_by_key,
     join,
+    left_outer_join,
     reduce_by_key,
     sort_by_key,
 )
 
-__all__ = ["combine_by_key", "decision_of", "group_by_key", "join", "reduce_by_key", "report",
-           "sort_by_key"]
+__all__ = ["combine_by_key", "decision_of", "group_by_key", "join", "left_outer_join",
+           "reduce_by_key", "report", "sort_by_key"]
 
 
 def report(spark: Any, path: str | os.PathLike[str] | None = None) -> dict[str, Any]:

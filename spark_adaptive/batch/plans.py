@@ -6,6 +6,8 @@ sizes (shim) or the total (fallback), decides the plan with the pure core
 (:mod:`spark_adaptive.core.batch_shuffle`), logs it as one INFO line on the
 ``spark_adaptive.batch`` logger, records it in the batch report, and returns
 a function that builds the RDD reading any subset of the plan's tasks.
+:func:`plan_join_read` does the same for a join's two shuffles at once
+(:mod:`spark_adaptive.core.batch_join`); it needs the shim.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_adaptive.core.batch_executors import LOGGER_NAME
+from spark_adaptive.core.batch_join import plan_join, plan_join_even
 from spark_adaptive.core.batch_ranges import (
     DEFAULT_SKEW_FACTOR,
     DEFAULT_SKEW_THRESHOLD,
@@ -33,6 +36,7 @@ from spark_adaptive.core.batch_shuffle import (
     plan_even,
 )
 from spark_adaptive.core.options import Settings, parse_size
+from spark_adaptive.errors import ShimNotAvailableError
 from spark_adaptive.spark.jvm import shim_jar_path
 from spark_adaptive.spark.shuffle import SparkShuffles, shim_shuffles, shuffle_dependency
 
@@ -125,9 +129,9 @@ def plan_read(shuffled: RDD[Any], operation: str, splitting: Splitting, params: 
         except Exception as e:  # a map output lost since the stage ran: Spark re-runs it
             plan = plan_even(operation, n, total, why=f"sizes per partition unavailable "
                              f"({str(e).splitlines()[0][:160]})", **bounds)
-        planned = PlannedRead(plan, lambda tasks=None: shim.read(shuffled, jdep, plan, tasks))
+        planned = PlannedRead(plan, lambda tasks=None: shim.read(shuffled, [jdep], plan, tasks))
     else:
-        _warn_once(sc)
+        _warn_once(sc, "helpers", _NO_SHIM)
         if keep_order:
             # Spark's coalesce may group non-adjacent partitions, which would break the order.
             plan = ShufflePlan(operation, n, tuple((ReadSlice(j, j + 1),) for j in range(n)),
@@ -139,10 +143,58 @@ def plan_read(shuffled: RDD[Any], operation: str, splitting: Splitting, params: 
             plan = plan_even(operation, n, total, why="no JVM shim, so no sizes per partition; "
                              "Spark's coalesce groups whole partitions evenly by count", **bounds)
             planned = PlannedRead(plan, lambda tasks=None: shuffled.coalesce(plan.parallelism))
-    decision_log.info("batch: %s reads its shuffle with %d task(s): %s", operation,
+    _publish(sc, plan, "its shuffle")
+    return planned
+
+
+def can_plan_join(sc: SparkContext, params: BatchParams) -> bool:
+    """Whether :func:`plan_join_read` can run (the shim is there). If not, logs once per
+    application what a join does instead: PySpark's single shuffle of both sides, read
+    in ranges of equal partition count, with no skewed key split."""
+    if shim_shuffles(sc, params.shim_jar) is not None:
+        return True
+    _warn_once(sc, "join", _NO_SHIM_JOIN)
+    return False
+
+
+def plan_join_read(left: RDD[Any], right: RDD[Any], how: str, params: BatchParams, *,
+                   operation: str = "join") -> PlannedRead:
+    """Run the map sides of a join's two shuffles at once and plan reading both.
+
+    ``left`` and ``right`` are PySpark ``partitionBy`` results with the same
+    partitioner; the plan is :func:`~spark_adaptive.core.batch_join.plan_join`'s
+    (left is shuffle 0), or even ranges over both when the sizes are lost. Each
+    task of ``read`` yields its slices' records one after another, so the sides
+    must be told apart by the records themselves. Raises
+    ``ShimNotAvailableError`` without the shim (see :func:`can_plan_join`).
+    """
+    sc = left.context
+    shim = shim_shuffles(sc, params.shim_jar)
+    if shim is None:
+        raise ShimNotAvailableError("a join's two shuffles are read through the JVM shim")
+    jdeps = [shuffle_dependency(left), shuffle_dependency(right)]
+    with _job_description(sc, f"spark-adaptive: map sides of {operation}"):
+        totals = shim.run_map_stages(jdeps)
+    bounds = dict(avg_bytes_per_task=params.avg_bytes_per_task, min_p=params.min_p,
+                  max_p=params.max_p, slots=params.slots)
+    try:
+        sizes = [shim.sizes(d) for d in jdeps]
+    except Exception as e:  # a map output lost since the stage ran: Spark re-runs it
+        plan = plan_join_even(params.max_p, sum(totals), operation=operation,
+                              why=f"sizes per partition unavailable "
+                                  f"({str(e).splitlines()[0][:160]})", **bounds)
+    else:
+        plan = plan_join(sizes[0], sizes[1], how, skew_factor=params.skew_factor,
+                         skew_threshold=params.skew_threshold, operation=operation, **bounds)
+    _publish(sc, plan, "its 2 shuffles")
+    return PlannedRead(plan, lambda tasks=None: shim.read(left, jdeps, plan, tasks))
+
+
+def _publish(sc: SparkContext, plan: ShufflePlan, what: str) -> None:
+    """The plan as one INFO line and in the batch report."""
+    decision_log.info("batch: %s reads %s with %d task(s): %s", plan.operation, what,
                       plan.parallelism, plan.reason)
     _record(sc, plan)
-    return planned
 
 
 def _record(sc: SparkContext, plan: ShufflePlan) -> None:
@@ -153,17 +205,26 @@ def _record(sc: SparkContext, plan: ShufflePlan) -> None:
         part.tracker.add_plan(plan, time.time())
 
 
-def _warn_once(sc: SparkContext) -> None:
-    app = str(sc.applicationId)
+_NO_SHIM = (
+    "batch: the JVM shim is not available, so the RDD helpers cannot read sizes per "
+    "partition: they size the reduce side from the total bytes and let Spark's coalesce "
+    "group whole partitions evenly by count (sorts read one partition per task). Build "
+    "the shim with jvm-shim/build.sh or set spark.adaptive.shim.jar.")
+_NO_SHIM_JOIN = (
+    "batch: the JVM shim is not available, so join shuffles both sides as one, as PySpark "
+    "does, reads it in ranges of equal partition count and cannot split a skewed key (that "
+    "needs each side's sizes per partition and map task). Build the shim with "
+    "jvm-shim/build.sh or set spark.adaptive.shim.jar.")
+
+
+def _warn_once(sc: SparkContext, topic: str, message: str) -> None:
+    """``message`` as a warning, once per application and topic."""
+    key = f"{sc.applicationId}/{topic}"
     with _warned_lock:
-        if app in _warned:
+        if key in _warned:
             return
-        _warned.add(app)
-    decision_log.warning(
-        "batch: the JVM shim is not available, so the RDD helpers cannot read sizes per "
-        "partition: they size the reduce side from the total bytes and let Spark's coalesce "
-        "group whole partitions evenly by count (sorts read one partition per task). Build "
-        "the shim with jvm-shim/build.sh or set spark.adaptive.shim.jar.")
+        _warned.add(key)
+    decision_log.warning(message)
 
 
 @contextlib.contextmanager

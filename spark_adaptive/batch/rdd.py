@@ -15,13 +15,17 @@ These helpers take none:
    with a merge step (:func:`reduce_by_key`, :func:`group_by_key`,
    :func:`combine_by_key`) a skewed partition is split by map ranges; the
    tasks that read pieces feed a small second shuffle that merges the pieces
-   of each key.
+   of each key. :func:`join` and :func:`left_outer_join` shuffle each side on
+   its own and split a skewed partition of a side that may be split into
+   pieces, each joined with the other side's whole partition
+   (:func:`~spark_adaptive.core.batch_join.plan_join`).
 
 Sizes per partition come from Spark's map output statistics through the JVM
 shim. Without the shim the helpers still work: ``p`` comes from the total
 bytes, and Spark's ``coalesce`` groups whole partitions evenly by count; a
 sort then reads one partition per task, since Spark may group non-adjacent
-partitions. This is logged once per application.
+partitions; a join shuffles both sides as one, as PySpark does, and splits
+nothing. This is logged once per application.
 
 Results equal PySpark's own operations (values of :func:`group_by_key` are
 ``ResultIterable`` as there; the order of values within a group is not
@@ -41,7 +45,7 @@ from spark_adaptive.core.batch_ranges import Splitting
 from spark_adaptive.core.batch_shuffle import ShufflePlan
 
 if TYPE_CHECKING:
-    from pyspark import RDD
+    from pyspark import RDD, SparkContext
 
 log = logging.getLogger(__name__)
 
@@ -109,22 +113,26 @@ def join(left: RDD[tuple[K, V]], right: RDD[tuple[K, Any]], *,
          **limits: Any) -> RDD[tuple[K, tuple[V, Any]]]:
     """``left.join(right)`` (inner) with the reduce side sized by bytes.
 
-    Both sides go through one shuffle, as in PySpark. A skewed partition is
-    not split: a piece of it would meet only part of the other side's values.
+    Each side is shuffled on its own, with the same partition count and hash,
+    and both map sides run at once. A partition skewed on one side is read in
+    pieces of map ranges, each with the other side's whole partition; skewed
+    on both, every left piece meets every right piece (Spark AQE's skew join).
+    Without the shim both sides go through one shuffle, as in PySpark, and no
+    partition is split.
     """
-    tagged = left.mapValues(lambda v: (1, v)).union(right.mapValues(lambda w: (2, w)))
-    grouped = _group(tagged, "join", Splitting.NO, partition_func, limits)
+    return _join(left, right, "inner", partition_func, limits)
 
-    def pairs(values: Iterable[tuple[int, Any]]) -> Iterator[tuple[Any, Any]]:
-        lefts: list[Any] = []
-        rights: list[Any] = []
-        for side, value in values:
-            (lefts if side == 1 else rights).append(value)
-        return ((v, w) for v in lefts for w in rights)
 
-    out = grouped.flatMapValues(pairs)
-    _remember(out, decision_of(grouped))
-    return out
+def left_outer_join(left: RDD[tuple[K, V]], right: RDD[tuple[K, Any]], *,
+                    partition_func: Callable[[Any], int] | None = None,
+                    **limits: Any) -> RDD[tuple[K, tuple[V, Any]]]:
+    """``left.leftOuterJoin(right)`` with the reduce side sized by bytes, as :func:`join`.
+
+    Only the left side is ever split: a left row read with a part of the right side
+    could not tell whether another part matches it, so its ``(v, None)`` pair would be
+    wrong or repeated.
+    """
+    return _join(left, right, "leftouter", partition_func, limits)
 
 
 def sort_by_key(rdd: RDD[tuple[K, V]], ascending: bool = True,
@@ -158,13 +166,64 @@ def sort_by_key(rdd: RDD[tuple[K, V]], ascending: bool = True,
 
 
 # -- internals ---------------------------------------------------------------------------------
-def _group(rdd: RDD[tuple[K, V]], operation: str, splitting: Splitting,
-           partition_func: Callable[[Any], int] | None, limits: dict[str, Any]) -> RDD[Any]:
-    from pyspark.resultiterable import ResultIterable
+_JOIN_OPERATIONS = {"inner": "join", "leftouter": "leftOuterJoin"}
+
+
+def _join(left: RDD[tuple[K, V]], right: RDD[tuple[K, Any]], how: str,
+          partition_func: Callable[[Any], int] | None, limits: dict[str, Any]) -> RDD[Any]:
+    """Tag each side's values (1 left, 2 right), shuffle, group each key's tagged values
+    in one task, pair them. With the shim, the sides are two shuffles read per
+    :func:`~spark_adaptive.core.batch_join.plan_join`; a task yields both sides' records
+    of its slices one after another, which the tags tell apart."""
+    from pyspark.rdd import portable_hash
+
+    sc, operation = left.context, _JOIN_OPERATIONS[how]
+    settings = plans.settings_for(sc, limits)
+    tagged = (left.mapValues(lambda v: (1, v)), right.mapValues(lambda w: (2, w)))
+    pairs = _pairs(outer_left=how == "leftouter")
+    if not plans.can_plan_join(sc, settings):
+        grouped = _group(tagged[0].union(tagged[1]), operation, Splitting.NO, partition_func,
+                         limits)
+        out = grouped.flatMapValues(pairs)
+        _remember(out, decision_of(grouped))
+        return out
+    combine_locally, group, _ = _list_grouping(sc, tagged[0]._jrdd_deserializer)
+    hashing = partition_func or portable_hash
+    shuffled = [t.mapPartitions(combine_locally, preservesPartitioning=True)
+                .partitionBy(settings.max_p, hashing) for t in tagged]
+    planned = plans.plan_join_read(shuffled[0], shuffled[1], how, settings, operation=operation)
+    out = planned.read().mapPartitions(group).flatMapValues(pairs)
+    _remember(out, planned.plan)
+    return out
+
+
+def _pairs(outer_left: bool) -> Callable[[Iterable[tuple[int, Any]]], Iterator[tuple[Any, Any]]]:
+    """A key's tagged values to its joined pairs (PySpark's ``python_join`` dispatch)."""
+
+    def pairs(values: Iterable[tuple[int, Any]]) -> Iterator[tuple[Any, Any]]:
+        lefts: list[Any] = []
+        rights: list[Any] = []
+        for side, value in values:
+            (lefts if side == 1 else rights).append(value)
+        if outer_left and not rights:
+            rights.append(None)
+        return ((v, w) for v in lefts for w in rights)
+
+    return pairs
+
+
+_Step = Callable[[Iterable[Any]], Iterator[Any]]
+
+
+def _list_grouping(sc: SparkContext, serializer: Any
+                   ) -> tuple[_Step, _Step, Callable[[list[Any], list[Any]], list[Any]]]:
+    """PySpark ``groupByKey``'s two steps: lists per key within a map task (``ExternalMerger``),
+    then those lists merged per key on the reduce side (``ExternalGroupBy``, which spills
+    even one huge group safely), and the merge of two lists. Both steps spill past
+    ``spark.python.worker.memory``."""
     from pyspark.shuffle import Aggregator, ExternalGroupBy, ExternalMerger
 
-    sc = rdd.context
-    memory, serializer = plans.memory_limit_mb(sc), rdd._jrdd_deserializer
+    memory = plans.memory_limit_mb(sc)
 
     def create(x: Any) -> list[Any]:
         return [x]
@@ -185,10 +244,18 @@ def _group(rdd: RDD[tuple[K, V]], operation: str, splitting: Splitting,
         return merger.items()  # type: ignore[no-any-return]
 
     def group(it: Iterable[Any]) -> Iterator[Any]:
-        # ExternalGroupBy, as PySpark's groupByKey: it spills one huge group safely.
         merger: Any = ExternalGroupBy(agg, memory, serializer)
         merger.mergeCombiners(it)
         return merger.items()  # type: ignore[no-any-return]
+
+    return combine_locally, group, extend
+
+
+def _group(rdd: RDD[tuple[K, V]], operation: str, splitting: Splitting,
+           partition_func: Callable[[Any], int] | None, limits: dict[str, Any]) -> RDD[Any]:
+    from pyspark.resultiterable import ResultIterable
+
+    combine_locally, group, extend = _list_grouping(rdd.context, rdd._jrdd_deserializer)
 
     def merge_pieces(partial: RDD[Any], partitions: int) -> RDD[Any]:
         return partial.combineByKey(list, extend, extend, partitions)

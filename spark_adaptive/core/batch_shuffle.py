@@ -22,6 +22,8 @@ A :class:`ShufflePlan` lists, per task, the :class:`ReadSlice` values it reads,
 and which tasks read a piece of a split partition (their output needs the
 operation's merge step). :meth:`ShufflePlan.spec` encodes the slices for the
 shim's ``RangeShuffleRDD`` (syntax documented there and at :func:`encode`).
+A join reads two shuffles in one plan (:mod:`~.batch_join`): each slice names
+the shuffle it reads.
 """
 
 from __future__ import annotations
@@ -105,7 +107,8 @@ def parse_sizes(text: str) -> ShuffleSizes:
 
 @dataclass(frozen=True)
 class ReadSlice:
-    """Partitions ``[start, end)`` from every map task, or from maps ``[map_start, map_end)``.
+    """Partitions ``[start, end)`` from every map task, or from maps ``[map_start, map_end)``,
+    of the plan's shuffle number ``shuffle`` (0 unless the plan reads several).
 
     A slice with a map range is always one partition (a piece of a split one).
     """
@@ -114,26 +117,35 @@ class ReadSlice:
     end: int
     map_start: int = 0
     map_end: int | None = None
+    shuffle: int = 0
 
     @property
     def is_piece(self) -> bool:
         return self.map_end is not None
 
     def spec(self) -> str:
+        prefix = f"{self.shuffle}:" if self.shuffle else ""
         if self.map_end is None:
-            return f"{self.start}-{self.end}"
-        return f"{self.start}@{self.map_start}-{self.map_end}"
+            return f"{prefix}{self.start}-{self.end}"
+        return f"{prefix}{self.start}@{self.map_start}-{self.map_end}"
 
 
 def encode(tasks: Sequence[Sequence[ReadSlice]]) -> str:
     """Slices per task for the shim: tasks joined by ``;``, slices by ``,``
-    (``"s-e"`` whole partitions, ``"j@a-b"`` partition ``j`` from maps ``[a, b)``)."""
+    (``"s-e"`` whole partitions, ``"j@a-b"`` partition ``j`` from maps ``[a, b)``), each
+    prefixed ``"i:"`` when it reads shuffle ``i`` > 0 of the plan."""
     return ";".join(",".join(s.spec() for s in task) for task in tasks)
 
 
 @dataclass(frozen=True)
 class ShufflePlan:
-    """Which partitions of one shuffle each reduce task reads, and why."""
+    """Which partitions of one shuffle (or of a join's two) each reduce task reads, and why.
+
+    ``maps`` counts the map tasks of the first shuffle; ``maps_by_shuffle`` those of
+    each shuffle when the plan reads several. ``total_bytes`` is what the map sides
+    wrote; ``bytes_per_task`` what each task reads: for a join, a partition read
+    whole with each piece of the other side's counts once per such task.
+    """
 
     operation: str
     partitions: int
@@ -144,6 +156,7 @@ class ShufflePlan:
     reason: str
     skewed: tuple[int, ...] = ()
     maps: int | None = None
+    maps_by_shuffle: tuple[int, ...] = ()
 
     @property
     def parallelism(self) -> int:
@@ -151,7 +164,7 @@ class ShufflePlan:
 
     @property
     def piece_tasks(self) -> tuple[int, ...]:
-        """Tasks that read a piece of a split partition: their keys need the merge step."""
+        """Tasks that read a piece of a split partition (with a merge step, their keys need it)."""
         return tuple(i for i, t in enumerate(self.tasks) if any(s.is_piece for s in t))
 
     def spec(self, tasks: Sequence[int] | None = None) -> str:
@@ -170,6 +183,7 @@ class ShufflePlan:
             "method": self.method, "skewedPartitions": list(self.skewed),
             "tasks": [[s.spec() for s in t] for t in self.tasks],
             "bytesPerTask": list(self.bytes_per_task) if self.bytes_per_task else None,
+            "mapsByShuffle": list(self.maps_by_shuffle) or None,
             "reason": self.reason,
         }
 
@@ -206,7 +220,7 @@ def plan_by_bytes(
     # The rule caps the count; when greedy ranges at V would exceed it (they run up to twice
     # as many tasks when partitions are not much smaller than V), the packer takes the
     # smallest byte limit that stays within it: the most even contiguous ranges.
-    min_p, held = _with_slots(min_p, max_p, sizes.total, slots, avg_bytes_per_task)
+    min_p, held = with_slots(min_p, max_p, sizes.total, slots, avg_bytes_per_task)
     rule = decide_parallelism(sizes.total, avg_bytes_per_task=avg_bytes_per_task, min_p=min_p,
                               max_p=max_p)
     skew = split_skewed(sizes.by_partition, avg_bytes_per_task=avg_bytes_per_task,
@@ -246,7 +260,7 @@ def plan_even(
 
     ``why`` says why sizes per partition are missing; it starts the reason.
     """
-    min_p, held = _with_slots(min_p, max_p, total_bytes, slots, avg_bytes_per_task)
+    min_p, held = with_slots(min_p, max_p, total_bytes, slots, avg_bytes_per_task)
     decision = decide_parallelism(total_bytes, avg_bytes_per_task=avg_bytes_per_task,
                                   min_p=min_p, max_p=max_p, vertex_max=partitions)
     even = even_ranges(partitions, decision.parallelism)
@@ -256,8 +270,9 @@ def plan_even(
                        f"{decision.reason}{held}; {even.reason}")
 
 
-def _with_slots(min_p: int, max_p: int, total: int, slots: int, v: int) -> tuple[int, str]:
-    """``min_p`` raised by :func:`slot_floor` (never above ``max_p``), and a note if it was."""
+def with_slots(min_p: int, max_p: int, total: int, slots: int, v: int) -> tuple[int, str]:
+    """``min_p`` raised by :func:`slot_floor` (never above ``max_p``), and a note for the
+    reason if it was (empty if not)."""
     floor = min(slot_floor(total, slots, v), max_p)
     if floor <= min_p:
         return min_p, ""

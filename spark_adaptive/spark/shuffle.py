@@ -6,7 +6,8 @@ Two paths, chosen once per SparkContext:
   the map side (``SparkContext.submitMapStage``, what Spark SQL's adaptive
   execution uses) and returns the bytes each map task wrote for each reduce
   partition, from the driver's ``MapOutputTrackerMaster``;
-  ``RangeShuffleRDD`` then reads the shuffle in the planned ranges and pieces.
+  ``RangeShuffleRDD`` then reads the shuffle (or a join's two shuffles, whose
+  map sides run at once) in the planned ranges and pieces.
   Its classes run in the executors too, so the jar is added to the
   application (``SparkContext.addJar``) the first time.
 * **fallback** (:class:`SparkShuffles`, no shim jar): the same map stage
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -70,24 +72,49 @@ class ShimShuffles:
         """Run the map side of ``jdep`` (Spark skips it if done); returns the bytes written."""
         return int(self._static(self._jsizes, "runMapStage", self._sc._jsc.sc(), jdep))
 
+    def run_map_stages(self, jdeps: Sequence[Any]) -> list[int]:
+        """Run the map sides of ``jdeps`` at once; returns the bytes each wrote."""
+        totals = self._static(self._jsizes, "runMapStages", self._sc._jsc.sc(),
+                              self._deps_array(jdeps))
+        return [int(t) for t in totals]
+
     def sizes(self, jdep: Any) -> ShuffleSizes:
         """Bytes per (partition, map task) of the finished shuffle ``jdep``.
 
-        Raises py4j's error when Spark no longer has every map output (an
-        executor was lost since): the caller falls back to even ranges.
+        A map side without tasks (an empty input) has no map output to ask about:
+        every partition's row is empty. Raises py4j's error when Spark no longer
+        has every map output (an executor was lost since): the caller falls back
+        to even ranges.
         """
-        text = self._static(self._jsizes, "sizes", jdep.shuffleId(),
-                            jdep.partitioner().numPartitions())
+        partitions = int(jdep.partitioner().numPartitions())
+        if len(jdep.rdd().partitions()) == 0:
+            return ShuffleSizes(((),) * partitions)
+        text = self._static(self._jsizes, "sizes", jdep.shuffleId(), partitions)
         return parse_sizes(str(text))
 
-    def read(self, shuffled: RDD[Any], jdep: Any, plan: ShufflePlan,
+    def read(self, shuffled: RDD[Any], jdeps: Sequence[Any], plan: ShufflePlan,
              tasks: list[int] | None = None) -> RDD[Any]:
-        """A PySpark RDD whose task ``i`` reads the slices of ``plan``'s task ``tasks[i]``."""
+        """A PySpark RDD whose task ``i`` reads the slices of ``plan``'s task ``tasks[i]``.
+
+        ``jdeps`` are the shuffles the plan's slices number (one, or a join's two);
+        ``shuffled`` gives the deserializer, which they all share.
+        """
         from pyspark import RDD as PyRDD
 
         self._ship_jar()
-        jrdd = self._static(self._jranges, "of", jdep, plan.spec(tasks))
+        if len(jdeps) == 1:
+            jrdd = self._static(self._jranges, "of", jdeps[0], plan.spec(tasks))
+        else:
+            jrdd = self._static(self._jranges, "ofShuffles", self._deps_array(jdeps),
+                                plan.spec(tasks))
         return PyRDD(jrdd, self._sc, shuffled._jrdd_deserializer)
+
+    def _deps_array(self, jdeps: Sequence[Any]) -> Any:
+        j = jvm(self._sc)
+        arr = gateway(self._sc).new_array(j.org.apache.spark.ShuffleDependency, len(jdeps))
+        for i, d in enumerate(jdeps):
+            arr[i] = d
+        return arr
 
     def _ship_jar(self) -> None:
         # Executors deserialize RangeShuffleRDD in every task: they need the jar too.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import operator
 import os
+import statistics
 import subprocess
 import sys
 import textwrap
@@ -108,7 +109,8 @@ def _pairs(spark: Any, n: int, hot: bool = False) -> Any:
 
 @pytest.mark.parametrize("shim", [True, False], ids=["shim", "no-shim"])
 def test_rdd_reduce_by_key_equals_pyspark(cluster: LocalCluster, stop_session: None,
-                                          tmp_path: Path, shim: bool) -> None:
+                                          tmp_path: Path, shim: bool,
+                                          caplog: pytest.LogCaptureFixture) -> None:
     conf = {} if shim else {"shim.jar": str(tmp_path / "absent.jar")}
     spark, rt, rec = _session(cluster, **conf)
     assert rt.listener_path == ("shim" if shim else "py4j")
@@ -131,6 +133,14 @@ def test_rdd_reduce_by_key_equals_pyspark(cluster: LocalCluster, stop_session: N
         assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
         assert plan.bytes_per_task is not None
         assert max(plan.bytes_per_task) <= 2 * min(plan.bytes_per_task)
+    else:
+        # Without sizes per map task a join shuffles both sides as one, as PySpark does.
+        other = spark.sparkContext.parallelize([(k, -k) for k in range(0, 2000, 7)], 2)
+        joined = batch.join(rdd, other, avg_bytes_per_task=8 * KiB, max_parallelism=32)
+        assert sorted(joined.collect()) == sorted(rdd.join(other).collect())
+        joined_plan = batch.decision_of(joined)
+        assert joined_plan is not None and joined_plan.method == "even"
+        assert "join shuffles both sides as one" in caplog.text
 
 
 def test_rdd_reduce_by_key_splits_a_skewed_key_and_merges_it(cluster: LocalCluster,
@@ -149,6 +159,47 @@ def test_rdd_reduce_by_key_splits_a_skewed_key_and_merges_it(cluster: LocalClust
     assert plan is not None and plan.skewed, plan.reason
     assert plan.piece_tasks, "the skewed partition is read in pieces"
     assert "split skewed partitions" in plan.reason
+
+
+def test_rdd_join_splits_a_hot_key_and_equals_pyspark(cluster: LocalCluster,
+                                                      stop_session: None) -> None:
+    spark, rt, rec = _session(cluster)
+    sc = spark.sparkContext
+    # A third of the left rows on key 0, written by 8 map tasks (so its partition can be cut
+    # into up to 8 pieces); distinct values, so it stays big after compression.
+    left = sc.parallelize(range(24_000), 8).map(lambda x: (0 if x % 3 == 0 else x % 1000, x))
+    right = sc.parallelize([(k, -k) for k in range(0, 1000, 2)], 2)
+    limits = dict(avg_bytes_per_task=16 * KiB, max_parallelism=16, skew_threshold=0)
+
+    out = batch.join(left, right, **limits)
+    assert sorted(out.collect()) == sorted(left.join(right).collect())
+    plan = batch.decision_of(out)
+    assert plan is not None and plan.method == "bytes", plan
+    assert plan.maps_by_shuffle == (8, 2) and out.getNumPartitions() == plan.parallelism
+    hot = 0  # PySpark's portable_hash of an int is its hash: key 0 goes to partition 0
+    assert hot in plan.skewed, plan.reason
+    # The hot partition is read in left pieces, each with the right side's whole partition.
+    pieces = [plan.tasks[i] for i in plan.piece_tasks]
+    assert len(pieces) >= 3, plan.reason
+    assert all([(s.shuffle, s.start, s.is_piece) for s in t] == [(0, hot, True), (1, hot, False)]
+               for t in pieces), plan.to_json()
+    # Bytes per task are balanced (a last range of the contiguous packing may be small, so
+    # against the median), where the hot partition alone would be over twice the largest.
+    sizes = plan.bytes_per_task
+    described = (sizes, plan.spec(), plan.reason)
+    assert sizes is not None and max(sizes) <= 1.5 * statistics.median(sizes), described
+    assert sum(sizes[i] for i in plan.piece_tasks) > 2 * max(sizes), described
+    rt.loop.call_sync(lambda: None)
+    recorded = batch.report(spark)["rddShuffles"]
+    assert any(r["operation"] == "join" and r["mapsByShuffle"] == [8, 2] for r in recorded)
+
+    # A left outer join may split the left side only; here that is the hot one.
+    outer = batch.left_outer_join(left, right, **limits)
+    assert sorted(outer.collect()) == sorted(left.leftOuterJoin(right).collect())
+    outer_plan = batch.decision_of(outer)
+    assert outer_plan is not None and outer_plan.piece_tasks, outer_plan
+    assert {s.shuffle for i in outer_plan.piece_tasks for s in outer_plan.tasks[i]
+            if s.is_piece} == {0}
 
 
 def test_group_by_key_join_and_sort_equal_pyspark(cluster: LocalCluster,

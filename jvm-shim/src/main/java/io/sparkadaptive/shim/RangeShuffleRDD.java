@@ -19,66 +19,98 @@ import scala.reflect.ClassTag;
 import scala.reflect.ClassTag$;
 
 /**
- * Reads a PySpark shuffle in contiguous ranges: one task per range of reduce
- * partitions (Flink's flexible subpartition mapping).
+ * Reads one PySpark shuffle, or several, in contiguous ranges: one task per
+ * range of reduce partitions (Flink's flexible subpartition mapping).
  *
  * <p>A PySpark shuffle ({@code RDD.partitionBy}) carries {@code (hash, pickled
  * batch)} records; this RDD yields the pickled batches, like PySpark's own
  * {@code PythonRDD.valueOfPair}, so Python reads it with the shuffled RDD's
- * deserializer. Task {@code i} reads the slices of its spec in order. A slice
- * is either a range of whole partitions, read with one shuffle reader as
- * Spark SQL's coalesced reads do, or one partition restricted to a range of
- * map tasks (a piece of a skewed partition).
+ * deserializer (every shuffle read must share it). Task {@code i} reads the
+ * slices of its spec in order. A slice is either a range of whole partitions,
+ * read with one shuffle reader as Spark SQL's coalesced reads do, or one
+ * partition restricted to a range of map tasks (a piece of a skewed
+ * partition). The RDD depends on every shuffle it is given; each slice reads
+ * one of them, so the records of different shuffles come one slice after
+ * another, untagged: a reader that must tell them apart (a join's sides) tags
+ * its records before the shuffle.
  *
  * <p>Spec syntax (from Python, one string): tasks separated by {@code ';'},
  * slices within a task by {@code ','}; {@code "s-e"} is whole partitions
- * {@code [s, e)}, {@code "j@a-b"} is partition {@code j}, maps {@code [a, b)}.
+ * {@code [s, e)}, {@code "j@a-b"} is partition {@code j}, maps {@code [a, b)};
+ * either may start with {@code "k:"} to read shuffle {@code k} (0-based, in the
+ * order given to {@link #ofShuffles}) instead of shuffle 0.
  */
 public class RangeShuffleRDD extends RDD<byte[]> {
   private static final long serialVersionUID = 1L;
   private static final ClassTag<byte[]> BYTES = ClassTag$.MODULE$.apply(byte[].class);
 
-  private final ShuffleDependency<?, ?, ?> dep;
+  /** Ints per slice in {@link #slices}: shuffle, startPartition, endPartition, startMap, endMap. */
+  private static final int SLICE = 5;
+
+  private final ShuffleDependency<?, ?, ?>[] deps;
   private final int[][] slices;
 
-  private RangeShuffleRDD(ShuffleDependency<?, ?, ?> dep, int[][] slices) {
-    super(dep.rdd().context(), seqOf(dep), BYTES);
-    this.dep = dep;
+  private RangeShuffleRDD(ShuffleDependency<?, ?, ?>[] deps, int[][] slices) {
+    super(deps[0].rdd().context(), seqOf(deps), BYTES);
+    this.deps = deps;
     this.slices = slices;
   }
 
   /** The RDD for {@code spec} over the shuffle {@code dep}, wrapped for PySpark. */
   public static JavaRDD<byte[]> of(ShuffleDependency<?, ?, ?> dep, String spec) {
-    return new JavaRDD<>(new RangeShuffleRDD(dep, parse(spec, dep.partitioner().numPartitions())),
-        BYTES);
+    return ofShuffles(new ShuffleDependency<?, ?, ?>[] {dep}, spec);
   }
 
-  /** Flattened slices per task: (startPartition, endPartition, startMap, endMap) groups. */
-  static int[][] parse(String spec, int partitions) {
+  /**
+   * The RDD for {@code spec} over the shuffles {@code deps} (slice prefix {@code "k:"} reads
+   * {@code deps[k]}), wrapped for PySpark.
+   */
+  public static JavaRDD<byte[]> ofShuffles(ShuffleDependency<?, ?, ?>[] deps, String spec) {
+    if (deps.length == 0) {
+      throw new IllegalArgumentException("a range read needs at least one shuffle");
+    }
+    int[] partitions = new int[deps.length];
+    for (int k = 0; k < deps.length; k++) {
+      partitions[k] = deps[k].partitioner().numPartitions();
+    }
+    return new JavaRDD<>(new RangeShuffleRDD(deps.clone(), parse(spec, partitions)), BYTES);
+  }
+
+  /**
+   * Flattened slices per task: {@link #SLICE} ints each (shuffle, startPartition, endPartition,
+   * startMap, endMap). {@code partitions[k]} is the partition count of shuffle {@code k}.
+   */
+  static int[][] parse(String spec, int[] partitions) {
     String[] tasks = spec.isEmpty() ? new String[0] : spec.split(";", -1);
     int[][] out = new int[tasks.length][];
     for (int t = 0; t < tasks.length; t++) {
       String[] parts = tasks[t].split(",");
-      int[] flat = new int[parts.length * 4];
+      int[] flat = new int[parts.length * SLICE];
       for (int k = 0; k < parts.length; k++) {
         String s = parts[k];
+        int colon = s.indexOf(':');
+        int shuffle = colon < 0 ? 0 : Integer.parseInt(s.substring(0, colon));
+        check(shuffle >= 0 && shuffle < partitions.length, s);
+        int n = partitions[shuffle];
         int at = s.indexOf('@');
-        int dash = s.indexOf('-', at + 1);
-        int a = Integer.parseInt(s.substring(at + 1, dash));
+        int dash = s.indexOf('-', Math.max(at, colon) + 1);
+        int a = Integer.parseInt(s.substring(Math.max(at, colon) + 1, dash));
         int b = Integer.parseInt(s.substring(dash + 1));
+        int o = k * SLICE;
+        flat[o] = shuffle;
         if (at >= 0) {
-          int j = Integer.parseInt(s.substring(0, at));
-          check(j >= 0 && j < partitions && a >= 0 && a < b, s);
-          flat[k * 4] = j;
-          flat[k * 4 + 1] = j + 1;
-          flat[k * 4 + 2] = a;
-          flat[k * 4 + 3] = b;
+          int j = Integer.parseInt(s.substring(colon + 1, at));
+          check(j >= 0 && j < n && a >= 0 && a < b, s);
+          flat[o + 1] = j;
+          flat[o + 2] = j + 1;
+          flat[o + 3] = a;
+          flat[o + 4] = b;
         } else {
-          check(a >= 0 && a < b && b <= partitions, s);
-          flat[k * 4] = a;
-          flat[k * 4 + 1] = b;
-          flat[k * 4 + 2] = 0;
-          flat[k * 4 + 3] = Integer.MAX_VALUE;  // every map task, as Spark's own readers say it
+          check(a >= 0 && a < b && b <= n, s);
+          flat[o + 1] = a;
+          flat[o + 2] = b;
+          flat[o + 3] = 0;
+          flat[o + 4] = Integer.MAX_VALUE;  // every map task, as Spark's own readers say it
         }
       }
       out[t] = flat;
@@ -92,10 +124,12 @@ public class RangeShuffleRDD extends RDD<byte[]> {
     }
   }
 
-  private static scala.collection.immutable.Seq<Dependency<?>> seqOf(Dependency<?> d) {
-    List<Dependency<?>> one = new ArrayList<>(1);
-    one.add(d);
-    return CollectionConverters.asScala(one).toList();
+  private static scala.collection.immutable.Seq<Dependency<?>> seqOf(Dependency<?>[] deps) {
+    List<Dependency<?>> all = new ArrayList<>(deps.length);
+    for (Dependency<?> d : deps) {
+      all.add(d);
+    }
+    return CollectionConverters.asScala(all).toList();
   }
 
   @Override
@@ -137,7 +171,7 @@ public class RangeShuffleRDD extends RDD<byte[]> {
     }
   }
 
-  /** The values of each slice's records, one shuffle reader after the other. */
+  /** The values of each slice's records, one shuffle reader after the other, in spec order. */
   private final class SliceIterator extends scala.collection.AbstractIterator<byte[]> {
     private final int[] flat;
     private final TaskContext context;
@@ -155,8 +189,9 @@ public class RangeShuffleRDD extends RDD<byte[]> {
         if (next >= flat.length) {
           return false;
         }
-        current = open(flat[next], flat[next + 1], flat[next + 2], flat[next + 3]);
-        next += 4;
+        current = open(deps[flat[next]], flat[next + 1], flat[next + 2], flat[next + 3],
+            flat[next + 4]);
+        next += SLICE;
       }
       return true;
     }
@@ -171,7 +206,8 @@ public class RangeShuffleRDD extends RDD<byte[]> {
 
     @SuppressWarnings("unchecked")
     private scala.collection.Iterator<Product2<Object, byte[]>> open(
-        int startPartition, int endPartition, int startMap, int endMap) {
+        ShuffleDependency<?, ?, ?> dep, int startPartition, int endPartition, int startMap,
+        int endMap) {
       ShuffleReadMetricsReporter metrics = context.taskMetrics().createTempShuffleReadMetrics();
       return (scala.collection.Iterator<Product2<Object, byte[]>>) (Object) SparkEnv.get()
           .shuffleManagerFor(dep)

@@ -1,15 +1,19 @@
 package io.sparkadaptive.shim;
 
 import java.util.ArrayDeque;
+import java.util.ArrayList;
 import java.util.Deque;
 import java.util.HashSet;
+import java.util.List;
 import java.util.Set;
 
 import org.apache.spark.Dependency;
+import org.apache.spark.MapOutputStatistics;
 import org.apache.spark.MapOutputTracker;
 import org.apache.spark.MapOutputTrackerMaster;
 import org.apache.spark.ShuffleDependency;
 import org.apache.spark.ShuffleStatus;
+import org.apache.spark.SimpleFutureAction;
 import org.apache.spark.SparkContext;
 import org.apache.spark.SparkEnv;
 import org.apache.spark.rdd.RDD;
@@ -74,6 +78,38 @@ public final class ShuffleSizes {
       total += b;
     }
     return total;
+  }
+
+  /**
+   * Run the map sides of {@code deps} at once, as Spark runs the independent parents of a
+   * stage, and return the bytes each wrote. Fails as a job fails when a map task fails; the
+   * other map sides are then cancelled.
+   */
+  public static long[] runMapStages(SparkContext sc, ShuffleDependency<?, ?, ?>[] deps)
+      throws Exception {
+    List<SimpleFutureAction<MapOutputStatistics>> running = new ArrayList<>(deps.length);
+    long[] totals = new long[deps.length];
+    try {
+      for (ShuffleDependency<?, ?, ?> dep : deps) {
+        // Spark refuses a map stage without tasks: such a side wrote nothing.
+        running.add(dep.rdd().partitions().length == 0 ? null : sc.submitMapStage(dep));
+      }
+      for (int k = 0; k < deps.length; k++) {
+        if (running.get(k) != null) {
+          for (long b : running.get(k).get().bytesByPartitionId()) {
+            totals[k] += b;
+          }
+        }
+      }
+    } catch (Exception e) {
+      for (SimpleFutureAction<MapOutputStatistics> f : running) {
+        if (f != null && !f.isCompleted()) {
+          f.cancel();
+        }
+      }
+      throw e;
+    }
+    return totals;
   }
 
   /**
