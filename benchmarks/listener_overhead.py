@@ -5,11 +5,22 @@ again and again; between runs the listener under test is attached or removed.
 The three variants are interleaved in a rotating order so that drift of the
 machine hits all of them alike. A run's time is from job submission until the
 job has returned *and* Spark's listener bus has delivered every event (work a
-slow listener defers still counts). Medians and ratios to "no listener" are
-printed, written to ``benchmarks/results/listener_overhead.json`` and plotted.
+slow listener defers still counts).
+
+Two measures, because on a shared 2-core machine one job's wall time varies by
+several percent from run to run, more than a 1% cost:
+
+* **wall time**: medians per variant, and the median of the per-round ratios to
+  "no listener" (each round runs all three) with a 95% bootstrap interval;
+* **listener time**: what the listener itself spent on Spark's listener bus per
+  job, from Spark's own per-listener timer (``LiveListenerBusMetrics``,
+  ``listenerProcessingTime.<class>``: events x mean time per event), and that as
+  a share of the no-listener job's median wall time.
+
+Results go to ``benchmarks/results/listener_overhead.json`` and a plot.
 
     make bench
-    .venv/bin/python benchmarks/listener_overhead.py --repeats 9 --tasks 2000
+    .venv/bin/python benchmarks/listener_overhead.py --repeats 15 --tasks 2000
 """
 
 from __future__ import annotations
@@ -18,6 +29,7 @@ import argparse
 import contextlib
 import json
 import os
+import random
 import statistics
 import sys
 import time
@@ -44,6 +56,27 @@ class Counter:
         self.n += 1
 
 
+def listener_bus_ms(sc: Any, pattern: str) -> tuple[int, float]:
+    """Events handled and the estimated total ms of the listener classes whose timer name
+    contains ``pattern``, from Spark's listener-bus metrics (cumulative)."""
+    timers = sc._jsc.sc().listenerBus().metrics().metricRegistry().getTimers()
+    count, total = 0, 0.0
+    for name in timers.keySet():
+        if name.startswith("listenerProcessingTime.") and pattern in name:
+            t = timers.get(name)
+            count += int(t.getCount())
+            total += int(t.getCount()) * float(t.getSnapshot().getMean()) / 1e6
+    return count, total
+
+
+def bootstrap_median(values: list[float], rounds: int = 5000, seed: int = 7
+                     ) -> tuple[float, float]:
+    """95% percentile-bootstrap interval of the median of ``values``."""
+    rng = random.Random(seed)
+    meds = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(rounds))
+    return meds[int(0.025 * rounds)], meds[int(0.975 * rounds) - 1]
+
+
 def run_job(spark: Any, tasks: int) -> float:
     sc = spark.sparkContext
     bus = sc._jsc.sc().listenerBus()
@@ -56,7 +89,7 @@ def run_job(spark: Any, tasks: int) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tasks", type=int, default=2000)
-    ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--master", default="cluster",
                     help="'cluster' (a local standalone cluster) or a master such as local[2]")
@@ -98,7 +131,11 @@ def main() -> int:
             return ShimListener(sc, jar, c), c
 
         variants = {"no listener": none, "py4j listener": py4j, "JVM shim": shim}
+        # Spark's timer names: the shim's class, and py4j's dynamic proxy of the Python object.
+        timer_pattern = {"py4j listener": ".$Proxy", "JVM shim": "AdaptiveListener"}
         times: dict[str, list[float]] = {k: [] for k in variants}
+        bus: dict[str, list[float]] = {k: [] for k in timer_pattern}
+        seen: dict[str, int] = dict.fromkeys(timer_pattern, 0)
         events: dict[str, int] = {}
         names = list(variants)
         for r in range(args.repeats):
@@ -111,22 +148,42 @@ def main() -> int:
                     if listener is not None:
                         listener.close()
                 events[name] = counter.n + counter.calls()
+                if name in bus:
+                    # Spark keeps one timer per listener class, counting across instances;
+                    # it leaves the registry while no such listener is attached, so this
+                    # run's events are the growth of the count since the last run. Its mean
+                    # is over recent samples, i.e. mostly this run's.
+                    count, total = listener_bus_ms(sc, timer_pattern[name])
+                    per_event = total / count if count else 0.0
+                    new_events = count - seen[name] if count >= seen[name] else count
+                    seen[name] = count
+                    bus[name].append(new_events * per_event)
             print(f"round {r + 1}/{args.repeats}: " + ", ".join(
                 f"{n} {times[n][-1]:.2f}s" for n in names), flush=True)
         spark.stop()
 
     base = statistics.median(times["no listener"])
-    summary = {
-        name: {"median_s": statistics.median(ts), "ratio": statistics.median(ts) / base,
-               "runs_s": ts, "events_to_python": events.get(name, 0)}
-        for name, ts in times.items()
-    }
+    summary: dict[str, dict[str, Any]] = {}
+    for name, ts in times.items():
+        paired = [t / b for t, b in zip(ts, times["no listener"], strict=True)]
+        lo, hi = bootstrap_median(paired)
+        bus_ms = statistics.median(bus[name]) if name in bus else 0.0
+        summary[name] = {
+            "median_s": statistics.median(ts), "ratio": statistics.median(ts) / base,
+            "paired_ratio": statistics.median(paired), "paired_ratio_ci95": [lo, hi],
+            "listener_ms_per_job": bus_ms, "listener_share": bus_ms / 1000 / base,
+            "runs_s": ts, "listener_ms_runs": bus.get(name, []),
+            "events_to_python": events.get(name, 0)}
     where = f"{args.workers} one-core workers" if args.master == "cluster" else args.master
-    print(f"\n{args.tasks}-task job, {args.repeats} interleaved runs each, {where}")
-    print(f"{'variant':<16}{'median':>9}{'ratio':>9}{'overhead':>10}{'events to Python':>18}")
+    print(f"\n{args.tasks}-task job, {args.repeats} interleaved rounds, {where}")
+    print(f"{'variant':<16}{'median':>9}{'ratio':>8}{'paired ratio (95% CI)':>26}"
+          f"{'listener time/job':>19}{'share of job':>14}{'events to Python':>18}")
     for name, s in summary.items():
-        print(f"{name:<16}{s['median_s']:>8.3f}s{s['ratio']:>9.3f}"
-              f"{(s['ratio'] - 1) * 100:>9.1f}%{s['events_to_python']:>18}")
+        lo, hi = s["paired_ratio_ci95"]
+        print(f"{name:<16}{s['median_s']:>8.3f}s{s['ratio']:>8.3f}"
+              f"{s['paired_ratio']:>10.3f} [{lo:.3f}, {hi:.3f}]"
+              f"{s['listener_ms_per_job']:>16.1f} ms{s['listener_share'] * 100:>13.2f}%"
+              f"{s['events_to_python']:>18}")
     RESULTS.mkdir(exist_ok=True)
     out = {"tasks": args.tasks, "repeats": args.repeats, "master": where,
            "variants": summary}

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_adaptive.core import events as ev
-from spark_adaptive.spark.jvm import ensure_callback_server, new_shim_object, seq_to_list
+from spark_adaptive.spark.jvm import ensure_callback_server, jvm, new_shim_object, seq_to_list
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -201,10 +201,17 @@ class Py4jListener:
     def __init__(self, sc: SparkContext, sink: Sink) -> None:
         self._sc = sc
         self._listener = Py4jSparkListener(sink)
-        sc._jsc.sc().addSparkListener(self._listener)
+        # py4j proxies a Python object afresh each time it is passed to Java, and Spark
+        # removes a listener by equality: add and remove must pass one and the same JVM
+        # proxy, so take it once (through a JVM list) and keep it, as PySpark keeps its
+        # query listener's Java wrapper.
+        holder = jvm(sc).java.util.ArrayList()
+        holder.add(self._listener)
+        self._jlistener = holder.get(0)
+        sc._jsc.sc().addSparkListener(self._jlistener)
 
     def close(self) -> None:
-        self._sc._jsc.sc().removeSparkListener(self._listener)
+        self._sc._jsc.sc().removeSparkListener(self._jlistener)
 
 
 def make_query_listener(sink: Sink) -> Any:

@@ -28,3 +28,32 @@ def test_stateful_operators_are_recognised_from_the_plan(spark_session: Any, bui
 
     stream = spark_session.readStream.format("rate").load()
     assert is_stateful(_plan(build(stream, F))) is stateful
+
+
+@pytest.mark.parametrize("path", ["py4j", "shim"])
+def test_a_closed_listener_hears_nothing_more(spark_session: Any, path: str) -> None:
+    """close() really removes the listener from Spark's bus (py4j proxies a Python object
+    afresh at each call, so removal must pass the very proxy that was added)."""
+    from spark_adaptive.core import events as ev
+    from spark_adaptive.spark.jvm import ensure_callback_server, shim_jar_path
+    from spark_adaptive.spark.listener import Py4jListener, ShimListener
+
+    sc = spark_session.sparkContext
+    ensure_callback_server(sc)
+    bus = sc._jsc.sc().listenerBus()
+    heard: list[ev.Event] = []
+    if path == "shim":
+        jar = shim_jar_path("")
+        assert jar is not None, "the shim jar is built by the set-up"
+        listener: Any = ShimListener(sc, jar, heard.append)
+    else:
+        listener = Py4jListener(sc, heard.append)
+    spark_session.range(0, 100, 1, 4).selectExpr("sum(id)").collect()
+    bus.waitUntilEmpty()
+    listener.close()
+    stages = [e for e in heard if isinstance(e, ev.StageCompleted)]
+    assert stages, "the listener heard the first job"
+    before = len(heard)
+    spark_session.range(0, 100, 1, 4).selectExpr("sum(id)").collect()
+    bus.waitUntilEmpty()
+    assert len(heard) == before, heard[before:]
