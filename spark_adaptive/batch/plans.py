@@ -34,6 +34,7 @@ from spark_adaptive.core.batch_shuffle import (
     ShufflePlan,
     plan_by_bytes,
     plan_even,
+    subpartition_count,
 )
 from spark_adaptive.core.options import Settings, parse_size
 from spark_adaptive.errors import ShimNotAvailableError
@@ -92,6 +93,12 @@ def settings_for(sc: SparkContext, limits: dict[str, Any]) -> BatchParams:
     return p
 
 
+def subpartitions(map_tasks: int, params: BatchParams) -> int:
+    """Partitions a helper's map side writes (:func:`~spark_adaptive.core.batch_shuffle.
+    subpartition_count`)."""
+    return subpartition_count(map_tasks, max_p=params.max_p, slots=params.slots)
+
+
 def memory_limit_mb(sc: SparkContext) -> int:
     """``spark.python.worker.memory`` in MiB: what PySpark's own shuffles spill at."""
     return max(1, parse_size(sc.getConf().get("spark.python.worker.memory", "512m") or "512m")
@@ -118,7 +125,7 @@ def plan_read(shuffled: RDD[Any], operation: str, splitting: Splitting, params: 
     with _job_description(sc, f"spark-adaptive: map side of {operation}"):
         total = (shim.run_map_stage(jdep) if shim is not None
                  else SparkShuffles(sc).run_map_stage_total(jdep))
-    n = params.max_p
+    n = shuffled.getNumPartitions()
     bounds = dict(avg_bytes_per_task=params.avg_bytes_per_task, min_p=params.min_p,
                   max_p=params.max_p, slots=params.slots)
     if shim is not None:
@@ -180,7 +187,7 @@ def plan_join_read(left: RDD[Any], right: RDD[Any], how: str, params: BatchParam
     try:
         sizes = [shim.sizes(d) for d in jdeps]
     except Exception as e:  # a map output lost since the stage ran: Spark re-runs it
-        plan = plan_join_even(params.max_p, sum(totals), operation=operation,
+        plan = plan_join_even(left.getNumPartitions(), sum(totals), operation=operation,
                               why=f"sizes per partition unavailable "
                                   f"({str(e).splitlines()[0][:160]})", **bounds)
     else:

@@ -4,8 +4,9 @@ PySpark's shuffling operations take a partition count the user must guess.
 These helpers take none:
 
 1. the map side writes ``batch.max-parallelism`` partitions (Flink's
-   subpartitions), with the same hashing and local combining as PySpark's own
-   operation;
+   subpartitions), at most 8 per map task
+   (:func:`~spark_adaptive.core.batch_shuffle.subpartition_count`), with the
+   same hashing and local combining as PySpark's own operation;
 2. the map side runs at once, when the helper is called (as ``sortByKey``
    runs its sampling job at once), so that the bytes are known;
 3. the reduce side gets ``p = ceil(bytes / V)`` tasks within the batch bounds
@@ -144,7 +145,7 @@ def sort_by_key(rdd: RDD[tuple[K, V]], ascending: bool = True,
 
     sc = rdd.context
     settings = plans.settings_for(sc, limits)
-    n = settings.max_p
+    n = plans.subpartitions(rdd.getNumPartitions(), settings)
     memory, serializer = plans.memory_limit_mb(sc), rdd._jrdd_deserializer
 
     def sort_partition(it: Iterable[Any]) -> Iterator[Any]:
@@ -189,8 +190,9 @@ def _join(left: RDD[tuple[K, V]], right: RDD[tuple[K, Any]], how: str,
         return out
     combine_locally, group, _ = _list_grouping(sc, tagged[0]._jrdd_deserializer)
     hashing = partition_func or portable_hash
+    n = plans.subpartitions(left.getNumPartitions() + right.getNumPartitions(), settings)
     shuffled = [t.mapPartitions(combine_locally, preservesPartitioning=True)
-                .partitionBy(settings.max_p, hashing) for t in tagged]
+                .partitionBy(n, hashing) for t in tagged]
     planned = plans.plan_join_read(shuffled[0], shuffled[1], how, settings, operation=operation)
     out = planned.read().mapPartitions(group).flatMapValues(pairs)
     _remember(out, planned.plan)
@@ -276,7 +278,8 @@ def _reduce(rdd: RDD[Any], operation: str, splitting: Splitting,
     from pyspark.rdd import portable_hash
 
     settings = plans.settings_for(rdd.context, limits)
-    shuffled = rdd.partitionBy(settings.max_p, partition_func or portable_hash)
+    shuffled = rdd.partitionBy(plans.subpartitions(rdd.getNumPartitions(), settings),
+                               partition_func or portable_hash)
     planned = plans.plan_read(shuffled, operation, splitting, settings, keep_order=keep_order)
     plan = planned.plan
     pieces = plan.piece_tasks if merge_pieces is not None else ()

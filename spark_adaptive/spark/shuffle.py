@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _jars_added: set[tuple[int, str]] = set()
+_instances: dict[tuple[str, str], ShimShuffles] = {}
 
 
 def shuffle_dependency(rdd: RDD[Any]) -> Any:
@@ -157,11 +158,21 @@ class SparkShuffles:
 
 
 def shim_shuffles(sc: SparkContext, jar: Path | None) -> ShimShuffles | None:
-    """The shim path for ``sc``, or None (logged by the caller) when the jar is missing or bad."""
+    """The shim path for ``sc``, or None (logged by the caller) when the jar is missing or bad.
+
+    One instance per SparkContext and jar: it keeps the reflected Java methods, whose
+    look-up over py4j costs tens of milliseconds (a quarter of a 10 MB helper call)."""
     if jar is None:
         return None
+    key = (str(sc.applicationId), str(jar))  # an id() could be reused by a later context
+    with _lock:
+        cached = _instances.get(key)
+    if cached is not None:
+        return cached
     try:
-        return ShimShuffles(sc, jar)
+        made = ShimShuffles(sc, jar)
     except ShimNotAvailableError as e:
         log.debug("shim shuffles unavailable: %s", e)
         return None
+    with _lock:
+        return _instances.setdefault(key, made)
