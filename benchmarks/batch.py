@@ -7,6 +7,16 @@ jobs on generated CSV data at several scales:
   key of the facts, joined with a dimension table, summed per group;
 * **rdd**: ``reduceByKey`` over the parsed lines of the same facts.
 
+Both aggregate before they join, so a hot key is combined on the map side and
+never reaches a shuffle as skew. The skewed variant therefore runs jobs that
+join first, where skew survives:
+
+* **df-join**: the facts joined with the dimension table, then summed per
+  group (Spark AQE's skew join applies wherever AQE is on);
+* **rdd-join**: PySpark's ``join`` of the parsed facts with the dimension
+  pairs, against :func:`spark_adaptive.batch.join` (which splits a skewed
+  partition).
+
 Variants, side by side, in one run (session confs switch between runs):
 
 * ``defaults``: Spark as shipped: 200 shuffle partitions, AQE on (its
@@ -19,10 +29,12 @@ Variants, side by side, in one run (session confs switch between runs):
   of them (and of 200) is the "best fixed" column.
 
 Rounds interleave the variants, so drift of the shared machine hits all of
-them alike; a cell is the median of its rounds. ``--v-sweep`` also runs the
-adaptive variant at other volumes per task, to choose the default. A skewed
-variant of one scale (``--skew-scale``, a third of the rows on one key) reports
-the slowest and the median task of the biggest shuffle stage.
+them alike; a cell is the median of its rounds (9 rounds up to 20 MiB, 5 up to
+200 MiB, 2 up to 2 GiB, then 1: small jobs vary more). ``--v-sweep`` also runs
+the adaptive variant at other volumes per task, to choose the default. A
+skewed variant of one scale (``--skew-scale``, a third of the fact rows on one
+key) runs the join jobs with a shorter sweep (``--skew-sweep``) and reports
+the slowest and the median task of the biggest shuffle-reading stage.
 
 Data goes to ``benchmarks/data/`` (gitignored; reused when present), results
 to ``benchmarks/results/batch.json`` and ``batch.png`` (``--out`` names them).
@@ -104,9 +116,35 @@ def df_job(spark: Any, facts: Path, dims: Path) -> None:
     out.write.format("noop").mode("overwrite").save()
 
 
+def df_join_job(spark: Any, facts: Path, dims: Path) -> None:
+    from pyspark.sql import functions as F
+
+    f = spark.read.schema("key LONG, value DOUBLE, grp INT").csv(str(facts))
+    d = spark.read.schema("key LONG, name STRING, dgrp INT").csv(str(dims))
+    out = f.join(d, "key").groupBy("dgrp").agg(F.sum("value"), F.count("*"))
+    out.write.format("noop").mode("overwrite").save()
+
+
 def parse(line: str) -> tuple[int, float]:
     k, v, _ = line.split(",")
     return int(k), float(v)
+
+
+def parse_dim(line: str) -> tuple[int, int]:
+    k, _, g = line.split(",")
+    return int(k), int(g)
+
+
+def rdd_join_job(spark: Any, facts: Path, dims: Path, partitions: int | str | None,
+                 v: int) -> None:
+    sc = spark.sparkContext
+    pairs = sc.textFile(str(facts)).map(parse)
+    groups = sc.textFile(str(dims)).map(parse_dim)
+    if partitions == "adaptive":
+        out = batch.join(pairs, groups, avg_bytes_per_task=v)
+    else:
+        out = pairs.join(groups, partitions)  # type: ignore[arg-type]
+    out.count()
 
 
 def rdd_job(spark: Any, facts: Path, partitions: int | str | None, v: int) -> None:
@@ -153,35 +191,53 @@ def timed(rec: EventRecorder, run: Callable[[], None]) -> dict[str, Any]:
     return out
 
 
+def default_repeats(size: int) -> int:
+    """Rounds per scale: small jobs vary more from run to run."""
+    for limit, rounds in ((20 << 20, 9), (200 << 20, 5), (2 << 30, 2)):
+        if size <= limit:
+            return rounds
+    return 1
+
+
 def run_scale(spark: Any, rec: EventRecorder, scale: str, args: argparse.Namespace,
               skew: float = 0.0) -> dict[str, Any]:
     facts, dims = generate(spark, scale, skew)
     v = parse_size(args.v)
     vs = [v, *(parse_size(x) for x in args.v_sweep.split(",") if x and parse_size(x) != v)]
-    sweep = [int(x) for x in args.sweep.split(",")]
-    jobs: dict[str, dict[str, Callable[[], None]]] = {"df": {}, "rdd": {}}
+    sweep = [int(x) for x in (args.skew_sweep if skew else args.sweep).split(",") if x]
+    sql: dict[str, Callable[[], None]] = {
+        "df": lambda: df_job(spark, facts, dims),
+        "df-join": lambda: df_join_job(spark, facts, dims)}
+    rdd: dict[str, Callable[[int | str | None, int], None]] = {
+        "rdd": lambda n, vv: rdd_job(spark, facts, n, vv),
+        "rdd-join": lambda n, vv: rdd_join_job(spark, facts, dims, n, vv)}
+    wanted = (args.skew_jobs if skew else args.jobs).split(",")
+    jobs: dict[str, dict[str, Callable[[], None]]] = {}
+    for job in wanted:
+        variants: dict[str, Callable[[], None]] = {}
+        if job in sql:
+            def df(name: str, vv: int = v, job: str = job) -> Callable[[], None]:
+                return lambda: (sql_variant(spark, name, vv), sql[job]())[1]
 
-    def df(name: str, vv: int = v) -> Callable[[], None]:
-        return lambda: (sql_variant(spark, name, vv), df_job(spark, facts, dims))[1]
-
-    for name in ("defaults", "aqe-off", *(f"fixed-{n}" for n in sweep)):
-        jobs["df"][name] = df(name)
-    for vv in vs:
-        jobs["df"]["adaptive" if vv == v else f"adaptive-{format_size(vv)}"] = df("adaptive", vv)
-    jobs["rdd"]["defaults"] = lambda: rdd_job(spark, facts, None, v)
-    for n in sweep:
-        jobs["rdd"][f"fixed-{n}"] = (lambda n=n: rdd_job(spark, facts, n, v))  # type: ignore[misc]
-    for vv in vs:
-        key = "adaptive" if vv == v else f"adaptive-{format_size(vv)}"
-        jobs["rdd"][key] = (lambda vv=vv: rdd_job(spark, facts, "adaptive", vv))  # type: ignore[misc]
-    wanted = args.jobs.split(",")
-    repeats = args.repeats or (3 if parse_size(scale) <= 200 << 20 else 1)
+            for name in ("defaults", "aqe-off", *(f"fixed-{n}" for n in sweep)):
+                variants[name] = df(name)
+            for vv in vs:
+                variants["adaptive" if vv == v else f"adaptive-{format_size(vv)}"] = \
+                    df("adaptive", vv)
+        else:
+            run = rdd[job]
+            variants["defaults"] = (lambda run=run: run(None, v))  # type: ignore[misc]
+            for n in sweep:
+                variants[f"fixed-{n}"] = (lambda n=n, run=run: run(n, v))  # type: ignore[misc]
+            for vv in vs:
+                key = "adaptive" if vv == v else f"adaptive-{format_size(vv)}"
+                variants[key] = (lambda vv=vv, run=run: run("adaptive", vv))  # type: ignore[misc]
+        jobs[job] = variants
+    repeats = args.repeats or default_repeats(parse_size(scale))
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {j: {} for j in wanted}
     # Warm the page cache, the JIT and the Python workers once, unmeasured.
-    if "df" in wanted:
-        df_job(spark, facts, dims)
-    if "rdd" in wanted:
-        rdd_job(spark, facts, 2, v)
+    for job in wanted:
+        jobs[job]["defaults"]()
     for r in range(repeats):
         for job in wanted:
             names = list(jobs[job])
@@ -203,7 +259,8 @@ def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
                                                          last.items()},
             "adaptive_vs_best": med["adaptive"] / med[best],
             "adaptive_vs_defaults": med["adaptive"] / med["defaults"],
-            "skew": {k: (r.get("max_task"), r.get("median_task")) for k, r in last.items()}}
+            "skew": {k: (r.get("max_task"), r.get("median_task"), r.get("tasks"))
+                     for k, r in last.items()}}
 
 
 # -- output ----------------------------------------------------------------------------------------
@@ -226,10 +283,11 @@ def table(results: list[dict[str, Any]]) -> str:
         lines.append("")
         for job, s in res["summary"].items():
             cells = []
-            for name in ("defaults", "adaptive"):
-                slow, med = s["skew"].get(name, (None, None))
-                if slow and med:
-                    cells.append(f"{name} {slow:.2f}s / {med:.2f}s = {slow / med:.1f}x")
+            for name in ("defaults", "aqe-off", "adaptive"):
+                slow, med, tasks = s["skew"].get(name, (None, None, None))
+                if slow and med and tasks and tasks >= 4:  # the median of 2 tasks is the max
+                    cells.append(f"{name} ({tasks} tasks) {slow:.2f}s / {med:.2f}s = "
+                                 f"{slow / med:.1f}x")
             lines.append(f"skewed {res['scale']} {job}: slowest / median task of the biggest "
                          f"shuffle stage: " + "; ".join(cells))
     extra = sorted({k for r in results for s in r["summary"].values() for k in s["median"]
@@ -283,8 +341,12 @@ def main() -> int:
                     help="volume per task of the adaptive variant (default: the option default)")
     ap.add_argument("--v-sweep", default="", help="more volumes to try, e.g. 16m,32m,128m")
     ap.add_argument("--sweep", default="2,8,32,128,200", help="fixed partition counts")
-    ap.add_argument("--repeats", type=int, default=0, help="0: 3 up to 200 MiB, else 1")
+    ap.add_argument("--repeats", type=int, default=0,
+                    help="rounds per scale; 0: 9 up to 20 MiB, 5 up to 200 MiB, 2 up to 2 GiB, "
+                         "else 1")
     ap.add_argument("--skew-scale", default="1g", help="scale of the skewed variant ('' skips)")
+    ap.add_argument("--skew-jobs", default="df-join,rdd-join", help="jobs of the skewed variant")
+    ap.add_argument("--skew-sweep", default="32,200", help="fixed counts of the skewed variant")
     ap.add_argument("--memory", default="6g", help="executor memory")
     ap.add_argument("--out", default="batch", help="name of the .json and .png results")
     ap.add_argument("--verbose", action="store_true", help="keep spark-adaptive's INFO lines")
