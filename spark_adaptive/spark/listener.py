@@ -93,6 +93,17 @@ class Py4jSparkListener:
     def _ignore(self, _jevent: Any) -> None:
         self.calls += 1
 
+    # java.lang.Object's methods reach Python too: Spark's listener bus compares
+    # listeners with equals() when one of them is removed.
+    def equals(self, other: Any) -> bool:
+        return other is self
+
+    def hashCode(self) -> int:  # noqa: N802 - Java's name
+        return id(self) & 0x7FFFFFFF
+
+    def toString(self) -> str:  # noqa: N802 - Java's name
+        return f"spark_adaptive.Py4jSparkListener@{id(self):x}"
+
     @_guard("ExecutorAdded")
     def onExecutorAdded(self, e: Any) -> None:  # noqa: N802 - Spark's name
         info = e.executorInfo()

@@ -42,6 +42,10 @@ def test_a_closed_listener_hears_nothing_more(spark_session: Any, path: str) -> 
     ensure_callback_server(sc)
     bus = sc._jsc.sc().listenerBus()
     heard: list[ev.Event] = []
+    # Another Python listener ahead on the bus: removal compares listeners with equals(),
+    # which reaches the Python side of a py4j proxy.
+    other_heard: list[ev.Event] = []
+    other = Py4jListener(sc, other_heard.append)
     if path == "shim":
         jar = shim_jar_path("")
         assert jar is not None, "the shim jar is built by the set-up"
@@ -57,3 +61,6 @@ def test_a_closed_listener_hears_nothing_more(spark_session: Any, path: str) -> 
     spark_session.range(0, 100, 1, 4).selectExpr("sum(id)").collect()
     bus.waitUntilEmpty()
     assert len(heard) == before, heard[before:]
+    assert any(isinstance(e, ev.StageCompleted) and e.time > stages[-1].time
+               for e in other_heard), "the other listener still hears"
+    other.close()
