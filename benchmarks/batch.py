@@ -69,7 +69,8 @@ from spark_adaptive.testing.recorder import EventRecorder
 HERE = Path(__file__).parent
 RESULTS, DATA = HERE / "results", HERE / "data"
 BYTES_PER_ROW = 20  # "12345678,12345.67,42\n" and shorter keys
-STEERED = [*sql_confs(Settings()), "spark.sql.adaptive.enabled", "spark.sql.shuffle.partitions"]
+STEERED = [*sql_confs(Settings()), "spark.sql.adaptive.enabled", "spark.sql.shuffle.partitions",
+           "spark.sql.adaptive.coalescePartitions.enabled"]
 
 
 # -- data --------------------------------------------------------------------------------------
@@ -168,6 +169,10 @@ def sql_variant(spark: Any, name: str, v: int) -> None:
         for k, val in conf.items():
             spark.conf.set(k, val)
         return
+    if name.startswith("aqe-fixed-"):  # AQE's stages and re-planning, but N partitions
+        spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")
+        spark.conf.set("spark.sql.shuffle.partitions", name.removeprefix("aqe-fixed-"))
+        return
     spark.conf.set("spark.sql.adaptive.enabled", "false")
     spark.conf.set("spark.sql.shuffle.partitions",
                    "200" if name == "aqe-off" else name.removeprefix("fixed-"))
@@ -219,7 +224,9 @@ def run_scale(spark: Any, rec: EventRecorder, scale: str, args: argparse.Namespa
             def df(name: str, vv: int = v, job: str = job) -> Callable[[], None]:
                 return lambda: (sql_variant(spark, name, vv), sql[job]())[1]
 
-            for name in ("defaults", "aqe-off", *(f"fixed-{n}" for n in sweep)):
+            aqe_sweep = [int(x) for x in args.aqe_sweep.split(",") if x]
+            for name in ("defaults", "aqe-off", *(f"fixed-{n}" for n in sweep),
+                         *(f"aqe-fixed-{n}" for n in aqe_sweep)):
                 variants[name] = df(name)
             for vv in vs:
                 variants["adaptive" if vv == v else f"adaptive-{format_size(vv)}"] = \
@@ -254,11 +261,15 @@ def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     med = {name: statistics.median(r["seconds"] for r in rs) for name, rs in runs.items()}
     fixed = {k: t for k, t in med.items() if k.startswith("fixed-") or k == "aqe-off"}
     best = min(fixed, key=lambda k: fixed[k])
+    under_aqe = {k: t for k, t in med.items() if k.startswith("aqe-fixed-")}
+    best_aqe = min(under_aqe, key=lambda k: under_aqe[k]) if under_aqe else None
     last = {name: rs[-1] for name, rs in runs.items()}
     return {"median": med, "best_fixed": best, "tasks": {k: r.get("tasks") for k, r in
                                                          last.items()},
             "adaptive_vs_best": med["adaptive"] / med[best],
             "adaptive_vs_defaults": med["adaptive"] / med["defaults"],
+            "best_fixed_under_aqe": best_aqe,
+            "adaptive_vs_best_under_aqe": med["adaptive"] / med[best_aqe] if best_aqe else None,
             "skew": {k: (r.get("max_task"), r.get("median_task"), r.get("tasks"))
                      for k, r in last.items()}}
 
@@ -277,6 +288,15 @@ def table(results: list[dict[str, Any]]) -> str:
                 f"| {aqe_off} | {m['adaptive']:.1f}s | {m[s['best_fixed']]:.1f}s "
                 f"({s['best_fixed']}) | {s['adaptive_vs_best']:.2f} "
                 f"| {s['adaptive_vs_defaults']:.2f} | {s['tasks'].get('adaptive')} |")
+    under = [(res, job, s) for res in results for job, s in res["summary"].items()
+             if s.get("best_fixed_under_aqe")]
+    if under:
+        lines += ["", "| job | scale | adaptive | best fixed count with AQE on, no coalescing "
+                      "| adaptive / that |", "|---|---|---|---|---|"]
+        for res, job, s in under:
+            m, best = s["median"], s["best_fixed_under_aqe"]
+            lines.append(f"| {job} | {res['scale']} | {m['adaptive']:.2f}s | {m[best]:.2f}s "
+                         f"({best}) | {s['adaptive_vs_best_under_aqe']:.2f} |")
     for res in results:
         if not res["skew"]:
             continue
@@ -344,6 +364,9 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=0,
                     help="rounds per scale; 0: 9 up to 20 MiB, 5 up to 200 MiB, 2 up to 2 GiB, "
                          "else 1")
+    ap.add_argument("--aqe-sweep", default="",
+                    help="also fixed counts with AQE on and coalescing off (DataFrame jobs), "
+                         "e.g. 2,8,32: separates AQE's stage-by-stage execution from the count")
     ap.add_argument("--skew-scale", default="1g", help="scale of the skewed variant ('' skips)")
     ap.add_argument("--skew-jobs", default="df-join,rdd-join", help="jobs of the skewed variant")
     ap.add_argument("--skew-sweep", default="32,200", help="fixed counts of the skewed variant")

@@ -14,6 +14,7 @@ import json
 import logging
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -108,10 +109,16 @@ def test_rest_api_and_cli_on_a_live_query_and_requirements_survive_a_driver_rest
 
     # -- refused requests change nothing -------------------------------------------------
     req_path = "/queries/counts/resource-requirements"
-    for raw, status in ((b'{"parallelism": {"lowerBound": 3, "upperBound": 2}}', 400),
-                        (b'{"parallelism": {"lowerBound": 1, "upperBound": 40000}}', 400),
-                        (b"{", 400), (b"", 400)):
-        assert _request(url, "PUT", req_path, raw)[0] == status, raw
+    for raw, reason in (
+            (b'{"parallelism": {"lowerBound": 3, "upperBound": 2}}', "greater than the upper"),
+            (b'{"parallelism": {"lowerBound": 1, "upperBound": 40000}}', "max parallelism"),
+            (b'{"parallelism": {"lowerBound": 0, "upperBound": 2}}', "greater than 0"),
+            (b'{"parallelism": {"lowerBound": "1", "upperBound": 2}}', "integer"),
+            (b'{"parallelism": {"lowerBound": 1, "upperBound": 2, "step": 1}}', "Unknown field"),
+            (b"[1, 2]", ""), (b"{", ""), (b"", "does not specify")):
+        status, answer = _request(url, "PUT", req_path, raw)
+        assert status == 400 and answer["errors"], (raw, status, answer)
+        assert reason in " ".join(answer["errors"]), (raw, answer)
     assert _request(url, "PUT", "/queries/nope/resource-requirements",
                     json.dumps(_bounds(1, 1)).encode())[0] == 404
     assert _request(url, "GET", "/no/such/path")[0] == 404
@@ -119,6 +126,34 @@ def test_rest_api_and_cli_on_a_live_query_and_requirements_survive_a_driver_rest
     assert api.get(api.query_path("counts", "resource-requirements")) == _bounds(1, 2)
     assert api.get(api.query_path("counts"))["lastDecision"]["action"] != "update requirements"
     assert not persisted_file.exists()
+
+    # -- 409 while another update of the query is in flight ------------------------------
+    # The checkpoint store is made slow (as an object store can be): the first PUT holds
+    # the query's update slot while it persists; a second one is refused and changes nothing.
+    store = rt.persisted._store
+    real_save, entered, release = store.save, threading.Event(), threading.Event()
+
+    def slow_save(checkpoint_dir: str, requirements: Any) -> None:
+        entered.set()
+        release.wait(30)
+        real_save(checkpoint_dir, requirements)
+
+    store.save = slow_save
+    first: dict[str, Any] = {}
+    put = threading.Thread(target=lambda: first.update(answer=_request(
+        url, "PUT", req_path, json.dumps(_bounds(1, 2)).encode())))
+    put.start()
+    try:
+        assert entered.wait(30), "the first PUT never reached the store"
+        status, answer = _request(url, "PUT", req_path, json.dumps(_bounds(1, 1)).encode())
+        assert status == 409 and "Another update to the query" in answer["errors"][0], answer
+        assert api.get(api.query_path("counts", "resource-requirements")) == _bounds(1, 2)
+    finally:
+        release.set()
+        put.join(30)
+        store.save = real_save
+    assert first["answer"][0] == 200  # same bounds as before: persisted, nothing to rescale
+    assert json.loads(persisted_file.read_text())["parallelism"] == _bounds(1, 2)["parallelism"]
 
     # -- the CLI, in process and as the installed command --------------------------------
     assert cli.main(["--url", url, "status"]) == 0
@@ -180,3 +215,7 @@ def test_rest_api_and_cli_on_a_live_query_and_requirements_survive_a_driver_rest
         query.id, 1, _bounds(1, 1))
     assert json.loads(persisted_file.read_text())["parallelism"]["upperBound"] == 1
     query.stop()
+    # A finished query's bounds cannot change: 409, and nothing is persisted.
+    status, answer = _request(url, "PUT", req_path, json.dumps(_bounds(1, 2)).encode(), TOKEN)
+    assert status == 409 and "finished" in answer["errors"][0], answer
+    assert json.loads(persisted_file.read_text())["parallelism"]["upperBound"] == 1
