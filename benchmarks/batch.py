@@ -30,11 +30,15 @@ Variants, side by side, in one run (session confs switch between runs):
 
 Rounds interleave the variants, so drift of the shared machine hits all of
 them alike; a cell is the median of its rounds (9 rounds up to 20 MiB, 5 up to
-200 MiB, 2 up to 2 GiB, then 1: small jobs vary more). ``--v-sweep`` also runs
+200 MiB, 2 up to 2 GiB, then 1: small jobs vary more); from 1 GiB on the sweep
+skips counts below 32. ``--v-sweep`` also runs
 the adaptive variant at other volumes per task, to choose the default. A
 skewed variant of one scale (``--skew-scale``, a third of the fact rows on one
 key) runs the join jobs with a shorter sweep (``--skew-sweep``) and reports
-the slowest and the median task of the biggest shuffle-reading stage.
+the slowest and the median task of the biggest shuffle-reading stage. A
+small-files variant (``--small-files-scale``) writes the facts of one scale
+as 200 files, as a Spark job with 200 shuffle partitions leaves them: each
+file is a split, so PySpark's default runs 200 map and 200 reduce tasks.
 
 Data goes to ``benchmarks/data/`` (gitignored; reused when present), results
 to ``benchmarks/results/batch.json`` and ``batch.png`` (``--out`` names them).
@@ -69,22 +73,27 @@ from spark_adaptive.testing.recorder import EventRecorder
 HERE = Path(__file__).parent
 RESULTS, DATA = HERE / "results", HERE / "data"
 BYTES_PER_ROW = 20  # "12345678,12345.67,42\n" and shorter keys
+BIG = 1 << 30  # from here on: fixed counts below 32 are not swept, warm-up is one read
 STEERED = [*sql_confs(Settings()), "spark.sql.adaptive.enabled", "spark.sql.shuffle.partitions",
            "spark.sql.adaptive.coalescePartitions.enabled"]
 
 
 # -- data --------------------------------------------------------------------------------------
-def generate(spark: Any, scale: str, skew: float = 0.0) -> tuple[Path, Path]:
-    """Facts (key,value,grp) of about ``scale`` bytes and dims (key,name,grp); reused if there."""
+def generate(spark: Any, scale: str, skew: float = 0.0, files: int = 0) -> tuple[Path, Path]:
+    """Facts (key,value,grp) of about ``scale`` bytes and dims (key,name,grp); reused if there.
+
+    Facts go to one file per 128 MiB, or to ``files`` files when given.
+    """
     from pyspark.sql import functions as F
 
-    name = scale + (f"-skew{int(skew * 100)}" if skew else "")
+    name = scale + (f"-skew{int(skew * 100)}" if skew else "") + (f"-{files}files" if files
+                                                                   else "")
     facts, dims, meta = DATA / name / "facts", DATA / name / "dims", DATA / name / "meta.json"
     if meta.exists():
         return facts, dims
     rows = parse_size(scale) // BYTES_PER_ROW
     keys = max(1, rows // 8)
-    files = max(1, math.ceil(parse_size(scale) / (128 << 20)))
+    files = files or max(1, math.ceil(parse_size(scale) / (128 << 20)))
     h = F.xxhash64("id")
     key = F.pmod(h, F.lit(keys))
     if skew:
@@ -94,7 +103,7 @@ def generate(spark: Any, scale: str, skew: float = 0.0) -> tuple[Path, Path]:
      .select(key.alias("key"), (F.pmod(F.xxhash64("id", F.lit(1)), F.lit(10**7)) / 100)
              .alias("value"), F.pmod(h, F.lit(100)).alias("grp"))
      .write.mode("overwrite").csv(str(facts)))
-    (spark.range(0, keys, 2, numPartitions=max(1, files // 8))
+    (spark.range(0, keys, 2, numPartitions=max(1, math.ceil(parse_size(scale) / (1 << 30))))
      .select("id", F.concat(F.lit("name-"), "id"), F.pmod("id", F.lit(100)))
      .write.mode("overwrite").csv(str(dims)))
     size = sum(p.stat().st_size for p in facts.glob("*.csv"))
@@ -205,11 +214,13 @@ def default_repeats(size: int) -> int:
 
 
 def run_scale(spark: Any, rec: EventRecorder, scale: str, args: argparse.Namespace,
-              skew: float = 0.0) -> dict[str, Any]:
-    facts, dims = generate(spark, scale, skew)
+              skew: float = 0.0, files: int = 0) -> dict[str, Any]:
+    facts, dims = generate(spark, scale, skew, files)
     v = parse_size(args.v)
     vs = [v, *(parse_size(x) for x in args.v_sweep.split(",") if x and parse_size(x) != v)]
     sweep = [int(x) for x in (args.skew_sweep if skew else args.sweep).split(",") if x]
+    if parse_size(scale) >= BIG:  # 2 or 8 tasks of 128+ MiB each: far from the best there
+        sweep = [n for n in sweep if n >= 32] or sweep
     sql: dict[str, Callable[[], None]] = {
         "df": lambda: df_job(spark, facts, dims),
         "df-join": lambda: df_join_job(spark, facts, dims)}
@@ -242,9 +253,14 @@ def run_scale(spark: Any, rec: EventRecorder, scale: str, args: argparse.Namespa
         jobs[job] = variants
     repeats = args.repeats or default_repeats(parse_size(scale))
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {j: {} for j in wanted}
-    # Warm the page cache, the JIT and the Python workers once, unmeasured.
-    for job in wanted:
-        jobs[job]["defaults"]()
+    # Warm the page cache, the JIT and the Python workers once, unmeasured (at BIG and
+    # above a full read of the input does it at a fraction of a job's cost).
+    if parse_size(scale) >= BIG:
+        spark.read.text(str(facts)).write.format("noop").mode("overwrite").save()
+        spark.sparkContext.textFile(str(dims)).count()
+    else:
+        for job in wanted:
+            jobs[job]["defaults"]()
     for r in range(repeats):
         for job in wanted:
             names = list(jobs[job])
@@ -252,9 +268,14 @@ def run_scale(spark: Any, rec: EventRecorder, scale: str, args: argparse.Namespa
             for name in names:
                 result = timed(rec, jobs[job][name])
                 runs[job].setdefault(name, []).append(result)
-                print(f"  {scale}{' skewed' if skew else ''} {job} {name}: {result}", flush=True)
-    return {"scale": scale, "bytes": data_bytes(facts), "skew": skew, "repeats": repeats,
+                print(f"  {label(scale, skew, files)} {job} {name}: {result}", flush=True)
+    return {"scale": scale, "bytes": data_bytes(facts), "skew": skew, "files": files,
+            "repeats": repeats,
             "runs": runs, "summary": {job: summarize(runs[job]) for job in wanted}}
+
+
+def label(scale: str, skew: float, files: int) -> str:
+    return scale + (" skewed" if skew else "") + (f" in {files} files" if files else "")
 
 
 def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
@@ -282,7 +303,7 @@ def table(results: list[dict[str, Any]]) -> str:
         for job, s in res["summary"].items():
             m = s["median"]
             aqe_off = f"{m['aqe-off']:.1f}s" if "aqe-off" in m else "n/a"
-            name = res["scale"] + (" skewed" if res["skew"] else "")
+            name = label(res["scale"], res["skew"], res.get("files", 0))
             lines.append(
                 f"| {job} | {name} ({res['bytes'] / 2**20:.0f} MiB) | {m['defaults']:.1f}s "
                 f"| {aqe_off} | {m['adaptive']:.1f}s | {m[s['best_fixed']]:.1f}s "
@@ -330,7 +351,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    plain = [r for r in results if not r["skew"]]
+    plain = [r for r in results if not r["skew"] and not r.get("files")]
     jobs = sorted({j for r in plain for j in r["summary"]})
     fig, axes = plt.subplots(1, len(jobs), figsize=(6 * len(jobs), 4.5), squeeze=False)
     for ax, job in zip(axes[0], jobs, strict=True):
@@ -368,6 +389,11 @@ def main() -> int:
                     help="also fixed counts with AQE on and coalescing off (DataFrame jobs), "
                          "e.g. 2,8,32: separates AQE's stage-by-stage execution from the count")
     ap.add_argument("--skew-scale", default="1g", help="scale of the skewed variant ('' skips)")
+    ap.add_argument("--small-files-scale", default="10m",
+                    help="scale also run with its facts in --small-files files ('' skips)")
+    ap.add_argument("--small-files", type=int, default=200,
+                    help="files of the small-files variant (200: what a Spark job with "
+                         "200 shuffle partitions writes)")
     ap.add_argument("--skew-jobs", default="df-join,rdd-join", help="jobs of the skewed variant")
     ap.add_argument("--skew-sweep", default="32,200", help="fixed counts of the skewed variant")
     ap.add_argument("--memory", default="6g", help="executor memory")
@@ -393,10 +419,12 @@ def main() -> int:
         rec = EventRecorder()
         rt.subscribe(rec, "benchmark")
         results = []
-        runs = [(scale, 0.0) for scale in args.scales.split(",") if scale]
-        runs += [(args.skew_scale, 0.33)] if args.skew_scale else []
-        for scale, skew in runs:
-            results.append(run_scale(spark, rec, scale, args, skew))
+        runs = [(scale, 0.0, 0) for scale in args.scales.split(",") if scale]
+        if args.small_files_scale:
+            runs.append((args.small_files_scale, 0.0, args.small_files))
+        runs += [(args.skew_scale, 0.33, 0)] if args.skew_scale else []
+        for scale, skew, files in runs:
+            results.append(run_scale(spark, rec, scale, args, skew, files))
             # Written after every scale: a long run that dies keeps what it measured.
             (RESULTS / f"{args.out}.json").write_text(json.dumps(results, indent=2))
         spark.stop()

@@ -4,7 +4,7 @@ PySpark's shuffling operations take a partition count the user must guess.
 These helpers take none:
 
 1. the map side writes ``batch.max-parallelism`` partitions (Flink's
-   subpartitions), at most 8 per map task
+   subpartitions), at most one per map task
    (:func:`~spark_adaptive.core.batch_shuffle.subpartition_count`), with the
    same hashing and local combining as PySpark's own operation;
 2. the map side runs at once, when the helper is called (as ``sortByKey``

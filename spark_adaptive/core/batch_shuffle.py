@@ -48,25 +48,24 @@ BY_BYTES, EVEN_BY_COUNT = "bytes", "even"
 MIN_TASK_BYTES = 1 << 20
 
 
-#: The map side of a helper writes at most this many partitions per map task.
-SUBPARTITIONS_PER_MAP_TASK = 8
-
-
 def subpartition_count(map_tasks: int, *, max_p: int, slots: int = 1) -> int:
     """How many partitions an RDD helper's map side writes (Flink's subpartitions: the most
     tasks its reduce side can get).
 
-    ``max_p`` (``batch.max-parallelism``, Flink's rule), but at most
-    :data:`SUBPARTITIONS_PER_MAP_TASK` per map task and at least 2 per held task slot. A
-    reduce side more than 8 times wider than its map side only pays for a map that
-    multiplies its input more than ``8 x V`` per partition, while every map task writes
-    one file per partition: 128 partitions from the 2 map tasks of a 10 MB input took
-    a quarter of that job's time here.
+    ``max_p`` (``batch.max-parallelism``, Flink's rule), but no more than the map side
+    has tasks (what PySpark's own operations write by default) and at least 2 per held
+    task slot. In PySpark every partition costs each map task a Python bucket, a pickled
+    chunk per flush and a file: on 1 GB (34 map tasks, benchmarks/batch.py) a
+    ``reduceByKey`` took 94.9 s writing 34 partitions, 97.6 s writing 68 and 101.5 s
+    writing 128 (PySpark's default: 92.7 s), while the reduce side needed 9 tasks.
+    Inputs whose map side multiplies the data get fewer, larger reduce tasks than the
+    rule asks for, as they would in PySpark; a skewed partition is still split by map
+    ranges.
     """
     if map_tasks < 0 or max_p < 1 or slots < 1:
         raise ValueError(f"need map_tasks >= 0, max_p >= 1, slots >= 1; got {map_tasks}, "
                          f"{max_p}, {slots}")
-    return max(1, min(max_p, max(SUBPARTITIONS_PER_MAP_TASK * map_tasks, 2 * slots)))
+    return max(1, min(max_p, max(map_tasks, 2 * slots)))
 
 
 def min_task_bytes(avg_bytes_per_task: int) -> int:

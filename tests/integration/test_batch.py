@@ -100,10 +100,11 @@ def test_dataframe_shuffle_stage_runs_bytes_over_v_tasks(cluster: LocalCluster,
     assert small.shuffle_read_bytes > 2 * V_SQL // 5 and small.num_tasks == 2
 
 
-def _pairs(spark: Any, n: int, hot: bool = False) -> Any:
-    """``n`` pairs over 2,000 keys; with ``hot``, half of them on key 0 (distinct values,
-    so the hot partition stays big after compression)."""
-    return spark.sparkContext.parallelize(range(n), 4).map(
+def _pairs(spark: Any, n: int, hot: bool = False, slices: int = 32) -> Any:
+    """``n`` pairs over 2,000 keys in ``slices`` slices (a helper writes at most one
+    partition per map task); with ``hot``, half of them on key 0 (distinct values, so
+    the hot partition stays big after compression)."""
+    return spark.sparkContext.parallelize(range(n), slices).map(
         lambda x: (0 if hot and x % 2 else x % 2000, x))
 
 
@@ -114,29 +115,31 @@ def test_rdd_reduce_by_key_equals_pyspark(cluster: LocalCluster, stop_session: N
     conf = {} if shim else {"shim.jar": str(tmp_path / "absent.jar")}
     spark, rt, rec = _session(cluster, **conf)
     assert rt.listener_path == ("shim" if shim else "py4j")
-    rdd = _pairs(spark, 60_000)
+    # 64 partitions (one per map task), each far smaller than V: ranges of them can meet
+    # the rule's count exactly.
+    rdd = _pairs(spark, 60_000, slices=64)
     expected = sorted(rdd.reduceByKey(operator.add).collect())
 
-    out = batch.reduce_by_key(rdd, operator.add, avg_bytes_per_task=8 * KiB,
-                              max_parallelism=32)
+    out = batch.reduce_by_key(rdd, operator.add, avg_bytes_per_task=64 * KiB,
+                              max_parallelism=64)
     assert sorted(out.collect()) == expected
     plan = batch.decision_of(out)
-    assert plan is not None and plan.partitions == 32
+    assert plan is not None and plan.partitions == 64
     assert plan.total_bytes is not None and plan.total_bytes > 0
-    assert plan.parallelism == math.ceil(plan.total_bytes / (8 * KiB))
+    assert 4 <= plan.parallelism == math.ceil(plan.total_bytes / (64 * KiB))
     assert out.getNumPartitions() == plan.parallelism
     assert plan.method == ("bytes" if shim else "even")
     if shim:
         # Contiguous ranges covering every partition once, balanced by bytes.
         ranges = plan.ranges()
-        assert ranges[0][0] == 0 and ranges[-1][1] == 32
+        assert ranges[0][0] == 0 and ranges[-1][1] == 64
         assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
         assert plan.bytes_per_task is not None
         assert max(plan.bytes_per_task) <= 2 * min(plan.bytes_per_task)
     else:
         # Without sizes per map task a join shuffles both sides as one, as PySpark does.
         other = spark.sparkContext.parallelize([(k, -k) for k in range(0, 2000, 7)], 2)
-        joined = batch.join(rdd, other, avg_bytes_per_task=8 * KiB, max_parallelism=32)
+        joined = batch.join(rdd, other, avg_bytes_per_task=64 * KiB, max_parallelism=64)
         assert sorted(joined.collect()) == sorted(rdd.join(other).collect())
         joined_plan = batch.decision_of(joined)
         assert joined_plan is not None and joined_plan.method == "even"
@@ -165,9 +168,10 @@ def test_rdd_join_splits_a_hot_key_and_equals_pyspark(cluster: LocalCluster,
                                                       stop_session: None) -> None:
     spark, rt, rec = _session(cluster)
     sc = spark.sparkContext
-    # A third of the left rows on key 0, written by 8 map tasks (so its partition can be cut
-    # into up to 8 pieces); distinct values, so it stays big after compression.
-    left = sc.parallelize(range(24_000), 8).map(lambda x: (0 if x % 3 == 0 else x % 1000, x))
+    # A third of the left rows on key 0, written by 16 map tasks (so its partition can be
+    # cut into up to 16 pieces, and 16 partitions are written: one per map task at most);
+    # distinct values, so it stays big after compression.
+    left = sc.parallelize(range(24_000), 16).map(lambda x: (0 if x % 3 == 0 else x % 1000, x))
     right = sc.parallelize([(k, -k) for k in range(0, 1000, 2)], 2)
     limits = dict(avg_bytes_per_task=16 * KiB, max_parallelism=16, skew_threshold=0)
 
@@ -175,7 +179,7 @@ def test_rdd_join_splits_a_hot_key_and_equals_pyspark(cluster: LocalCluster,
     assert sorted(out.collect()) == sorted(left.join(right).collect())
     plan = batch.decision_of(out)
     assert plan is not None and plan.method == "bytes", plan
-    assert plan.maps_by_shuffle == (8, 2) and out.getNumPartitions() == plan.parallelism
+    assert plan.maps_by_shuffle == (16, 2) and out.getNumPartitions() == plan.parallelism
     hot = 0  # PySpark's portable_hash of an int is its hash: key 0 goes to partition 0
     assert hot in plan.skewed, plan.reason
     # The hot partition is read in left pieces, each with the right side's whole partition.
@@ -191,7 +195,7 @@ def test_rdd_join_splits_a_hot_key_and_equals_pyspark(cluster: LocalCluster,
     assert sum(sizes[i] for i in plan.piece_tasks) > 2 * max(sizes), described
     rt.loop.call_sync(lambda: None)
     recorded = batch.report(spark)["rddShuffles"]
-    assert any(r["operation"] == "join" and r["mapsByShuffle"] == [8, 2] for r in recorded)
+    assert any(r["operation"] == "join" and r["mapsByShuffle"] == [16, 2] for r in recorded)
 
     # A left outer join may split the left side only; here that is the hot one.
     outer = batch.left_outer_join(left, right, **limits)

@@ -144,13 +144,14 @@ def test_held_slots_raise_the_count_while_each_task_reads_a_mebibyte() -> None:
     assert even.parallelism == 4
 
 
-def test_subpartitions_follow_max_parallelism_but_at_most_eight_per_map_task() -> None:
+def test_subpartitions_follow_max_parallelism_but_at_most_one_per_map_task() -> None:
     from spark_adaptive.core.batch_shuffle import subpartition_count
 
-    assert subpartition_count(2, max_p=128, slots=2) == 16  # a 10 MB text file's 2 splits
-    assert subpartition_count(40, max_p=128, slots=2) == 128  # Flink's rule once it binds
+    assert subpartition_count(2, max_p=128, slots=2) == 4  # a 10 MB text file's 2 splits
+    assert subpartition_count(34, max_p=128, slots=2) == 34  # a 1 GB one's: as PySpark
+    assert subpartition_count(200, max_p=128, slots=2) == 128  # Flink's rule once it binds
     assert subpartition_count(1, max_p=128, slots=16) == 32  # 2 per held slot at least
     assert subpartition_count(0, max_p=128) == 2  # an empty map side still has partitions
-    assert subpartition_count(3, max_p=4) == 4  # never above max-parallelism
+    assert subpartition_count(5, max_p=4) == 4  # never above max-parallelism
     with pytest.raises(ValueError):
         subpartition_count(1, max_p=0)
