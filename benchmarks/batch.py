@@ -45,6 +45,7 @@ to ``benchmarks/results/batch.json`` and ``batch.png`` (``--out`` names them).
 
     .venv/bin/python benchmarks/batch.py --scales 10m,100m          # quick
     .venv/bin/python benchmarks/batch.py                            # 10m..5g, long
+    .venv/bin/python benchmarks/batch.py --report a,b --out all     # merge two runs
 """
 
 from __future__ import annotations
@@ -399,9 +400,21 @@ def main() -> int:
     ap.add_argument("--memory", default="6g", help="executor memory")
     ap.add_argument("--out", default="batch", help="name of the .json and .png results")
     ap.add_argument("--verbose", action="store_true", help="keep spark-adaptive's INFO lines")
+    ap.add_argument("--report", default="",
+                    help="no run: merge these result files (comma-separated names in "
+                         "benchmarks/results, without .json) into --out's table and plot")
     args = ap.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     RESULTS.mkdir(parents=True, exist_ok=True)
+    if args.report:
+        merged = [res for name in args.report.split(",")
+                  for res in json.loads((RESULTS / f"{name}.json").read_text())]
+        merged.sort(key=lambda r: (bool(r["skew"]), bool(r.get("files")), r["bytes"]))
+        (RESULTS / f"{args.out}.json").write_text(json.dumps(merged, indent=2))
+        plot(merged, RESULTS / f"{args.out}.png")
+        print(table(merged))
+        print(f"\nwritten: {RESULTS / args.out}.json, {RESULTS / args.out}.png")
+        return 0
     from pyspark.sql import SparkSession
 
     with LocalCluster(1, 2, memory_per_worker=args.memory) as cluster:
