@@ -24,6 +24,7 @@ Variants, side by side, in one run (session confs switch between runs):
   PySpark's ``reduceByKey(f)``, which keeps the input's partition count;
 * ``aqe-off``: 200 partitions, no AQE (DataFrame job only);
 * ``adaptive``: spark-adaptive's batch settings (:mod:`spark_adaptive.batch.sql`;
+  :func:`spark_adaptive.batch.text_file` and
   :func:`spark_adaptive.batch.reduce_by_key` for the RDD job) at ``--v``;
 * ``fixed-N``: AQE off and N partitions, for every N of ``--sweep``; the best
   of them (and of 200) is the "best fixed" column.
@@ -149,20 +150,24 @@ def parse_dim(line: str) -> tuple[int, int]:
 def rdd_join_job(spark: Any, facts: Path, dims: Path, partitions: int | str | None,
                  v: int) -> None:
     sc = spark.sparkContext
-    pairs = sc.textFile(str(facts)).map(parse)
-    groups = sc.textFile(str(dims)).map(parse_dim)
     if partitions == "adaptive":
+        pairs = batch.text_file(sc, str(facts), avg_bytes_per_task=v).map(parse)
+        groups = batch.text_file(sc, str(dims), avg_bytes_per_task=v).map(parse_dim)
         out = batch.join(pairs, groups, avg_bytes_per_task=v)
     else:
+        pairs = sc.textFile(str(facts)).map(parse)
+        groups = sc.textFile(str(dims)).map(parse_dim)
         out = pairs.join(groups, partitions)  # type: ignore[arg-type]
     out.count()
 
 
 def rdd_job(spark: Any, facts: Path, partitions: int | str | None, v: int) -> None:
-    pairs = spark.sparkContext.textFile(str(facts)).map(parse)
+    sc = spark.sparkContext
     if partitions == "adaptive":
+        pairs = batch.text_file(sc, str(facts), avg_bytes_per_task=v).map(parse)
         out = batch.reduce_by_key(pairs, operator.add, avg_bytes_per_task=v)
     else:
+        pairs = sc.textFile(str(facts)).map(parse)
         out = pairs.reduceByKey(operator.add, partitions)  # type: ignore[arg-type]
     out.count()
 

@@ -9,7 +9,9 @@ Then:
 * RDD jobs: :func:`reduce_by_key`, :func:`group_by_key`, :func:`combine_by_key`,
   :func:`join`, :func:`left_outer_join` and :func:`sort_by_key` size their reduce
   side the same way, with byte-balanced partition ranges and skew splitting
-  (:mod:`spark_adaptive.batch.rdd`; they work without ``batch.enabled`` too);
+  (:mod:`spark_adaptive.batch.rdd`; they work without ``batch.enabled`` too),
+  and :func:`text_file` reads files with ``ceil(input bytes / V)`` tasks
+  (:mod:`spark_adaptive.batch.sources`);
 * executors follow the stages' tasks while no managed streaming query runs;
 * :func:`report` returns (and writes) the per-job report: stages, bytes,
   tasks, the rule's value and the reason; each stage and job is also an INFO
@@ -33,9 +35,10 @@ from spark_adaptive.batch.rdd import (
     reduce_by_key,
     sort_by_key,
 )
+from spark_adaptive.batch.sources import source_decision_of, text_file
 
 __all__ = ["combine_by_key", "decision_of", "group_by_key", "join", "left_outer_join",
-           "reduce_by_key", "report", "sort_by_key"]
+           "reduce_by_key", "report", "sort_by_key", "source_decision_of", "text_file"]
 
 
 def report(spark: Any, path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
@@ -44,9 +47,10 @@ def report(spark: Any, path: str | os.PathLike[str] | None = None) -> dict[str, 
     Jobs with the stages that ran for them (skipped stages are absent), each
     stage with its bytes, tasks, the rule's parallelism and the reason; jobs of
     one DataFrame action share an ``executionId``; ``rddShuffles`` lists the
-    RDD helpers' plans. With ``path``, the report is also written there as
-    JSON. Events reach the report a fraction of a second after Spark posts
-    them. Raises ``RuntimeError`` when the batch part is not running
+    RDD helpers' plans, ``rddSources`` the plans of :func:`text_file`. With
+    ``path``, the report is also written there as JSON. Events reach the
+    report a fraction of a second after Spark posts them. Raises
+    ``RuntimeError`` when the batch part is not running
     (``spark.adaptive.batch.enabled`` is false or spark-adaptive is off).
     """
     from spark_adaptive.batch.wiring import batch_scheduler_for

@@ -64,6 +64,8 @@ class BatchParams:
     shim_jar: Path | None = None
     #: Task slots held (``defaultParallelism``) with ``batch.use-held-slots``, else 1.
     slots: int = 1
+    #: ``batch.default-source-parallelism`` (None: unset).
+    default_source: int | None = None
 
 
 def settings_for(sc: SparkContext, limits: dict[str, Any]) -> BatchParams:
@@ -86,7 +88,8 @@ def settings_for(sc: SparkContext, limits: dict[str, Any]) -> BatchParams:
         skew_factor=float(limits.get("skew_factor", DEFAULT_SKEW_FACTOR)),
         skew_threshold=int(limits.get("skew_threshold", DEFAULT_SKEW_THRESHOLD)),
         shim_jar=shim_jar_path(s.shim_jar),
-        slots=int(sc.defaultParallelism) if s.batch_use_held_slots else 1)
+        slots=int(sc.defaultParallelism) if s.batch_use_held_slots else 1,
+        default_source=s.batch_default_source_parallelism)
     if not 1 <= p.min_p <= p.max_p or p.avg_bytes_per_task < 1:
         raise ValueError(f"need avg_bytes_per_task >= 1 and 1 <= min_parallelism <= "
                          f"max_parallelism, got {p.avg_bytes_per_task}, [{p.min_p}, {p.max_p}]")

@@ -38,6 +38,7 @@ from spark_adaptive.core.batch_decider import (
     infer_source_parallelism,
 )
 from spark_adaptive.core.batch_shuffle import ShufflePlan, slot_floor
+from spark_adaptive.core.batch_sources import SourcePlan
 
 SHUFFLE, SOURCE, OTHER = "shuffle", "source", "other"
 
@@ -173,6 +174,7 @@ class BatchTracker:
         self._lock = threading.Lock()
         self._jobs: OrderedDict[int, JobReport] = OrderedDict()
         self._plans: list[dict[str, Any]] = []
+        self._sources: list[dict[str, Any]] = []
         self._orphans: list[StageReport] = []
 
     def handle(self, event: ev.Event, slots: int = 1) -> StageReport | JobReport | None:
@@ -212,12 +214,19 @@ class BatchTracker:
         with self._lock:
             self._plans = [*self._plans[-self._history + 1:], {"time": time, **plan.to_json()}]
 
+    def add_source(self, plan: SourcePlan, time: float) -> None:
+        """Record an RDD file source's plan (:func:`spark_adaptive.batch.text_file`)."""
+        with self._lock:
+            self._sources = [*self._sources[-self._history + 1:],
+                             {"time": time, **plan.to_json()}]
+
     def jobs(self) -> list[JobReport]:
         with self._lock:
             return list(self._jobs.values())
 
     def report(self) -> dict[str, Any]:
-        """Everything as JSON-ready data: settings, jobs with their stages, RDD shuffle plans."""
+        """Everything as JSON-ready data: settings, jobs with their stages, RDD shuffle and
+        file source plans."""
         with self._lock:
             lim = self.limits
             return {
@@ -227,4 +236,5 @@ class BatchTracker:
                 "jobs": [j.to_json() for j in self._jobs.values()],
                 "stagesWithoutJob": [s.to_json() for s in self._orphans],
                 "rddShuffles": list(self._plans),
+                "rddSources": list(self._sources),
             }

@@ -226,6 +226,55 @@ def test_group_by_key_join_and_sort_equal_pyspark(cluster: LocalCluster,
         assert sorted(ordered) == sorted(keyed.collect())
 
 
+def test_text_file_runs_bytes_over_v_tasks_and_equals_text_file(cluster: LocalCluster,
+                                                                stop_session: None,
+                                                                tmp_path: Path) -> None:
+    spark, rt, rec = _session(cluster)
+    sc = spark.sparkContext
+    # 40 small files, as a job with 40 shuffle partitions writes them, and what Hadoop
+    # skips: a marker and a checksum file, neither of which counts as input.
+    small = tmp_path / "small"
+    small.mkdir()
+    lines = [f"{i},{i % 97}" for i in range(20_000)]
+    for f in range(40):
+        (small / f"part-{f:05d}").write_text("\n".join(lines[f::40]) + "\n")
+    (small / "_SUCCESS").write_text("")
+    (small / ".part-00000.crc").write_bytes(b"x" * 50_000)
+    size = sum(p.stat().st_size for p in small.glob("part-*"))
+
+    rdd = batch.text_file(sc, str(small), avg_bytes_per_task=16 * KiB)
+    plan = batch.source_decision_of(rdd)
+    assert plan is not None and plan.input_bytes == size and plan.splits == 40, plan
+    assert plan.parallelism == math.ceil(size / (16 * KiB)) < 40, plan
+    assert rdd.getNumPartitions() == plan.parallelism and plan.coalesced
+    assert sorted(rdd.collect()) == sorted(lines)
+    pairs = rdd.map(lambda line: (int(line.split(",")[1]), 1))
+    assert (sorted(batch.reduce_by_key(pairs, operator.add).collect())
+            == sorted(sc.textFile(str(small)).map(lambda line: (int(line.split(",")[1]), 1))
+                      .reduceByKey(operator.add).collect()))
+
+    # One file: split finer than its block, into ceil(bytes / V) tasks.
+    one = tmp_path / "one.csv"
+    one.write_text("\n".join(lines * 8) + "\n")
+    big = batch.text_file(sc, str(one), avg_bytes_per_task=256 * KiB)
+    big_plan = batch.source_decision_of(big)
+    assert big_plan is not None and big_plan.input_bytes == one.stat().st_size
+    assert big.getNumPartitions() == big_plan.parallelism == math.ceil(
+        one.stat().st_size / (256 * KiB)), big_plan
+    assert big.count() == len(lines) * 8
+    rt.loop.call_sync(lambda: None)
+    recorded = batch.report(spark)["rddSources"]
+    assert [r["splits"] for r in recorded[-2:]] == [40, big_plan.splits]
+
+    # A path that is not there is left to Spark, which names it when the job runs.
+    absent = batch.text_file(sc, str(tmp_path / "absent"))
+    assert batch.source_decision_of(absent) is None
+    with pytest.raises(Exception, match="absent"):
+        absent.count()
+    with pytest.raises(TypeError, match="skew_factor"):
+        batch.text_file(sc, str(small), skew_factor=2.0)
+
+
 def test_executors_follow_stage_tasks_and_go_when_idle(local_cluster_factory: Any,
                                                        stop_session: None) -> None:
     cluster = local_cluster_factory(3)

@@ -1,0 +1,122 @@
+"""RDD file sources sized by the bytes they read: :func:`text_file`.
+
+``sc.textFile(path)`` runs one task per file block and at least one per
+file, whatever the files hold. :func:`text_file` reads the input's size from
+the file system (Hadoop's ``FileSystem``, so any scheme Spark reads: local,
+HDFS, S3A, ...), decides the tasks with Flink's source inference
+(:mod:`spark_adaptive.core.batch_sources`) and makes the splits into that many
+tasks. The decision is one INFO line on the ``spark_adaptive.batch`` logger
+and is listed under ``rddSources`` in :func:`spark_adaptive.batch.report`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from spark_adaptive.batch import plans
+from spark_adaptive.core.batch_executors import LOGGER_NAME
+from spark_adaptive.core.batch_sources import SourcePlan, decide_source, plan_source, split_paths
+
+if TYPE_CHECKING:
+    from pyspark import RDD, SparkContext
+
+decision_log = logging.getLogger(LOGGER_NAME)
+log = logging.getLogger(__name__)
+
+_SOURCE_LIMITS = ("avg_bytes_per_task", "min_parallelism", "max_parallelism")
+_RECURSIVE = "mapreduce.input.fileinputformat.input.dir.recursive"
+_plans: weakref.WeakKeyDictionary[Any, SourcePlan] = weakref.WeakKeyDictionary()
+
+
+def input_bytes(sc: SparkContext, path: str) -> int | None:
+    """The bytes ``sc.textFile(path)`` would read, or None when the file system cannot say.
+
+    As Hadoop's ``FileInputFormat`` lists them: every comma-separated path is a
+    glob; a directory contributes its files but not hidden ones (names starting
+    with ``_`` or ``.``, such as ``_SUCCESS`` and checksum files), and its
+    subdirectories only with ``mapreduce.input.fileinputformat.input.dir.recursive``.
+    """
+    try:
+        jvm = sc._jvm
+        assert jvm is not None
+        conf = sc._jsc.hadoopConfiguration()
+        recursive = str(conf.get(_RECURSIVE, "false")).lower() == "true"
+        total = 0
+        for one in split_paths(path):
+            hpath = jvm.org.apache.hadoop.fs.Path(one)
+            fs = hpath.getFileSystem(conf)
+            matches = fs.globStatus(hpath)
+            if matches is None or len(matches) == 0:
+                return None
+            for status in matches:
+                if not status.isDirectory():
+                    total += int(status.getLen())
+                    continue
+                for child in fs.listStatus(status.getPath()):
+                    name = str(child.getPath().getName())
+                    if name.startswith(("_", ".")):
+                        continue
+                    if not child.isDirectory():
+                        total += int(child.getLen())
+                    elif recursive:
+                        total += int(fs.getContentSummary(child.getPath()).getLength())
+        return total
+    except Exception as e:  # noqa: BLE001 - any failure leaves the source as Spark makes it
+        log.debug("size of %s unknown: %s", path, e)
+        return None
+
+
+def text_file(sc: SparkContext, path: str, *, use_unicode: bool = True,
+              **limits: Any) -> RDD[str]:
+    """``sc.textFile(path)`` with ``ceil(bytes / V)`` tasks (Flink's source inference).
+
+    Within ``min(batch.default-source-parallelism, batch.max-parallelism)``,
+    at least ``batch.min-parallelism`` and, with ``batch.use-held-slots``, one
+    task per held slot while each reads 1 MiB. The splits are asked for with
+    ``minPartitions`` set to that count; when the input format still makes more
+    (small files, or file blocks smaller than ``bytes / p``) neighbouring
+    splits are grouped without a shuffle (``coalesce``). When the size cannot
+    be read the source is left as ``sc.textFile`` makes it, and the log says
+    so. ``limits`` override the settings for this call: ``avg_bytes_per_task``,
+    ``min_parallelism``, ``max_parallelism``. The decision is available from
+    :func:`source_decision_of`.
+    """
+    unknown = set(limits) - set(_SOURCE_LIMITS)
+    if unknown:
+        raise TypeError(f"unknown keyword(s) {sorted(unknown)}; accepted: "
+                        f"{', '.join(_SOURCE_LIMITS)}")
+    params = plans.settings_for(sc, limits)
+    size = input_bytes(sc, path)
+    if size is None:
+        decision_log.info("batch: textFile(%s): size unknown, splits left as Spark makes them",
+                          path)
+        return sc.textFile(path, use_unicode=use_unicode)
+    decision = decide_source(size, avg_bytes_per_task=params.avg_bytes_per_task,
+                             min_p=params.min_p, max_p=params.max_p,
+                             default_source_parallelism=params.default_source,
+                             slots=params.slots)
+    rdd = sc.textFile(path, minPartitions=decision.parallelism, use_unicode=use_unicode)
+    plan = plan_source(path, size, decision, rdd.getNumPartitions())
+    if plan.coalesced:
+        rdd = rdd.coalesce(plan.parallelism)
+    decision_log.info("batch: textFile(%s) reads with %d task(s): %s", path, plan.parallelism,
+                      plan.reason)
+    _record(sc, plan)
+    _plans[rdd] = plan
+    return rdd
+
+
+def source_decision_of(rdd: RDD[Any]) -> SourcePlan | None:
+    """The plan behind an RDD :func:`text_file` returned (None for any other RDD)."""
+    return _plans.get(rdd)
+
+
+def _record(sc: SparkContext, plan: SourcePlan) -> None:
+    from spark_adaptive.batch.wiring import batch_scheduler_for
+
+    part = batch_scheduler_for(sc)
+    if part is not None:
+        part.tracker.add_source(plan, time.time())
