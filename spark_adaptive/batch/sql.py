@@ -36,6 +36,11 @@ deprecated and warns when set, so it is set only then). ``minPartitionSize``
 is ``min(1 MiB, V / 5)`` (Spark's own test-mode clamp), so a small ``V`` is
 not overridden by Spark's 1 MiB floor.
 
+Skew joins: ``batch.skewed-factor`` and ``batch.skewed-threshold`` become AQE's
+``skewJoin.skewedPartitionFactor`` and ``skewedPartitionThresholdInBytes``, so
+that a DataFrame join splits the partitions the RDD helpers would split
+(Flink's factor 4 against Spark's 5; both use 256 MiB).
+
 When: at activation (:func:`apply_sql_confs`). The values go into the
 SparkContext's live configuration, which every session created later starts
 from (the zero-code path activates before the app's first session exists),
@@ -86,6 +91,8 @@ def sql_confs(settings: Settings) -> dict[str, str]:
         AQE + "coalescePartitions.minPartitionSize": str(min_task_bytes(v)),
         FILES + "maxPartitionBytes": str(v),
         FILES + "maxPartitionNum": str(source_upper_bound(settings)),
+        AQE + "skewJoin.skewedPartitionFactor": repr(settings.batch_skewed_factor),
+        AQE + "skewJoin.skewedPartitionThresholdInBytes": str(settings.batch_skewed_threshold),
     }
     if min_p > 1 or not held:
         confs[FILES + "minPartitionNum"] = str(min_p)

@@ -350,6 +350,20 @@ class Settings:
         "batch.default-source-parallelism", "int", None,
         "Parallelism of sources whose size cannot be inferred. Unset: batch.max-parallelism.",
         minimum=1, default_text="batch.max-parallelism")
+    batch_skewed_factor: float = option(
+        "batch.skewed-factor", "float", 4.0,
+        "A shuffle partition is skewed when it holds more than this times the median "
+        "partition and more than batch.skewed-threshold. A skewed partition is split by map "
+        "ranges where the operation allows it: by the RDD helpers, and by Spark SQL's skew "
+        "join (spark.sql.adaptive.skewJoin.skewedPartitionFactor). Flink's default.",
+        minimum=1.0)
+    batch_skewed_threshold: int = option(
+        "batch.skewed-threshold", "size", 256 << 20,
+        "Least size of a skewed shuffle partition (see batch.skewed-factor; Spark SQL: "
+        "spark.sql.adaptive.skewJoin.skewedPartitionThresholdInBytes). Flink's and Spark's "
+        "default, 256 MiB: a partition below it is read whole even if it is the slowest "
+        "task; lower it on small clusters where a few hundred MiB already make a straggler.",
+        minimum=1)
     batch_executor_idle_timeout: float = option(
         "batch.executor-idle-timeout", "duration", 60.0,
         "While spark-adaptive controls the executors (no managed streaming query runs): once no "

@@ -42,3 +42,12 @@ def test_small_v_lowers_sparks_minimum_partition_size() -> None:
     s = settings(**{"avg-data-volume-per-task": "100k"})
     assert sql_confs(s)[AQE + "coalescePartitions.minPartitionSize"] == "20480"
     assert source_upper_bound(s) == 128
+
+
+def test_skew_settings_become_the_skew_joins_thresholds() -> None:
+    default = sql_confs(settings())
+    assert default[AQE + "skewJoin.skewedPartitionFactor"] == "4.0"
+    assert default[AQE + "skewJoin.skewedPartitionThresholdInBytes"] == str(256 << 20)
+    low = sql_confs(settings(**{"skewed-factor": "2.5", "skewed-threshold": "64m"}))
+    assert low[AQE + "skewJoin.skewedPartitionFactor"] == "2.5"
+    assert low[AQE + "skewJoin.skewedPartitionThresholdInBytes"] == str(64 << 20)
