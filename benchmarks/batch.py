@@ -36,7 +36,8 @@ skips counts below 32. ``--v-sweep`` also runs
 the adaptive variant at other volumes per task, to choose the default. A
 skewed variant of one scale (``--skew-scale``, a third of the fact rows on one
 key) runs the join jobs with a shorter sweep (``--skew-sweep``) and reports
-the slowest and the median task of the biggest shuffle-reading stage. A
+the slowest and the median task of the biggest shuffle-reading stage;
+``--skew-threshold`` adds the adaptive jobs at a lower ``batch.skewed-threshold``. A
 small-files variant (``--small-files-scale``) writes the facts of one scale
 as 200 files, as a Spark job with 200 shuffle partitions leaves them: each
 file is a split, so PySpark's default runs 200 map and 200 reduce tasks.
@@ -148,12 +149,13 @@ def parse_dim(line: str) -> tuple[int, int]:
 
 
 def rdd_join_job(spark: Any, facts: Path, dims: Path, partitions: int | str | None,
-                 v: int) -> None:
+                 v: int, skew_threshold: int | None = None) -> None:
     sc = spark.sparkContext
     if partitions == "adaptive":
         pairs = batch.text_file(sc, str(facts), avg_bytes_per_task=v).map(parse)
         groups = batch.text_file(sc, str(dims), avg_bytes_per_task=v).map(parse_dim)
-        out = batch.join(pairs, groups, avg_bytes_per_task=v)
+        limits = {} if skew_threshold is None else {"skew_threshold": skew_threshold}
+        out = batch.join(pairs, groups, avg_bytes_per_task=v, **limits)
     else:
         pairs = sc.textFile(str(facts)).map(parse)
         groups = sc.textFile(str(dims)).map(parse_dim)
@@ -172,15 +174,17 @@ def rdd_job(spark: Any, facts: Path, partitions: int | str | None, v: int) -> No
     out.count()
 
 
-def sql_variant(spark: Any, name: str, v: int) -> None:
+def sql_variant(spark: Any, name: str, v: int, skew_threshold: int | None = None) -> None:
     """Session confs of one DataFrame variant; every steered key is reset first."""
     for k in STEERED:
         spark.conf.unset(k)
     if name == "defaults":
         return
     if name == "adaptive":
-        conf = sql_confs(Settings.from_conf({"spark.adaptive.batch.avg-data-volume-per-task":
-                                             str(v)}))
+        given = {"spark.adaptive.batch.avg-data-volume-per-task": str(v)}
+        if skew_threshold is not None:
+            given["spark.adaptive.batch.skewed-threshold"] = str(skew_threshold)
+        conf = sql_confs(Settings.from_conf(given))
         for k, val in conf.items():
             spark.conf.set(k, val)
         return
@@ -234,6 +238,7 @@ def run_scale(spark: Any, rec: EventRecorder, scale: str, args: argparse.Namespa
         "rdd": lambda n, vv: rdd_job(spark, facts, n, vv),
         "rdd-join": lambda n, vv: rdd_join_job(spark, facts, dims, n, vv)}
     wanted = (args.skew_jobs if skew else args.jobs).split(",")
+    threshold = parse_size(args.skew_threshold) if args.skew_threshold else None
     jobs: dict[str, dict[str, Callable[[], None]]] = {}
     for job in wanted:
         variants: dict[str, Callable[[], None]] = {}
@@ -248,6 +253,10 @@ def run_scale(spark: Any, rec: EventRecorder, scale: str, args: argparse.Namespa
             for vv in vs:
                 variants["adaptive" if vv == v else f"adaptive-{format_size(vv)}"] = \
                     df("adaptive", vv)
+            if skew and threshold is not None:
+                variants[f"adaptive-skew-{format_size(threshold)}"] = (
+                    lambda job=job: (sql_variant(spark, "adaptive", v, threshold),
+                                     sql[job]())[1])
         else:
             run = rdd[job]
             variants["defaults"] = (lambda run=run: run(None, v))  # type: ignore[misc]
@@ -256,6 +265,9 @@ def run_scale(spark: Any, rec: EventRecorder, scale: str, args: argparse.Namespa
             for vv in vs:
                 key = "adaptive" if vv == v else f"adaptive-{format_size(vv)}"
                 variants[key] = (lambda vv=vv, run=run: run("adaptive", vv))  # type: ignore[misc]
+            if skew and threshold is not None and job == "rdd-join":
+                variants[f"adaptive-skew-{format_size(threshold)}"] = (
+                    lambda: rdd_join_job(spark, facts, dims, "adaptive", v, threshold))
         jobs[job] = variants
     repeats = args.repeats or default_repeats(parse_size(scale))
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {j: {} for j in wanted}
@@ -330,7 +342,8 @@ def table(results: list[dict[str, Any]]) -> str:
         lines.append("")
         for job, s in res["summary"].items():
             cells = []
-            for name in ("defaults", "aqe-off", "adaptive"):
+            for name in ("defaults", "aqe-off", "adaptive",
+                         *(k for k in s["skew"] if k.startswith("adaptive-skew-"))):
                 slow, med, tasks = s["skew"].get(name, (None, None, None))
                 if slow and med and tasks and tasks >= 4:  # the median of 2 tasks is the max
                     cells.append(f"{name} ({tasks} tasks) {slow:.2f}s / {med:.2f}s = "
@@ -351,6 +364,20 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def skew_panel(ax: Any, skewed: list[dict[str, Any]]) -> None:
+    """Slowest over median task of the biggest shuffle stage, per job and variant."""
+    bars = [(f"{r['scale']} {job}\n{name}", slow / med)
+            for r in skewed for job, s in r["summary"].items()
+            for name, (slow, med, tasks) in s["skew"].items()
+            if slow and med and tasks and tasks >= 4]
+    ax.barh([b[0] for b in bars], [b[1] for b in bars], color="tab:purple")
+    ax.axvline(2.0, color="black", linestyle="--", linewidth=1, label="2x (target)")
+    ax.invert_yaxis()
+    ax.set(xlabel="slowest task / median task", title="skewed key: task balance")
+    ax.tick_params(axis="y", labelsize=7)
+    ax.legend()
+
+
 def plot(results: list[dict[str, Any]], path: Path) -> None:
     import matplotlib
 
@@ -358,9 +385,15 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     plain = [r for r in results if not r["skew"] and not r.get("files")]
+    skewed = [r for r in results if r["skew"]]
     jobs = sorted({j for r in plain for j in r["summary"]})
-    fig, axes = plt.subplots(1, len(jobs), figsize=(6 * len(jobs), 4.5), squeeze=False)
-    for ax, job in zip(axes[0], jobs, strict=True):
+    panels = len(jobs) + (1 if skewed else 0)
+    if not panels:
+        return
+    fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 4.5), squeeze=False)
+    if skewed:
+        skew_panel(axes[0][-1], skewed)
+    for ax, job in zip(axes[0], jobs, strict=False):
         xs = [r["bytes"] / 2**20 for r in plain if job in r["summary"]]
         for label in ("defaults", "aqe-off", "adaptive", "best fixed"):
             ys = []
@@ -402,6 +435,9 @@ def main() -> int:
                          "200 shuffle partitions writes)")
     ap.add_argument("--skew-jobs", default="df-join,rdd-join", help="jobs of the skewed variant")
     ap.add_argument("--skew-sweep", default="32,200", help="fixed counts of the skewed variant")
+    ap.add_argument("--skew-threshold", default="",
+                    help="also run the skewed variant's adaptive jobs with this "
+                         "batch.skewed-threshold, e.g. 64m")
     ap.add_argument("--memory", default="6g", help="executor memory")
     ap.add_argument("--out", default="batch", help="name of the .json and .png results")
     ap.add_argument("--verbose", action="store_true", help="keep spark-adaptive's INFO lines")
