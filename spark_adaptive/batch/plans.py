@@ -13,6 +13,7 @@ a function that builds the RDD reading any subset of the plan's tasks.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spark_adaptive.core.batch_decider import format_bytes
 from spark_adaptive.core.batch_executors import LOGGER_NAME
 from spark_adaptive.core.batch_join import plan_join, plan_join_even
 from spark_adaptive.core.batch_ranges import (
@@ -100,6 +102,31 @@ def subpartitions(map_tasks: int, params: BatchParams) -> int:
     """Partitions a helper's map side writes (:func:`~spark_adaptive.core.batch_shuffle.
     subpartition_count`)."""
     return subpartition_count(map_tasks, max_p=params.max_p, slots=params.slots)
+
+
+#: A grouping task (``groupByKey``, a join) holds every value of its keys in Python lists,
+#: several times its compressed shuffle bytes; past ``spark.python.worker.memory`` PySpark's
+#: ``ExternalGroupBy`` spills them and groups by sorting. In benchmarks/batch.py a 1 GB
+#: skewed join read with 8 tasks of 70 MB took 33 s per task (median) where PySpark's 35
+#: tasks of 16 MB took 2.6 s: three times the time per byte.
+GROUPING_MEMORY_SHARE = 16
+
+
+def for_grouping(sc: SparkContext, params: BatchParams, operation: str) -> BatchParams:
+    """``params`` with the volume per task at most ``spark.python.worker.memory / 16``
+    (32 MiB at PySpark's 512m), for operations that hold each key's values as lists.
+
+    Logs once per application when it lowers the volume."""
+    cap = max(1, (memory_limit_mb(sc) << 20) // GROUPING_MEMORY_SHARE)
+    if params.avg_bytes_per_task <= cap:
+        return params
+    _say_once(sc, "grouping-cap", logging.INFO,
+              f"batch: {operation} and the other grouping helpers hold each key's values in "
+              f"Python lists, so their tasks read at most {format_bytes(cap)} "
+              f"(spark.python.worker.memory / {GROUPING_MEMORY_SHARE}) instead of "
+              f"{format_bytes(params.avg_bytes_per_task)}: past the worker memory PySpark "
+              f"spills and sorts the groups. Raise spark.python.worker.memory to raise it.")
+    return dataclasses.replace(params, avg_bytes_per_task=cap)
 
 
 def memory_limit_mb(sc: SparkContext) -> int:
@@ -229,12 +256,16 @@ _NO_SHIM_JOIN = (
 
 def _warn_once(sc: SparkContext, topic: str, message: str) -> None:
     """``message`` as a warning, once per application and topic."""
+    _say_once(sc, topic, logging.WARNING, message)
+
+
+def _say_once(sc: SparkContext, topic: str, level: int, message: str) -> None:
     key = f"{sc.applicationId}/{topic}"
     with _warned_lock:
         if key in _warned:
             return
         _warned.add(key)
-    decision_log.warning(message)
+    decision_log.log(level, message)
 
 
 @contextlib.contextmanager

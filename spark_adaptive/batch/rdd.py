@@ -12,7 +12,10 @@ These helpers take none:
 3. the reduce side gets ``p = ceil(bytes / V)`` tasks within the batch bounds
    (at least one per held task slot with ``batch.use-held-slots``, as long as
    each reads 1 MiB), each reading a contiguous range of partitions balanced
-   by bytes (:func:`~spark_adaptive.core.batch_shuffle.plan_by_bytes`). For operations
+   by bytes (:func:`~spark_adaptive.core.batch_shuffle.plan_by_bytes`); the
+   grouping ones (:func:`group_by_key`, the joins), whose tasks hold each key's
+   values as Python lists, read at most ``spark.python.worker.memory / 16``
+   per task (:func:`~spark_adaptive.batch.plans.for_grouping`). For operations
    with a merge step (:func:`reduce_by_key`, :func:`group_by_key`,
    :func:`combine_by_key`) a skewed partition is split by map ranges; the
    tasks that read pieces feed a small second shuffle that merges the pieces
@@ -179,7 +182,7 @@ def _join(left: RDD[tuple[K, V]], right: RDD[tuple[K, Any]], how: str,
     from pyspark.rdd import portable_hash
 
     sc, operation = left.context, _JOIN_OPERATIONS[how]
-    settings = plans.settings_for(sc, limits)
+    settings = plans.for_grouping(sc, plans.settings_for(sc, limits), operation)
     tagged = (left.mapValues(lambda v: (1, v)), right.mapValues(lambda w: (2, w)))
     pairs = _pairs(outer_left=how == "leftouter")
     if not plans.can_plan_join(sc, settings):
@@ -263,7 +266,8 @@ def _group(rdd: RDD[tuple[K, V]], operation: str, splitting: Splitting,
         return partial.combineByKey(list, extend, extend, partitions)
 
     local = rdd.mapPartitions(combine_locally, preservesPartitioning=True)
-    grouped = _reduce(local, operation, splitting, group, merge_pieces, partition_func, limits)
+    grouped = _reduce(local, operation, splitting, group, merge_pieces, partition_func, limits,
+                      grouping=True)
     out = grouped.mapValues(ResultIterable)
     _remember(out, decision_of(grouped))
     return out
@@ -273,11 +277,15 @@ def _reduce(rdd: RDD[Any], operation: str, splitting: Splitting,
             reduce_partition: Callable[[Iterable[Any]], Iterator[Any]],
             merge_pieces: Callable[[RDD[Any], int], RDD[Any]] | None,
             partition_func: Callable[[Any], int] | None, limits: dict[str, Any],
-            keep_order: bool = False) -> RDD[Any]:
-    """Shuffle ``rdd`` into max-parallelism partitions, plan the read, reduce each task."""
+            keep_order: bool = False, grouping: bool = False) -> RDD[Any]:
+    """Shuffle ``rdd`` into max-parallelism partitions, plan the read, reduce each task.
+
+    ``grouping``: tasks hold their keys' values as lists (:func:`plans.for_grouping`)."""
     from pyspark.rdd import portable_hash
 
     settings = plans.settings_for(rdd.context, limits)
+    if grouping:
+        settings = plans.for_grouping(rdd.context, settings, operation)
     shuffled = rdd.partitionBy(plans.subpartitions(rdd.getNumPartitions(), settings),
                                partition_func or portable_hash)
     planned = plans.plan_read(shuffled, operation, splitting, settings, keep_order=keep_order)

@@ -1,0 +1,55 @@
+"""Grouping RDD helpers read at most a share of the Python worker's memory per task."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from spark_adaptive.batch import plans
+
+MiB = 1 << 20
+
+
+class _Conf:
+    def __init__(self, conf: dict[str, str]) -> None:
+        self._conf = conf
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        return self._conf.get(key, default)
+
+
+class _Context:
+    """What :func:`plans.for_grouping` reads of a SparkContext."""
+
+    def __init__(self, app: str, **conf: str) -> None:
+        self.applicationId = app
+        self._conf = _Conf(conf)
+
+    def getConf(self) -> _Conf:  # noqa: N802 - SparkContext's name
+        return self._conf
+
+
+def params(v: int) -> plans.BatchParams:
+    return plans.BatchParams(avg_bytes_per_task=v, min_p=1, max_p=128)
+
+
+def test_volume_is_capped_at_a_sixteenth_of_the_worker_memory(
+        caplog: pytest.LogCaptureFixture) -> None:
+    sc: Any = _Context("app-grouping-1")
+    with caplog.at_level(logging.INFO, logger="spark_adaptive.batch"):
+        capped = plans.for_grouping(sc, params(64 * MiB), "join")
+        again = plans.for_grouping(sc, params(64 * MiB), "groupByKey")
+    assert capped.avg_bytes_per_task == again.avg_bytes_per_task == 32 * MiB  # 512m / 16
+    assert capped.max_p == 128
+    said = [r.getMessage() for r in caplog.records if "Python lists" in r.getMessage()]
+    assert len(said) == 1 and "32 MiB" in said[0] and "64 MiB" in said[0]
+
+
+def test_more_worker_memory_or_a_smaller_volume_is_left_alone() -> None:
+    roomy: Any = _Context("app-grouping-2", **{"spark.python.worker.memory": "2g"})
+    assert plans.for_grouping(roomy, params(64 * MiB), "join").avg_bytes_per_task == 64 * MiB
+    assert plans.for_grouping(roomy, params(256 * MiB), "join").avg_bytes_per_task == 128 * MiB
+    small: Any = _Context("app-grouping-3")
+    assert plans.for_grouping(small, params(16 * MiB), "join").avg_bytes_per_task == 16 * MiB
