@@ -364,6 +364,10 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+COLORS = {"defaults": "tab:blue", "aqe-off": "tab:orange", "adaptive": "tab:green",
+          "best fixed": "tab:red"}
+
+
 def skew_panel(ax: Any, skewed: list[dict[str, Any]]) -> None:
     """Slowest over median task of the biggest shuffle stage, per job and variant."""
     bars = [(f"{r['scale']} {job}\n{name}", slow / med)
@@ -404,7 +408,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
                 key = s["best_fixed"] if label == "best fixed" else label
                 ys.append(s["median"].get(key, float("nan")))
             if not all(math.isnan(y) for y in ys):
-                ax.plot(xs, ys, marker="o", label=label)
+                ax.plot(xs, ys, marker="o", label=label, color=COLORS[label])
         ax.set(xscale="log", yscale="log", xlabel="input on disk (MiB)", ylabel="seconds",
                title=f"{job} job")
         ax.grid(True, which="both", alpha=0.3)
