@@ -38,6 +38,7 @@ from spark_adaptive.core.batch_shuffle import (
     plan_even,
     subpartition_count,
 )
+from spark_adaptive.core.batch_sources import SourcePlan
 from spark_adaptive.core.options import Settings, parse_size
 from spark_adaptive.errors import ShimNotAvailableError
 from spark_adaptive.spark.jvm import shim_jar_path
@@ -231,14 +232,19 @@ def _publish(sc: SparkContext, plan: ShufflePlan, what: str) -> None:
     """The plan as one INFO line and in the batch report."""
     decision_log.info("batch: %s reads %s with %d task(s): %s", plan.operation, what,
                       plan.parallelism, plan.reason)
-    _record(sc, plan)
+    record(sc, plan)
 
 
-def _record(sc: SparkContext, plan: ShufflePlan) -> None:
+def record(sc: SparkContext, plan: ShufflePlan | SourcePlan) -> None:
+    """Add a helper's decision to the batch report, when the batch scheduler runs."""
     from spark_adaptive.batch.wiring import batch_scheduler_for
 
     part = batch_scheduler_for(sc)
-    if part is not None:
+    if part is None:
+        return
+    if isinstance(plan, SourcePlan):
+        part.tracker.add_source(plan, time.time())
+    else:
         part.tracker.add_plan(plan, time.time())
 
 

@@ -6,7 +6,9 @@ These helpers take none:
 1. the map side writes ``batch.max-parallelism`` partitions (Flink's
    subpartitions), at most one per map task
    (:func:`~spark_adaptive.core.batch_shuffle.subpartition_count`), with the
-   same hashing and local combining as PySpark's own operation;
+   same hashing as PySpark's own operation; :func:`reduce_by_key` and
+   :func:`combine_by_key` combine locally first, the grouping ones do not
+   (as Spark's own ``groupByKey``: lists shuffle no fewer bytes);
 2. the map side runs at once, when the helper is called (as ``sortByKey``
    runs its sampling job at once), so that the bytes are known;
 3. the reduce side gets ``p = ceil(bytes / V)`` tasks within the batch bounds
@@ -182,20 +184,20 @@ def _join(left: RDD[tuple[K, V]], right: RDD[tuple[K, Any]], how: str,
     from pyspark.rdd import portable_hash
 
     sc, operation = left.context, _JOIN_OPERATIONS[how]
-    settings = plans.for_grouping(sc, plans.settings_for(sc, limits), operation)
+    settings = plans.settings_for(sc, limits)
     tagged = (left.mapValues(lambda v: (1, v)), right.mapValues(lambda w: (2, w)))
     pairs = _pairs(outer_left=how == "leftouter")
-    if not plans.can_plan_join(sc, settings):
+    if not plans.can_plan_join(sc, settings):  # _group caps the volume for grouping itself
         grouped = _group(tagged[0].union(tagged[1]), operation, Splitting.NO, partition_func,
                          limits)
         out = grouped.flatMapValues(pairs)
         _remember(out, decision_of(grouped))
         return out
-    combine_locally, group, _ = _list_grouping(sc, tagged[0]._jrdd_deserializer)
+    settings = plans.for_grouping(sc, settings, operation)
+    group, _ = _list_grouping(sc, tagged[0]._jrdd_deserializer)
     hashing = partition_func or portable_hash
     n = plans.subpartitions(left.getNumPartitions() + right.getNumPartitions(), settings)
-    shuffled = [t.mapPartitions(combine_locally, preservesPartitioning=True)
-                .partitionBy(n, hashing) for t in tagged]
+    shuffled = [t.partitionBy(n, hashing) for t in tagged]
     planned = plans.plan_join_read(shuffled[0], shuffled[1], how, settings, operation=operation)
     out = planned.read().mapPartitions(group).flatMapValues(pairs)
     _remember(out, planned.plan)
@@ -221,12 +223,18 @@ _Step = Callable[[Iterable[Any]], Iterator[Any]]
 
 
 def _list_grouping(sc: SparkContext, serializer: Any
-                   ) -> tuple[_Step, _Step, Callable[[list[Any], list[Any]], list[Any]]]:
-    """PySpark ``groupByKey``'s two steps: lists per key within a map task (``ExternalMerger``),
-    then those lists merged per key on the reduce side (``ExternalGroupBy``, which spills
-    even one huge group safely), and the merge of two lists. Both steps spill past
-    ``spark.python.worker.memory``."""
-    from pyspark.shuffle import Aggregator, ExternalGroupBy, ExternalMerger
+                   ) -> tuple[_Step, Callable[[list[Any], list[Any]], list[Any]]]:
+    """The reduce side of a grouping: a task's ``(key, value)`` records to ``(key, list)``
+    (PySpark's ``ExternalGroupBy``, which spills past ``spark.python.worker.memory`` and
+    groups even one huge key by sorting), and the merge of two lists.
+
+    Nothing is combined on the map side, as in Spark's own ``groupByKey`` and ``cogroup``
+    (``mapSideCombine = false``): lists of values shuffle no fewer bytes than the values,
+    and building them costs a hash map of every value in the map task. PySpark's
+    ``groupByKey`` builds them; in benchmarks/batch.py a skewed 100 MB join's two 43 MB map
+    tasks spilled 427 MB doing so and took 27 s each, three times the time per byte of the
+    same tasks without it."""
+    from pyspark.shuffle import Aggregator, ExternalGroupBy
 
     memory = plans.memory_limit_mb(sc)
 
@@ -243,30 +251,24 @@ def _list_grouping(sc: SparkContext, serializer: Any
 
     agg: Any = Aggregator(create, append, extend)
 
-    def combine_locally(it: Iterable[Any]) -> Iterator[Any]:
-        merger: Any = ExternalMerger(agg, memory * 0.9, serializer)
+    def group(it: Iterable[Any]) -> Iterator[Any]:
+        merger: Any = ExternalGroupBy(agg, memory, serializer)
         merger.mergeValues(it)
         return merger.items()  # type: ignore[no-any-return]
 
-    def group(it: Iterable[Any]) -> Iterator[Any]:
-        merger: Any = ExternalGroupBy(agg, memory, serializer)
-        merger.mergeCombiners(it)
-        return merger.items()  # type: ignore[no-any-return]
-
-    return combine_locally, group, extend
+    return group, extend
 
 
 def _group(rdd: RDD[tuple[K, V]], operation: str, splitting: Splitting,
            partition_func: Callable[[Any], int] | None, limits: dict[str, Any]) -> RDD[Any]:
     from pyspark.resultiterable import ResultIterable
 
-    combine_locally, group, extend = _list_grouping(rdd.context, rdd._jrdd_deserializer)
+    group, extend = _list_grouping(rdd.context, rdd._jrdd_deserializer)
 
     def merge_pieces(partial: RDD[Any], partitions: int) -> RDD[Any]:
         return partial.combineByKey(list, extend, extend, partitions)
 
-    local = rdd.mapPartitions(combine_locally, preservesPartitioning=True)
-    grouped = _reduce(local, operation, splitting, group, merge_pieces, partition_func, limits,
+    grouped = _reduce(rdd, operation, splitting, group, merge_pieces, partition_func, limits,
                       grouping=True)
     out = grouped.mapValues(ResultIterable)
     _remember(out, decision_of(grouped))

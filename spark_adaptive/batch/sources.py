@@ -12,15 +12,17 @@ and is listed under ``rddSources`` in :func:`spark_adaptive.batch.report`.
 from __future__ import annotations
 
 import logging
-import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
 from spark_adaptive.batch import plans
 from spark_adaptive.core.batch_executors import LOGGER_NAME
 from spark_adaptive.core.batch_sources import SourcePlan, decide_source, plan_source, split_paths
+from spark_adaptive.spark.shuffle import shim_shuffles
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from pyspark import RDD, SparkContext
 
 decision_log = logging.getLogger(LOGGER_NAME)
@@ -38,7 +40,26 @@ def input_bytes(sc: SparkContext, path: str) -> int | None:
     glob; a directory contributes its files but not hidden ones (names starting
     with ``_`` or ``.``, such as ``_SUCCESS`` and checksum files), and its
     subdirectories only with ``mapreduce.input.fileinputformat.input.dir.recursive``.
+    With the JVM shim the input format itself lists them in the driver, in one
+    py4j call; without it the same rules are applied here, at a few py4j calls
+    per file.
     """
+    return _input_bytes(sc, path, plans.settings_for(sc, {}).shim_jar)
+
+
+def _input_bytes(sc: SparkContext, path: str, jar: Path | None) -> int | None:
+    shim = shim_shuffles(sc, jar)
+    if shim is not None:
+        try:
+            return shim.text_file_bytes(path)
+        except Exception as e:  # noqa: BLE001 - any failure leaves the source as Spark makes it
+            log.debug("size of %s unknown: %s", path, e)
+            return None
+    return _listed_bytes(sc, path)
+
+
+def _listed_bytes(sc: SparkContext, path: str) -> int | None:
+    """:func:`input_bytes` without the shim: Hadoop's ``FileSystem`` over py4j."""
     try:
         jvm = sc._jvm
         assert jvm is not None
@@ -89,7 +110,7 @@ def text_file(sc: SparkContext, path: str, *, use_unicode: bool = True,
         raise TypeError(f"unknown keyword(s) {sorted(unknown)}; accepted: "
                         f"{', '.join(_SOURCE_LIMITS)}")
     params = plans.settings_for(sc, limits)
-    size = input_bytes(sc, path)
+    size = _input_bytes(sc, path, params.shim_jar)
     if size is None:
         decision_log.info("batch: textFile(%s): size unknown, splits left as Spark makes them",
                           path)
@@ -104,7 +125,7 @@ def text_file(sc: SparkContext, path: str, *, use_unicode: bool = True,
         rdd = rdd.coalesce(plan.parallelism)
     decision_log.info("batch: textFile(%s) reads with %d task(s): %s", path, plan.parallelism,
                       plan.reason)
-    _record(sc, plan)
+    plans.record(sc, plan)
     _plans[rdd] = plan
     return rdd
 
@@ -113,10 +134,3 @@ def source_decision_of(rdd: RDD[Any]) -> SourcePlan | None:
     """The plan behind an RDD :func:`text_file` returned (None for any other RDD)."""
     return _plans.get(rdd)
 
-
-def _record(sc: SparkContext, plan: SourcePlan) -> None:
-    from spark_adaptive.batch.wiring import batch_scheduler_for
-
-    part = batch_scheduler_for(sc)
-    if part is not None:
-        part.tracker.add_source(plan, time.time())

@@ -66,6 +66,7 @@ class ShimShuffles:
         self._sc = sc
         self._jsizes = shim_class(sc, "ShuffleSizes", jar)
         self._jranges = shim_class(sc, "RangeShuffleRDD", jar)
+        self._jinputs = shim_class(sc, "InputSizes", jar)
         self._jar = jar
         self._methods: dict[tuple[str, str, int], Any] = {}
 
@@ -78,6 +79,11 @@ class ShimShuffles:
         totals = self._static(self._jsizes, "runMapStages", self._sc._jsc.sc(),
                               self._deps_array(jdeps))
         return [int(t) for t in totals]
+
+    def text_file_bytes(self, path: str) -> int:
+        """The bytes ``sc.textFile(path)`` reads, listed by Hadoop's ``TextInputFormat`` in
+        the driver JVM (one py4j call). Raises py4j's error when the path matches nothing."""
+        return int(self._static(self._jinputs, "textFileBytes", self._sc._jsc.sc(), path))
 
     def sizes(self, jdep: Any) -> ShuffleSizes:
         """Bytes per (partition, map task) of the finished shuffle ``jdep``.

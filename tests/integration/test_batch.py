@@ -23,7 +23,9 @@ import pytest
 
 import spark_adaptive
 from spark_adaptive import batch
+from spark_adaptive.batch import plans, sources
 from spark_adaptive.core import events as ev
+from spark_adaptive.spark.shuffle import shim_shuffles
 from spark_adaptive.testing.cluster import LocalCluster
 from spark_adaptive.testing.recorder import EventRecorder
 from spark_adaptive.testing.session import cluster_session, stop_active_session
@@ -262,6 +264,17 @@ def test_text_file_runs_bytes_over_v_tasks_and_equals_text_file(cluster: LocalCl
     assert big.getNumPartitions() == big_plan.parallelism == math.ceil(
         one.stat().st_size / (256 * KiB)), big_plan
     assert big.count() == len(lines) * 8
+    # Sized by the shim (TextInputFormat lists the input in the driver JVM, one py4j call)
+    # and without it (Hadoop's FileSystem over py4j): the same bytes, for a directory with
+    # hidden files, a glob and a comma-separated list.
+    assert shim_shuffles(sc, plans.settings_for(sc, {}).shim_jar) is not None
+    first = small / "part-00000"
+    for path, files in ((str(small), list(small.glob("part-*"))),
+                        (str(small / "part-0000*"), list(small.glob("part-0000*"))),
+                        (f"{first},{one}", [first, one])):
+        expected = sum(f.stat().st_size for f in files)
+        assert sources.input_bytes(sc, path) == sources._listed_bytes(sc, path) == expected, path
+    assert sources.input_bytes(sc, str(tmp_path / "absent")) is None
     rt.loop.call_sync(lambda: None)
     recorded = batch.report(spark)["rddSources"]
     assert [r["splits"] for r in recorded[-2:]] == [40, big_plan.splits]
