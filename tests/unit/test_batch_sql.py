@@ -20,6 +20,11 @@ def test_confs_follow_the_batch_settings() -> None:
     assert c[AQE + "advisoryPartitionSizeInBytes"] == str(16 << 20)
     assert c[AQE + "coalescePartitions.minPartitionSize"] == str(1 << 20)
     assert c[FILES + "maxPartitionBytes"] == str(16 << 20)
+    # A file's open cost keeps Spark's ratio to the split size (4 MiB : 128 MiB) ...
+    assert c[FILES + "openCostInBytes"] == str(512 << 10)
+    # ... and never exceeds Spark's 4 MiB.
+    assert sql_confs(settings(**{"avg-data-volume-per-task": "1g"}))[
+        FILES + "openCostInBytes"] == str(4 << 20)
     assert c[FILES + "maxPartitionNum"] == "64" == str(source_upper_bound(s))
     assert AQE + "enabled" not in c, "the app's choice stays"
     # Held slots are the lower bound: AQE's parallelismFirst, the scans' default minimum.
