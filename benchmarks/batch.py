@@ -292,6 +292,23 @@ def run_scale(spark: Any, rec: EventRecorder, scale: str, args: argparse.Namespa
             "runs": runs, "summary": {job: summarize(runs[job]) for job in wanted}}
 
 
+def merge_results(files: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Results of several runs as one list: a job measured again at the same scale (and skew
+    and file count) in a later file replaces the earlier measurement of that job."""
+    by_case: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for results in files:
+        for res in results:
+            case = (res["scale"], res["skew"], res.get("files", 0))
+            if case not in by_case:
+                by_case[case] = {**res, "runs": dict(res["runs"]),
+                                 "summary": dict(res["summary"])}
+                continue
+            kept = by_case[case]
+            kept["runs"].update(res["runs"])
+            kept["summary"].update(res["summary"])
+    return list(by_case.values())
+
+
 def label(scale: str, skew: float, files: int) -> str:
     return scale + (" skewed" if skew else "") + (f" in {files} files" if files else "")
 
@@ -447,13 +464,15 @@ def main() -> int:
     ap.add_argument("--verbose", action="store_true", help="keep spark-adaptive's INFO lines")
     ap.add_argument("--report", default="",
                     help="no run: merge these result files (comma-separated names in "
-                         "benchmarks/results, without .json) into --out's table and plot")
+                         "benchmarks/results, without .json) into --out's table and plot; "
+                         "a job measured again at the same scale in a later file replaces "
+                         "the earlier one")
     args = ap.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     RESULTS.mkdir(parents=True, exist_ok=True)
     if args.report:
-        merged = [res for name in args.report.split(",")
-                  for res in json.loads((RESULTS / f"{name}.json").read_text())]
+        merged = merge_results([json.loads((RESULTS / f"{name}.json").read_text())
+                                for name in args.report.split(",")])
         merged.sort(key=lambda r: (bool(r["skew"]), bool(r.get("files")), r["bytes"]))
         (RESULTS / f"{args.out}.json").write_text(json.dumps(merged, indent=2))
         plot(merged, RESULTS / f"{args.out}.png")

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_adaptive.core.batch_decider import format_bytes
 from spark_adaptive.core.batch_executors import LOGGER_NAME
-from spark_adaptive.core.batch_join import plan_join, plan_join_even
+from spark_adaptive.core.batch_join import plan_join, plan_join_even, smaller_side_first
 from spark_adaptive.core.batch_ranges import (
     DEFAULT_SKEW_FACTOR,
     DEFAULT_SKEW_THRESHOLD,
@@ -109,7 +109,10 @@ def subpartitions(map_tasks: int, params: BatchParams) -> int:
 #: several times its compressed shuffle bytes; past ``spark.python.worker.memory`` PySpark's
 #: ``ExternalGroupBy`` spills them and groups by sorting. In benchmarks/batch.py a 1 GB
 #: skewed join read with 8 tasks of 70 MB took 33 s per task (median) where PySpark's 35
-#: tasks of 16 MB took 2.6 s: three times the time per byte.
+#: tasks of 16 MB took 2.6 s: three times the time per byte. That run also built lists on
+#: the map side, which spilled; the helpers no longer do, so the cap's own share of that gap
+#: is not measured apart. With the cap and no map-side lists, 17 tasks of 30 MB took 5.0 s
+#: (median) against PySpark's 35 of 15 MB at 2.6 s: the same time per byte.
 GROUPING_MEMORY_SHARE = 16
 
 
@@ -142,6 +145,9 @@ class PlannedRead:
 
     plan: ShufflePlan
     read: Callable[..., RDD[Any]]
+    #: A join's plan only: per task, the bytes of the side its slices read first, the
+    #: smaller one (None when the sizes were lost and the sides come in plan order).
+    first_side_bytes: tuple[int, ...] | None = None
 
 
 def plan_read(shuffled: RDD[Any], operation: str, splitting: Splitting, params: BatchParams,
@@ -201,9 +207,11 @@ def plan_join_read(left: RDD[Any], right: RDD[Any], how: str, params: BatchParam
 
     ``left`` and ``right`` are PySpark ``partitionBy`` results with the same
     partitioner; the plan is :func:`~spark_adaptive.core.batch_join.plan_join`'s
-    (left is shuffle 0), or even ranges over both when the sizes are lost. Each
-    task of ``read`` yields its slices' records one after another, so the sides
-    must be told apart by the records themselves. Raises
+    (left is shuffle 0) with each task's smaller side first
+    (:func:`~spark_adaptive.core.batch_join.smaller_side_first`), or even ranges
+    over both when the sizes are lost. Each task of ``read`` yields one side's
+    records, then the other's, so the sides must be told apart by the records
+    themselves. Raises
     ``ShimNotAvailableError`` without the shim (see :func:`can_plan_join`).
     """
     sc = left.context
@@ -221,11 +229,14 @@ def plan_join_read(left: RDD[Any], right: RDD[Any], how: str, params: BatchParam
         plan = plan_join_even(left.getNumPartitions(), sum(totals), operation=operation,
                               why=f"sizes per partition unavailable "
                                   f"({str(e).splitlines()[0][:160]})", **bounds)
+        first: tuple[int, ...] | None = None
     else:
-        plan = plan_join(sizes[0], sizes[1], how, skew_factor=params.skew_factor,
-                         skew_threshold=params.skew_threshold, operation=operation, **bounds)
+        plan, first = smaller_side_first(
+            plan_join(sizes[0], sizes[1], how, skew_factor=params.skew_factor,
+                      skew_threshold=params.skew_threshold, operation=operation, **bounds),
+            sizes[0], sizes[1])
     _publish(sc, plan, "its 2 shuffles")
-    return PlannedRead(plan, lambda tasks=None: shim.read(left, jdeps, plan, tasks))
+    return PlannedRead(plan, lambda tasks=None: shim.read(left, jdeps, plan, tasks), first)
 
 
 def _publish(sc: SparkContext, plan: ShufflePlan, what: str) -> None:

@@ -41,12 +41,14 @@ defined, as in PySpark). :func:`decision_of` gives the plan behind a result.
 from __future__ import annotations
 
 import bisect
+import itertools
 import logging
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from spark_adaptive.batch import plans
+from spark_adaptive.core.batch_decider import format_bytes
 from spark_adaptive.core.batch_ranges import Splitting
 from spark_adaptive.core.batch_shuffle import ShufflePlan
 
@@ -186,7 +188,8 @@ def _join(left: RDD[tuple[K, V]], right: RDD[tuple[K, Any]], how: str,
     sc, operation = left.context, _JOIN_OPERATIONS[how]
     settings = plans.settings_for(sc, limits)
     tagged = (left.mapValues(lambda v: (1, v)), right.mapValues(lambda w: (2, w)))
-    pairs = _pairs(outer_left=how == "leftouter")
+    outer_left = how == "leftouter"
+    pairs = _pairs(outer_left)
     if not plans.can_plan_join(sc, settings):  # _group caps the volume for grouping itself
         grouped = _group(tagged[0].union(tagged[1]), operation, Splitting.NO, partition_func,
                          limits)
@@ -199,9 +202,73 @@ def _join(left: RDD[tuple[K, V]], right: RDD[tuple[K, Any]], how: str,
     n = plans.subpartitions(left.getNumPartitions() + right.getNumPartitions(), settings)
     shuffled = [t.partitionBy(n, hashing) for t in tagged]
     planned = plans.plan_join_read(shuffled[0], shuffled[1], how, settings, operation=operation)
-    out = planned.read().mapPartitions(group).flatMapValues(pairs)
+    budget = (plans.memory_limit_mb(sc) << 20) // HASH_SIDE_SHARE
+    first = planned.first_side_bytes
+    in_memory = tuple(b <= budget for b in first) if first is not None else ()
+    log.info("batch: %s: %d of %d task(s) keep their smaller side in memory (at most %s of "
+             "shuffle bytes, spark.python.worker.memory / %d) and stream the other past it; "
+             "the rest group both sides", operation, sum(in_memory), planned.plan.parallelism,
+             format_bytes(budget), HASH_SIDE_SHARE)
+
+    def join_task(index: int, records: Iterable[Any]) -> Iterator[Any]:
+        if index < len(in_memory) and in_memory[index]:
+            return _hash_join(records, outer_left)
+        return ((k, pair) for k, values in group(records) for pair in pairs(values))
+
+    out = planned.read().mapPartitionsWithIndex(join_task)
     _remember(out, planned.plan)
     return out
+
+
+#: A join task keeps its smaller side in memory by key and streams the other past it when
+#: that side is at most ``spark.python.worker.memory / 64`` of shuffle bytes (8 MiB at
+#: PySpark's 512m; as Python objects it takes several times that, and nothing spills);
+#: otherwise it groups both sides as PySpark's join does (``ExternalGroupBy``, which spills).
+HASH_SIDE_SHARE = 64
+
+
+def _hash_join(records: Iterable[Any], outer_left: bool) -> Iterator[Any]:
+    """One join task whose records are one side's, then the other's: the first side by key
+    in memory, the second streamed past it. A skewed key of the streamed side costs no
+    memory, where grouping holds all its values at once."""
+    it = iter(records)
+    table: dict[Any, list[Any]] = {}
+    kept = 0  # the tag (1 left, 2 right) of the side held in memory
+    head: list[tuple[Any, Any]] = []
+    for k, (tag, value) in it:
+        if not kept:
+            kept = tag
+        elif tag != kept:
+            head.append((k, value))
+            break
+        held = table.get(k)
+        if held is None:
+            table[k] = [value]
+        else:
+            held.append(value)
+    streamed = itertools.chain(head, ((k, value) for k, (_, value) in it))
+    if kept == 2:  # right in memory: each left value meets its key's right values
+        for k, v in streamed:
+            ws = table.get(k)
+            if ws:
+                for w in ws:
+                    yield k, (v, w)
+            elif outer_left:
+                yield k, (v, None)
+        return
+    matched: set[Any] = set()
+    for k, w in streamed:  # left in memory (or nothing at all)
+        vs = table.get(k)
+        if vs:
+            for v in vs:
+                yield k, (v, w)
+            if outer_left:
+                matched.add(k)
+    if outer_left:
+        for k, vs in table.items():
+            if k not in matched:
+                for v in vs:
+                    yield k, (v, None)
 
 
 def _pairs(outer_left: bool) -> Callable[[Iterable[tuple[int, Any]]], Iterator[tuple[Any, Any]]]:

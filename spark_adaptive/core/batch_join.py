@@ -202,6 +202,33 @@ def plan_join_even(
     return replace(plan, tasks=tuple(_whole((t[0].start, t[0].end)) for t in plan.tasks))
 
 
+def smaller_side_first(plan: ShufflePlan, left: ShuffleSizes, right: ShuffleSizes
+                       ) -> tuple[ShufflePlan, tuple[int, ...]]:
+    """``plan`` with each task's slices of the side it reads fewer bytes of first, and those
+    bytes per task.
+
+    A task reads its slices in order, so a task whose first side is small can keep that
+    side in memory by key and stream the other past it (a hash join) instead of grouping
+    both. Within a side the slices keep their order; on a tie the right side, by
+    convention the smaller one (``big.join(small)``), comes first. ``left``/``right``
+    are the sizes ``plan`` was made from (shuffles 0 and 1).
+    """
+    sides = (left, right)
+    tasks: list[tuple[ReadSlice, ...]] = []
+    small: list[int] = []
+    for slices in plan.tasks:
+        per_side = [0, 0]
+        for s in slices:
+            rows = sides[s.shuffle].by_partition[s.start:s.end]
+            end = sides[s.shuffle].maps if s.map_end is None else s.map_end
+            per_side[s.shuffle] += sum(sum(row[s.map_start:end]) for row in rows)
+        first = LEFT if per_side[LEFT] < per_side[RIGHT] else RIGHT
+        tasks.append(tuple(s for s in slices if s.shuffle == first)
+                     + tuple(s for s in slices if s.shuffle != first))
+        small.append(per_side[first])
+    return replace(plan, tasks=tuple(tasks)), tuple(small)
+
+
 # -- internals ---------------------------------------------------------------------------------
 def _part(j: int, a: int, b: int, maps: int, shuffle: int) -> ReadSlice:
     """Partition ``j`` of one side from maps ``[a, b)``: a plain slice when that is all maps."""

@@ -24,6 +24,7 @@ import pytest
 import spark_adaptive
 from spark_adaptive import batch
 from spark_adaptive.batch import plans, sources
+from spark_adaptive.batch import rdd as batch_rdd
 from spark_adaptive.core import events as ev
 from spark_adaptive.spark.shuffle import shim_shuffles
 from spark_adaptive.testing.cluster import LocalCluster
@@ -167,7 +168,8 @@ def test_rdd_reduce_by_key_splits_a_skewed_key_and_merges_it(cluster: LocalClust
 
 
 def test_rdd_join_splits_a_hot_key_and_equals_pyspark(cluster: LocalCluster,
-                                                      stop_session: None) -> None:
+                                                      stop_session: None,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     spark, rt, rec = _session(cluster)
     sc = spark.sparkContext
     # A third of the left rows on key 0, written by 16 map tasks (so its partition can be
@@ -187,8 +189,8 @@ def test_rdd_join_splits_a_hot_key_and_equals_pyspark(cluster: LocalCluster,
     # The hot partition is read in left pieces, each with the right side's whole partition.
     pieces = [plan.tasks[i] for i in plan.piece_tasks]
     assert len(pieces) >= 3, plan.reason
-    assert all([(s.shuffle, s.start, s.is_piece) for s in t] == [(0, hot, True), (1, hot, False)]
-               for t in pieces), plan.to_json()
+    assert all(sorted((s.shuffle, s.start, s.is_piece) for s in t)
+               == [(0, hot, True), (1, hot, False)] for t in pieces), plan.to_json()
     # Bytes per task are balanced (a last range of the contiguous packing may be small, so
     # against the median), where the hot partition alone would be over twice the largest.
     sizes = plan.bytes_per_task
@@ -206,6 +208,14 @@ def test_rdd_join_splits_a_hot_key_and_equals_pyspark(cluster: LocalCluster,
     assert outer_plan is not None and outer_plan.piece_tasks, outer_plan
     assert {s.shuffle for i in outer_plan.piece_tasks for s in outer_plan.tasks[i]
             if s.is_piece} == {0}
+
+    # Tasks whose smaller side is over the in-memory limit group both sides instead: with
+    # a limit of 0 bytes every task does, and the joins still equal PySpark's.
+    monkeypatch.setattr(batch_rdd, "HASH_SIDE_SHARE", 1 << 40)
+    assert sorted(batch.join(left, right, **limits).collect()) == \
+        sorted(left.join(right).collect())
+    assert sorted(batch.left_outer_join(left, right, **limits).collect()) == \
+        sorted(left.leftOuterJoin(right).collect())
 
 
 def test_group_by_key_join_and_sort_equal_pyspark(cluster: LocalCluster,

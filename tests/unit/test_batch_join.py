@@ -10,7 +10,14 @@ from collections.abc import Sequence
 
 import pytest
 
-from spark_adaptive.core.batch_join import LEFT, RIGHT, cut_side, plan_join, plan_join_even
+from spark_adaptive.core.batch_join import (
+    LEFT,
+    RIGHT,
+    cut_side,
+    plan_join,
+    plan_join_even,
+    smaller_side_first,
+)
 from spark_adaptive.core.batch_ranges import Splitting
 from spark_adaptive.core.batch_shuffle import (
     BY_BYTES,
@@ -260,3 +267,45 @@ def test_even_join_plan_reads_the_same_ranges_from_both_shuffles() -> None:
                      ReadSlice(t[0].start, t[0].end, shuffle=1)) for t in plan.tasks)
     assert plan.reason.startswith("join: sizes per partition unavailable")
     assert plan.to_json()["tasks"][0] == ["0-3", "1:0-3"]
+
+
+def test_smaller_side_first_orders_each_task_by_its_own_bytes() -> None:
+    # Partition 2 is a hot left partition (split into pieces); partition 5's right side is
+    # bigger than its left side, so the task reading it keeps its left side in memory.
+    left = [[KiB] * 4 for _ in range(8)]
+    left[2] = [40 * KiB] * 4
+    right = [[KiB // 4] * 2 for _ in range(8)]
+    right[5] = [20 * KiB] * 2
+    ls, rs = sizes_of(left), sizes_of(right)
+    plan = plan_join(ls, rs, avg_bytes_per_task=48 * KiB, min_p=1, max_p=8, skew_threshold=0)
+    ordered, small = smaller_side_first(plan, ls, rs)
+    check_join(ordered, ls, rs)  # the same cells, pairs and bytes per task
+    assert ordered.reason == plan.reason and ordered.parallelism == plan.parallelism
+    for before, after, kept in zip(plan.tasks, ordered.tasks, small, strict=True):
+        assert sorted(before, key=repr) == sorted(after, key=repr), "only the order changes"
+        sides = [s.shuffle for s in after]
+        assert sides == sorted(sides, key=lambda x: x != sides[0]), "one side, then the other"
+        per_side = {side: sum(sum(ls.by_partition[j][m] if side == LEFT
+                                  else rs.by_partition[j][m] for m in r)
+                              for j, r in _cells(after, side, ls, rs).items())
+                    for side in (LEFT, RIGHT)}
+        assert kept == per_side[sides[0]] == min(per_side.values())
+    pieces = [t for t in ordered.tasks if any(s.is_piece for s in t)]
+    assert pieces and all(t[0].shuffle == RIGHT for t in pieces), "the hot side streams"
+    hot5 = next(t for t in ordered.tasks if any(s.start <= 5 < s.end for s in t))
+    assert hot5[0].shuffle == LEFT, "partition 5's right side is the bigger one"
+
+
+def test_smaller_side_first_on_a_tie_puts_the_right_side_first() -> None:
+    rows = sizes_of([[KiB] * 2 for _ in range(4)])
+    plan = plan_join(rows, rows, avg_bytes_per_task=64 * KiB, min_p=1, max_p=4)
+    ordered, small = smaller_side_first(plan, rows, rows)
+    assert [s.shuffle for s in ordered.tasks[0]] == [RIGHT, LEFT]
+    assert small == (8 * KiB,)
+
+
+def _cells(task: Sequence[ReadSlice], side: int, ls: ShuffleSizes, rs: ShuffleSizes
+           ) -> dict[int, range]:
+    maps = (ls, rs)[side].maps
+    return {j: range(s.map_start, maps if s.map_end is None else s.map_end)
+            for s in task if s.shuffle == side for j in range(s.start, s.end)}
