@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import logging
 import threading
 import time
@@ -39,6 +40,7 @@ from spark_adaptive.core.batch_shuffle import (
     subpartition_count,
 )
 from spark_adaptive.core.batch_sources import SourcePlan
+from spark_adaptive.core.events import PLAN_RDD_PREFIX
 from spark_adaptive.core.options import Settings, parse_size
 from spark_adaptive.errors import ShimNotAvailableError
 from spark_adaptive.spark.jvm import shim_jar_path
@@ -173,7 +175,6 @@ def plan_read(shuffled: RDD[Any], operation: str, splitting: Splitting, params: 
         except Exception as e:  # a map output lost since the stage ran: Spark re-runs it
             plan = plan_even(operation, n, total, why=f"sizes per partition unavailable "
                              f"({str(e).splitlines()[0][:160]})", **bounds)
-        planned = PlannedRead(plan, lambda tasks=None: shim.read(shuffled, [jdep], plan, tasks))
     else:
         _warn_once(sc, "helpers", _NO_SHIM)
         if keep_order:
@@ -182,13 +183,16 @@ def plan_read(shuffled: RDD[Any], operation: str, splitting: Splitting, params: 
                                None, total, EVEN_BY_COUNT,
                                f"{operation}: no JVM shim: one task per partition, {n} in all "
                                f"(Spark's coalesce may group non-adjacent partitions)")
-            planned = PlannedRead(plan, lambda tasks=None: shuffled)
         else:
             plan = plan_even(operation, n, total, why="no JVM shim, so no sizes per partition; "
                              "Spark's coalesce groups whole partitions evenly by count", **bounds)
-            planned = PlannedRead(plan, lambda tasks=None: shuffled.coalesce(plan.parallelism))
-    _publish(sc, plan, "its shuffle")
-    return planned
+
+    def read(tasks: list[int] | None = None) -> RDD[Any]:
+        if shim is not None:
+            return shim.read(shuffled, [jdep], plan, tasks)
+        return shuffled if keep_order else shuffled.coalesce(plan.parallelism)
+
+    return PlannedRead(plan, _named(read, _publish(sc, plan, "its shuffle")))
 
 
 def can_plan_join(sc: SparkContext, params: BatchParams) -> bool:
@@ -235,28 +239,55 @@ def plan_join_read(left: RDD[Any], right: RDD[Any], how: str, params: BatchParam
             plan_join(sizes[0], sizes[1], how, skew_factor=params.skew_factor,
                       skew_threshold=params.skew_threshold, operation=operation, **bounds),
             sizes[0], sizes[1])
-    _publish(sc, plan, "its 2 shuffles")
-    return PlannedRead(plan, lambda tasks=None: shim.read(left, jdeps, plan, tasks), first)
+    plan_id = _publish(sc, plan, "its 2 shuffles")
+    return PlannedRead(plan, _named(lambda tasks=None: shim.read(left, jdeps, plan, tasks),
+                                    plan_id), first)
 
 
-def _publish(sc: SparkContext, plan: ShufflePlan, what: str) -> None:
-    """The plan as one INFO line and in the batch report."""
-    decision_log.info("batch: %s reads %s with %d task(s): %s", plan.operation, what,
-                      plan.parallelism, plan.reason)
-    record(sc, plan)
+def _named(read: Callable[..., RDD[Any]], plan_id: str) -> Callable[..., RDD[Any]]:
+    """``read`` whose RDDs carry the plan's id in their name, so that the stage that runs
+    them is explained by the plan (:attr:`~spark_adaptive.core.events.StageCompleted.plan`)."""
+
+    def named_read(tasks: list[int] | None = None) -> RDD[Any]:
+        return name_by_plan(read(tasks), plan_id)
+
+    return named_read
 
 
-def record(sc: SparkContext, plan: ShufflePlan | SourcePlan) -> None:
-    """Add a helper's decision to the batch report, when the batch scheduler runs."""
+def name_by_plan(rdd: RDD[Any], plan_id: str) -> RDD[Any]:
+    """Name ``rdd`` after the plan it reads by (Spark shows the name in its UI too)."""
+    return rdd.setName(PLAN_RDD_PREFIX + plan_id)
+
+
+def _publish(sc: SparkContext, plan: ShufflePlan, what: str) -> str:
+    """The plan as one INFO line and in the batch report; returns its id."""
+    plan_id = record(sc, plan)
+    decision_log.info("batch: %s (%s) reads %s with %d task(s): %s", plan.operation, plan_id,
+                      what, plan.parallelism, plan.reason)
+    return plan_id
+
+
+_plan_numbers = itertools.count(1)
+_plan_numbers_lock = threading.Lock()
+
+
+def record(sc: SparkContext, plan: ShufflePlan | SourcePlan) -> str:
+    """Add a helper's decision to the batch report, when the batch scheduler runs; returns
+    the plan's id (``reduceByKey#3``, ``textFile#1``), unique within the process."""
     from spark_adaptive.batch.wiring import batch_scheduler_for
 
+    with _plan_numbers_lock:
+        number = next(_plan_numbers)
+    kind = "textFile" if isinstance(plan, SourcePlan) else plan.operation
+    plan_id = f"{kind}#{number}"
     part = batch_scheduler_for(sc)
     if part is None:
-        return
+        return plan_id
     if isinstance(plan, SourcePlan):
-        part.tracker.add_source(plan, time.time())
+        part.tracker.add_source(plan, time.time(), plan_id)
     else:
-        part.tracker.add_plan(plan, time.time())
+        part.tracker.add_plan(plan, time.time(), plan_id)
+    return plan_id
 
 
 _NO_SHIM = (

@@ -123,9 +123,10 @@ def text_file(sc: SparkContext, path: str, *, use_unicode: bool = True,
     plan = plan_source(path, size, decision, rdd.getNumPartitions())
     if plan.coalesced:
         rdd = rdd.coalesce(plan.parallelism)
-    decision_log.info("batch: textFile(%s) reads with %d task(s): %s", path, plan.parallelism,
-                      plan.reason)
-    plans.record(sc, plan)
+    plan_id = plans.record(sc, plan)
+    plans.name_by_plan(rdd, plan_id)
+    decision_log.info("batch: textFile(%s) (%s) reads with %d task(s): %s", path, plan_id,
+                      plan.parallelism, plan.reason)
     _plans[rdd] = plan
     return rdd
 

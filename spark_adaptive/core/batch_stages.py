@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +74,7 @@ class StageReport:
     failure: str | None = None
     max_task_duration: float | None = None
     median_task_duration: float | None = None
+    plan: str | None = None
 
     @property
     def follows_rule(self) -> bool | None:
@@ -87,18 +89,29 @@ class StageReport:
             "ruleParallelism": self.rule, "followsRule": self.follows_rule,
             "maxTaskDuration": self.max_task_duration,
             "medianTaskDuration": self.median_task_duration,
-            "failure": self.failure, "reason": self.reason,
+            "failure": self.failure, "reason": self.reason, "plan": self.plan,
         }
 
 
-def explain_stage(e: ev.StageCompleted, limits: BatchLimits, slots: int = 1) -> StageReport:
+def explain_stage(e: ev.StageCompleted, limits: BatchLimits, slots: int = 1,
+                  planned: Mapping[str, Any] | None = None) -> StageReport:
     """What the rule says about a completed stage, next to what it ran.
 
     ``slots``: task slots held when the stage ran; with ``limits.use_held_slots`` they
-    raise the rule's value as :func:`~.batch_shuffle.slot_floor` says.
+    raise the rule's value as :func:`~.batch_shuffle.slot_floor` says. ``planned``: the
+    JSON of the RDD helper plan the stage read by (``e.plan``), whose parallelism and
+    reason then stand for the rule's: a helper decides with its own limits, caps and
+    split pieces, which the stage's bytes alone do not show.
     """
     ran = f"ran {e.num_tasks} task{'s' if e.num_tasks != 1 else ''}"
     v = limits.avg_bytes_per_task
+    rule: int | None
+    if planned is not None:
+        kind = SHUFFLE if e.shuffle_read_bytes > 0 else SOURCE
+        read = (f"shuffle read {format_bytes(e.shuffle_read_bytes)}" if kind == SHUFFLE
+                else f"input {format_bytes(e.input_bytes)}")
+        reason = f"{read}, {ran}; planned by {e.plan}: {planned['reason']}"
+        return _stage_report(e, kind, int(planned["parallelism"]), reason, e.plan)
     if e.shuffle_read_bytes > 0:
         d = decide_parallelism(e.shuffle_read_bytes, avg_bytes_per_task=v, min_p=limits.min_p,
                                max_p=limits.max_p)
@@ -118,6 +131,11 @@ def explain_stage(e: ev.StageCompleted, limits: BatchLimits, slots: int = 1) -> 
         if floor > rule:
             rule = floor
             reason += f", raised to {floor} for the {slots} task slots held"
+    return _stage_report(e, kind, rule, reason)
+
+
+def _stage_report(e: ev.StageCompleted, kind: str, rule: int | None, reason: str,
+                  plan: str | None = None) -> StageReport:
     if rule is not None and rule != e.num_tasks:
         reason += f"; {e.num_tasks - rule:+d} against the rule"
     if e.max_task_duration and e.median_task_duration and e.num_tasks > 1:
@@ -127,7 +145,7 @@ def explain_stage(e: ev.StageCompleted, limits: BatchLimits, slots: int = 1) -> 
         reason += f"; failed: {e.failure[:200]}"
     return StageReport(e.stage_id, e.attempt, e.name, kind, e.num_tasks, e.input_bytes,
                        e.shuffle_read_bytes, e.shuffle_write_bytes, e.duration, rule, reason,
-                       e.failure, e.max_task_duration, e.median_task_duration)
+                       e.failure, e.max_task_duration, e.median_task_duration, plan)
 
 
 @dataclass
@@ -175,6 +193,7 @@ class BatchTracker:
         self._jobs: OrderedDict[int, JobReport] = OrderedDict()
         self._plans: list[dict[str, Any]] = []
         self._sources: list[dict[str, Any]] = []
+        self._by_id: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._orphans: list[StageReport] = []
 
     def handle(self, event: ev.Event, slots: int = 1) -> StageReport | JobReport | None:
@@ -188,7 +207,8 @@ class BatchTracker:
                 while len(self._jobs) > self._history:
                     self._jobs.popitem(last=False)
             elif isinstance(event, ev.StageCompleted):
-                report = explain_stage(event, self.limits, slots)
+                planned = self._by_id.get(event.plan) if event.plan else None
+                report = explain_stage(event, self.limits, slots, planned)
                 job = self._owner(event.stage_id)
                 if job is not None:
                     job.stages.append(report)
@@ -209,16 +229,26 @@ class BatchTracker:
                 return job
         return None
 
-    def add_plan(self, plan: ShufflePlan, time: float) -> None:
-        """Record an RDD helper's shuffle plan (decided on the caller's thread)."""
+    def add_plan(self, plan: ShufflePlan, time: float, plan_id: str | None = None) -> None:
+        """Record an RDD helper's shuffle plan (decided on the caller's thread). With an id,
+        stages that read by it (:attr:`~.events.StageCompleted.plan`) are explained by it."""
         with self._lock:
-            self._plans = [*self._plans[-self._history + 1:], {"time": time, **plan.to_json()}]
+            entry = self._entry(plan.to_json(), time, plan_id)
+            self._plans = [*self._plans[-self._history + 1:], entry]
 
-    def add_source(self, plan: SourcePlan, time: float) -> None:
+    def add_source(self, plan: SourcePlan, time: float, plan_id: str | None = None) -> None:
         """Record an RDD file source's plan (:func:`spark_adaptive.batch.text_file`)."""
         with self._lock:
-            self._sources = [*self._sources[-self._history + 1:],
-                             {"time": time, **plan.to_json()}]
+            entry = self._entry(plan.to_json(), time, plan_id)
+            self._sources = [*self._sources[-self._history + 1:], entry]
+
+    def _entry(self, doc: dict[str, Any], time: float, plan_id: str | None) -> dict[str, Any]:
+        entry = {"time": time, **({"id": plan_id} if plan_id else {}), **doc}
+        if plan_id:
+            self._by_id[plan_id] = entry
+            while len(self._by_id) > 2 * self._history:
+                self._by_id.popitem(last=False)
+        return entry
 
     def jobs(self) -> list[JobReport]:
         with self._lock:

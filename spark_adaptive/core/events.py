@@ -49,6 +49,11 @@ class StageSubmitted(Event):
     job_group: str | None = None
 
 
+#: Names of the RDDs that read by an RDD helper's plan: this prefix and the plan's id. The
+#: listeners look for it among a completed stage's RDDs (``StageInfo.rddInfos``).
+PLAN_RDD_PREFIX = "spark-adaptive plan "
+
+
 @dataclass(frozen=True)
 class StageCompleted(Event):
     stage_id: int
@@ -64,6 +69,9 @@ class StageCompleted(Event):
     #: shim measures the slowest and the median task of the stage for skew reports.
     max_task_duration: float | None = None
     median_task_duration: float | None = None
+    #: The id of the RDD helper plan (``reduceByKey#3``, ``textFile#1``) an RDD of this
+    #: stage reads by, from its name (:data:`PLAN_RDD_PREFIX`); None for any other stage.
+    plan: str | None = None
 
     @property
     def succeeded(self) -> bool:

@@ -54,6 +54,15 @@ def event_from_shim(obj: dict[str, Any]) -> ev.Event:
     return cls(**obj)
 
 
+def _plan_of(stage_info: Any) -> str | None:
+    """The id of the helper plan one of the stage's RDDs reads by (its name), or None."""
+    for info in seq_to_list(stage_info.rddInfos()):
+        name = info.name()
+        if name and str(name).startswith(ev.PLAN_RDD_PREFIX):
+            return str(name)[len(ev.PLAN_RDD_PREFIX):]
+    return None
+
+
 def _opt(jopt: Any, default: Any = None) -> Any:
     return jopt.get() if jopt.isDefined() else default
 
@@ -145,6 +154,7 @@ class Py4jSparkListener:
             duration=(completed - submitted) / 1000.0 if submitted is not None else 0.0,
             failure=_opt(s.failureReason()),
             name=s.name(),
+            plan=_plan_of(s),
         ))
 
     @_guard("JobStart")

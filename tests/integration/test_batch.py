@@ -125,8 +125,20 @@ def test_rdd_reduce_by_key_equals_pyspark(cluster: LocalCluster, stop_session: N
 
     out = batch.reduce_by_key(rdd, operator.add, avg_bytes_per_task=64 * KiB,
                               max_parallelism=64)
+    mark = rec.mark()
     assert sorted(out.collect()) == expected
     plan = batch.decision_of(out)
+    # The stage that read by the plan names it (through either listener), and the report
+    # explains that stage by the plan, not by the session's 64 MiB rule.
+    read = rec.wait_for(ev.StageCompleted, where=lambda e: e.shuffle_read_bytes > 0,
+                        since=mark)
+    assert read.plan is not None and read.plan.startswith("reduceByKey#"), read
+    rt.loop.call_sync(lambda: None)
+    report = batch.report(spark)
+    stage = next(s for j in report["jobs"] for s in j["stages"] if s["stageId"] == read.stage_id)
+    assert stage["plan"] == read.plan and stage["followsRule"] is True, stage
+    assert f"planned by {read.plan}: reduceByKey" in stage["reason"], stage
+    assert any(p.get("id") == read.plan for p in report["rddShuffles"])
     assert plan is not None and plan.partitions == 64
     assert plan.total_bytes is not None and plan.total_bytes > 0
     assert 4 <= plan.parallelism == math.ceil(plan.total_bytes / (64 * KiB))

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from spark_adaptive.core import events as ev
 from spark_adaptive.core.batch_shuffle import plan_even
+from spark_adaptive.core.batch_sources import SourcePlan
 from spark_adaptive.core.batch_stages import (
     OTHER,
     SHUFFLE,
@@ -13,6 +15,7 @@ from spark_adaptive.core.batch_stages import (
     BatchLimits,
     BatchTracker,
     JobReport,
+    StageReport,
     explain_stage,
 )
 
@@ -91,3 +94,37 @@ def test_held_slots_raise_the_rule_in_reports() -> None:
     r = explain_stage(done(3, 2, read=18 * MiB), limits, slots=2)
     assert r.rule == 2 and r.follows_rule and "raised to 2 for the 2 task slots held" in r.reason
     assert explain_stage(done(3, 1, read=12 * MiB), LIMITS, slots=2).rule == 1, "flag off"
+
+
+def test_a_stage_that_reads_by_a_helper_plan_is_explained_by_that_plan() -> None:
+    # A join whose tasks read at most 4 MiB each (its own cap): 10 tasks for 40 MiB, where
+    # the rule at 16 MiB says 3. The stage names the plan; the report follows the plan.
+    t = BatchTracker(LIMITS)
+    plan = plan_even("join", 16, 40 * MiB, avg_bytes_per_task=4 * MiB, min_p=1, max_p=16,
+                     why="test")
+    t.add_plan(plan, 5.0, "join#7")
+    t.handle(ev.JobStarted(0.0, 1, (4,)))
+    stage = dataclasses.replace(done(4, 10, read=40 * MiB), plan="join#7")
+    r = t.handle(stage)
+    assert isinstance(r, StageReport)
+    assert (r.kind, r.rule, r.follows_rule, r.plan) == (SHUFFLE, 10, True, "join#7")
+    assert r.reason.startswith("shuffle read 40 MiB, ran 10 tasks; planned by join#7: join")
+    assert "against the rule" not in r.reason
+    assert t.report()["rddShuffles"][0]["id"] == "join#7"
+    assert r.to_json()["plan"] == "join#7"
+    # A plan the tracker does not know (dropped from its history, or another process's):
+    # the rule explains the stage, as for any other.
+    other = t.handle(dataclasses.replace(done(5, 10, read=40 * MiB), plan="join#99"))
+    assert isinstance(other, StageReport)
+    assert other.rule == 3 and other.plan is None and "+7 against the rule" in other.reason
+
+
+def test_a_source_stage_read_by_a_text_file_plan() -> None:
+    t = BatchTracker(LIMITS)
+    source = SourcePlan("/in", 30 * MiB, 2, 40, "source: ceil(30 MiB / 16 MiB) = 2")
+    t.add_source(source, 1.0, "textFile#1")
+    r = t.handle(dataclasses.replace(done(1, 2, inp=30 * MiB, write=MiB), plan="textFile#1"))
+    assert isinstance(r, StageReport)
+    assert (r.kind, r.rule, r.plan) == (SOURCE, 2, "textFile#1")
+    assert "planned by textFile#1: source: ceil(30 MiB / 16 MiB) = 2" in r.reason
+    assert t.report()["rddSources"][0]["id"] == "textFile#1"

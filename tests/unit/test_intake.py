@@ -23,7 +23,12 @@ def test_shim_lines_become_frozen_events() -> None:
         '"median_task_duration":0.4}'))
     assert stage == ev.StageCompleted(1800000000.123, 3, 0, 4, 0, 10, 2048, 1.5, None,
                                       "groupBy at x.py:1", 0.9, 0.4)
-    assert stage.succeeded
+    assert stage.succeeded and stage.plan is None
+    planned = event_from_shim({"type": "StageCompleted", "time": 1000, "stage_id": 4,
+                               "attempt": 0, "num_tasks": 2, "input_bytes": 0,
+                               "shuffle_read_bytes": 10, "shuffle_write_bytes": 0,
+                               "duration": 1.0, "plan": "join#7"})
+    assert isinstance(planned, ev.StageCompleted) and planned.plan == "join#7"
     job = event_from_shim({"type": "JobStarted", "time": 1000, "job_id": 1, "stage_ids": [1, 2],
                            "job_group": None})
     assert job == ev.JobStarted(1.0, 1, (1, 2), None)

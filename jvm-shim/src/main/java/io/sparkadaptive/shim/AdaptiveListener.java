@@ -24,6 +24,7 @@ import org.apache.spark.scheduler.SparkListenerStageCompleted;
 import org.apache.spark.scheduler.SparkListenerStageSubmitted;
 import org.apache.spark.scheduler.SparkListenerTaskEnd;
 import org.apache.spark.scheduler.StageInfo;
+import org.apache.spark.storage.RDDInfo;
 
 /**
  * A SparkListener that keeps task-level work inside the JVM.
@@ -193,6 +194,10 @@ public class AdaptiveListener extends SparkListener {
     if (s.failureReason().isDefined()) {
       j.str("failure", s.failureReason().get());
     }
+    String plan = planOf(s);
+    if (plan != null) {
+      j.str("plan", plan);
+    }
     long k = key(s);
     long[] d = taskDurations.remove(k);
     Integer n = taskCounts.remove(k);
@@ -203,6 +208,24 @@ public class AdaptiveListener extends SparkListener {
           .dbl("median_task_duration", done[n / 2] / 1000.0);
     }
     emit(j);
+  }
+
+  /**
+   * Names of the RDDs that read by a spark-adaptive helper's plan start with this (the
+   * Python side's {@code spark_adaptive.core.events.PLAN_RDD_PREFIX}).
+   */
+  static final String PLAN_RDD_PREFIX = "spark-adaptive plan ";
+
+  /** The id of the helper plan one of the stage's RDDs reads by, from its name, or null. */
+  static String planOf(StageInfo s) {
+    scala.collection.Iterator<RDDInfo> it = s.rddInfos().iterator();
+    while (it.hasNext()) {
+      String name = it.next().name();
+      if (name != null && name.startsWith(PLAN_RDD_PREFIX)) {
+        return name.substring(PLAN_RDD_PREFIX.length());
+      }
+    }
+    return null;
   }
 
   @Override
