@@ -150,6 +150,8 @@ class PlannedRead:
     #: A join's plan only: per task, the bytes of the side its slices read first, the
     #: smaller one (None when the sizes were lost and the sides come in plan order).
     first_side_bytes: tuple[int, ...] | None = None
+    #: The plan's id (:func:`record`), which names the RDDs ``read`` builds.
+    plan_id: str = ""
 
 
 def plan_read(shuffled: RDD[Any], operation: str, splitting: Splitting, params: BatchParams,
@@ -192,7 +194,8 @@ def plan_read(shuffled: RDD[Any], operation: str, splitting: Splitting, params: 
             return shim.read(shuffled, [jdep], plan, tasks)
         return shuffled if keep_order else shuffled.coalesce(plan.parallelism)
 
-    return PlannedRead(plan, _named(read, _publish(sc, plan, "its shuffle")))
+    plan_id = _publish(sc, plan, "its shuffle")
+    return PlannedRead(plan, _named(read, plan_id), plan_id=plan_id)
 
 
 def can_plan_join(sc: SparkContext, params: BatchParams) -> bool:
@@ -241,7 +244,7 @@ def plan_join_read(left: RDD[Any], right: RDD[Any], how: str, params: BatchParam
             sizes[0], sizes[1])
     plan_id = _publish(sc, plan, "its 2 shuffles")
     return PlannedRead(plan, _named(lambda tasks=None: shim.read(left, jdeps, plan, tasks),
-                                    plan_id), first)
+                                    plan_id), first, plan_id)
 
 
 def _named(read: Callable[..., RDD[Any]], plan_id: str) -> Callable[..., RDD[Any]]:

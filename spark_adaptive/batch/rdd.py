@@ -205,10 +205,11 @@ def _join(left: RDD[tuple[K, V]], right: RDD[tuple[K, Any]], how: str,
     budget = (plans.memory_limit_mb(sc) << 20) // HASH_SIDE_SHARE
     first = planned.first_side_bytes
     in_memory = tuple(b <= budget for b in first) if first is not None else ()
-    log.info("batch: %s: %d of %d task(s) keep their smaller side in memory (at most %s of "
-             "shuffle bytes, spark.python.worker.memory / %d) and stream the other past it; "
-             "the rest group both sides", operation, sum(in_memory), planned.plan.parallelism,
-             format_bytes(budget), HASH_SIDE_SHARE)
+    plans.decision_log.info(
+        "batch: %s (%s): %d of %d task(s) keep their smaller side in memory (at most %s of "
+        "shuffle bytes, spark.python.worker.memory / %d) and stream the other past it; the "
+        "rest group both sides", operation, planned.plan_id, sum(in_memory),
+        planned.plan.parallelism, format_bytes(budget), HASH_SIDE_SHARE)
 
     def join_task(index: int, records: Iterable[Any]) -> Iterator[Any]:
         if index < len(in_memory) and in_memory[index]:
