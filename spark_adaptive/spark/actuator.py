@@ -139,11 +139,25 @@ class SparkExecutorActuator:
                                             daemon=True)
             self._thread.start()
 
+    def drain(self, timeout: float = 30.0) -> bool:
+        """Wait until every request and release queued before this call has been sent to
+        Spark; False if that took longer than ``timeout`` seconds. Releasing surplus
+        executors is queued before the request that declares the new total, so executors
+        may be gone before that request has been sent."""
+        if self._synchronous or self._thread is None:
+            return True
+        sent = threading.Event()
+        self._queue.put(("mark", sent))
+        return sent.wait(timeout)
+
     def _loop(self) -> None:
         while True:
             what, arg = self._queue.get()
             if what == "stop":
                 return
+            if what == "mark":
+                arg.set()
+                continue
             self._run(what, arg)
 
     def _run(self, what: str, arg: Any) -> None:
