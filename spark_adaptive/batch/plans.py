@@ -257,9 +257,10 @@ def _named(read: Callable[..., RDD[Any]], plan_id: str) -> Callable[..., RDD[Any
     return named_read
 
 
-def name_by_plan(rdd: RDD[Any], plan_id: str) -> RDD[Any]:
-    """Name ``rdd`` after the plan it reads by (Spark shows the name in its UI too)."""
-    return rdd.setName(PLAN_RDD_PREFIX + plan_id)
+def name_by_plan(rdd: RDD[Any], plan_id: str, reads: str | None = None) -> RDD[Any]:
+    """Name ``rdd`` after the plan it reads by and, when given, what it reads (``textFile``'s
+    path, which Spark's UI shows as the RDD's name otherwise)."""
+    return rdd.setName(PLAN_RDD_PREFIX + plan_id + (f" {reads}" if reads else ""))
 
 
 def _publish(sc: SparkContext, plan: ShufflePlan, what: str) -> str:

@@ -6,9 +6,10 @@ These helpers take none:
 1. the map side writes ``batch.max-parallelism`` partitions (Flink's
    subpartitions), at most one per map task
    (:func:`~spark_adaptive.core.batch_shuffle.subpartition_count`), with the
-   same hashing as PySpark's own operation; :func:`reduce_by_key` and
-   :func:`combine_by_key` combine locally first, the grouping ones do not
-   (as Spark's own ``groupByKey``: lists shuffle no fewer bytes);
+   same hashing as PySpark's own operation (:func:`partition_hash`);
+   :func:`reduce_by_key` and :func:`combine_by_key` combine locally first,
+   the grouping ones do not (as Spark's own ``groupByKey``: lists shuffle no
+   fewer bytes);
 2. the map side runs at once, when the helper is called (as ``sortByKey``
    runs its sampling job at once), so that the bytes are known;
 3. the reduce side gets ``p = ceil(bytes / V)`` tasks within the batch bounds
@@ -85,7 +86,16 @@ def combine_by_key(rdd: RDD[tuple[K, V]], create: Callable[[V], C],
                    merge_value: Callable[[C, V], C], merge_combiners: Callable[[C, C], C], *,
                    partition_func: Callable[[Any], int] | None = None,
                    operation: str = "combineByKey", **limits: Any) -> RDD[tuple[K, C]]:
-    """``rdd.combineByKey(create, merge_value, merge_combiners)``, sized by bytes."""
+    """``rdd.combineByKey(create, merge_value, merge_combiners)``, sized by bytes.
+
+    Every map task combines all its records, as PySpark's. Flink's adaptive local hash
+    aggregate (stop combining once a sample of 500,000 records is mostly distinct keys)
+    was tried in benchmarks/batch.py's 1 GB ``reduceByKey``, whose map tasks see 86%
+    distinct keys: the map side took 122 s of task time instead of 130 s, the reduce side
+    58 s instead of 43 s (550 MiB shuffled instead of 449 MiB), the job 90.5 s instead of
+    87.3 s. Merging on the reduce side costs Python as much per record as combining on the
+    map side, so passing records through only moves the work and adds bytes.
+    """
     from pyspark.shuffle import Aggregator, ExternalMerger
 
     sc = rdd.context
@@ -108,6 +118,27 @@ def combine_by_key(rdd: RDD[tuple[K, V]], create: Callable[[V], C],
 
     local = rdd.mapPartitions(combine_locally, preservesPartitioning=True)
     return _reduce(local, operation, Splitting.MERGE, merge, merge_pieces, partition_func, limits)
+
+
+def partition_hash(key: Any) -> int:
+    """PySpark's ``portable_hash`` (the helpers' default partitioning, as PySpark's own
+    operations'), with its per-call environment check skipped for ``int`` and ``float``
+    keys, whose hash needs no seed: the same partition for every key."""
+    t = type(key)
+    if t is int or t is float:
+        return hash(key)
+    return (_portable or _load_portable())(key)
+
+
+_portable: Callable[[Any], int] | None = None
+
+
+def _load_portable() -> Callable[[Any], int]:
+    global _portable
+    from pyspark.rdd import portable_hash
+
+    _portable = portable_hash
+    return _portable
 
 
 def group_by_key(rdd: RDD[tuple[K, V]], *, partition_func: Callable[[Any], int] | None = None,
@@ -183,8 +214,6 @@ def _join(left: RDD[tuple[K, V]], right: RDD[tuple[K, Any]], how: str,
     in one task, pair them. With the shim, the sides are two shuffles read per
     :func:`~spark_adaptive.core.batch_join.plan_join`; a task yields both sides' records
     of its slices one after another, which the tags tell apart."""
-    from pyspark.rdd import portable_hash
-
     sc, operation = left.context, _JOIN_OPERATIONS[how]
     settings = plans.settings_for(sc, limits)
     tagged = (left.mapValues(lambda v: (1, v)), right.mapValues(lambda w: (2, w)))
@@ -198,7 +227,7 @@ def _join(left: RDD[tuple[K, V]], right: RDD[tuple[K, Any]], how: str,
         return out
     settings = plans.for_grouping(sc, settings, operation)
     group, _ = _list_grouping(sc, tagged[0]._jrdd_deserializer)
-    hashing = partition_func or portable_hash
+    hashing = partition_func or partition_hash
     n = plans.subpartitions(left.getNumPartitions() + right.getNumPartitions(), settings)
     shuffled = [t.partitionBy(n, hashing) for t in tagged]
     planned = plans.plan_join_read(shuffled[0], shuffled[1], how, settings, operation=operation)
@@ -351,13 +380,11 @@ def _reduce(rdd: RDD[Any], operation: str, splitting: Splitting,
     """Shuffle ``rdd`` into max-parallelism partitions, plan the read, reduce each task.
 
     ``grouping``: tasks hold their keys' values as lists (:func:`plans.for_grouping`)."""
-    from pyspark.rdd import portable_hash
-
     settings = plans.settings_for(rdd.context, limits)
     if grouping:
         settings = plans.for_grouping(rdd.context, settings, operation)
     shuffled = rdd.partitionBy(plans.subpartitions(rdd.getNumPartitions(), settings),
-                               partition_func or portable_hash)
+                               partition_func or partition_hash)
     planned = plans.plan_read(shuffled, operation, splitting, settings, keep_order=keep_order)
     plan = planned.plan
     pieces = plan.piece_tasks if merge_pieces is not None else ()

@@ -124,7 +124,7 @@ def text_file(sc: SparkContext, path: str, *, use_unicode: bool = True,
     if plan.coalesced:
         rdd = rdd.coalesce(plan.parallelism)
     plan_id = plans.record(sc, plan)
-    plans.name_by_plan(rdd, plan_id)
+    plans.name_by_plan(rdd, plan_id, reads=path)
     decision_log.info("batch: textFile(%s) (%s) reads with %d task(s): %s", path, plan_id,
                       plan.parallelism, plan.reason)
     _plans[rdd] = plan

@@ -49,9 +49,17 @@ class StageSubmitted(Event):
     job_group: str | None = None
 
 
-#: Names of the RDDs that read by an RDD helper's plan: this prefix and the plan's id. The
+#: Names of the RDDs that read by an RDD helper's plan: this prefix, the plan's id and, after
+#: a space, what the RDD reads where it has a name of its own (``textFile``'s path). The
 #: listeners look for it among a completed stage's RDDs (``StageInfo.rddInfos``).
 PLAN_RDD_PREFIX = "spark-adaptive plan "
+
+
+def plan_of_rdd_name(name: str | None) -> str | None:
+    """The plan id in an RDD's name (:data:`PLAN_RDD_PREFIX`), or None."""
+    if not name or not name.startswith(PLAN_RDD_PREFIX):
+        return None
+    return name[len(PLAN_RDD_PREFIX):].split(" ", 1)[0] or None
 
 
 @dataclass(frozen=True)

@@ -57,9 +57,9 @@ def event_from_shim(obj: dict[str, Any]) -> ev.Event:
 def _plan_of(stage_info: Any) -> str | None:
     """The id of the helper plan one of the stage's RDDs reads by (its name), or None."""
     for info in seq_to_list(stage_info.rddInfos()):
-        name = info.name()
-        if name and str(name).startswith(ev.PLAN_RDD_PREFIX):
-            return str(name)[len(ev.PLAN_RDD_PREFIX):]
+        plan = ev.plan_of_rdd_name(info.name())
+        if plan is not None:
+            return plan
     return None
 
 

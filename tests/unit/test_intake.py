@@ -36,6 +36,13 @@ def test_shim_lines_become_frozen_events() -> None:
         job.job_id = 2  # type: ignore[misc]
 
 
+def test_plan_ids_come_from_rdd_names() -> None:
+    assert ev.plan_of_rdd_name(ev.PLAN_RDD_PREFIX + "join#7") == "join#7"
+    assert ev.plan_of_rdd_name(ev.PLAN_RDD_PREFIX + "textFile#1 /data/a b.csv") == "textFile#1"
+    for other in (None, "", "PythonRDD", "/data/facts", ev.PLAN_RDD_PREFIX, "spark-adaptive"):
+        assert ev.plan_of_rdd_name(other) is None, other
+
+
 def test_shim_sink_skips_a_bad_line_and_keeps_the_rest() -> None:
     got: list[ev.Event] = []
     sink = _ShimSink(got.append)

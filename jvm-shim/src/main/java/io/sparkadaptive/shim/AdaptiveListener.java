@@ -211,8 +211,9 @@ public class AdaptiveListener extends SparkListener {
   }
 
   /**
-   * Names of the RDDs that read by a spark-adaptive helper's plan start with this (the
-   * Python side's {@code spark_adaptive.core.events.PLAN_RDD_PREFIX}).
+   * Names of the RDDs that read by a spark-adaptive helper's plan start with this, then the
+   * plan's id, then a space and what the RDD reads if it has a name of its own (the Python
+   * side's {@code spark_adaptive.core.events.PLAN_RDD_PREFIX}).
    */
   static final String PLAN_RDD_PREFIX = "spark-adaptive plan ";
 
@@ -222,7 +223,12 @@ public class AdaptiveListener extends SparkListener {
     while (it.hasNext()) {
       String name = it.next().name();
       if (name != null && name.startsWith(PLAN_RDD_PREFIX)) {
-        return name.substring(PLAN_RDD_PREFIX.length());
+        String rest = name.substring(PLAN_RDD_PREFIX.length());
+        int space = rest.indexOf(' ');
+        String id = space < 0 ? rest : rest.substring(0, space);
+        if (!id.isEmpty()) {
+          return id;
+        }
       }
     }
     return null;
