@@ -17,9 +17,7 @@ join first, where skew survives:
   pairs, against :func:`spark_adaptive.batch.join` (which splits a skewed
   partition).
 
-Variants, side by side, in one run (session confs switch between runs, and so
-does the one Spark core key spark-adaptive sets, ``spark.shuffle.sort.
-bypassMergeThreshold``, read as each shuffle is registered):
+Variants, side by side, in one run (session confs switch between runs):
 
 * ``defaults``: Spark as shipped: 200 shuffle partitions, AQE on (its
   coalescing aims at the cluster's default parallelism). For the RDD job:
@@ -69,7 +67,7 @@ from typing import Any
 
 import spark_adaptive
 from spark_adaptive import batch
-from spark_adaptive.batch.sql import core_confs, sql_confs
+from spark_adaptive.batch.sql import sql_confs
 from spark_adaptive.core import events as ev
 from spark_adaptive.core.options import Settings, format_size, parse_size
 from spark_adaptive.testing.cluster import LocalCluster
@@ -153,7 +151,6 @@ def parse_dim(line: str) -> tuple[int, int]:
 def rdd_join_job(spark: Any, facts: Path, dims: Path, partitions: int | str | None,
                  v: int, skew_threshold: int | None = None) -> None:
     sc = spark.sparkContext
-    core_variant(spark, partitions == "adaptive")
     if partitions == "adaptive":
         pairs = batch.text_file(sc, str(facts), avg_bytes_per_task=v).map(parse)
         groups = batch.text_file(sc, str(dims), avg_bytes_per_task=v).map(parse_dim)
@@ -168,7 +165,6 @@ def rdd_join_job(spark: Any, facts: Path, dims: Path, partitions: int | str | No
 
 def rdd_job(spark: Any, facts: Path, partitions: int | str | None, v: int) -> None:
     sc = spark.sparkContext
-    core_variant(spark, partitions == "adaptive")
     if partitions == "adaptive":
         pairs = batch.text_file(sc, str(facts), avg_bytes_per_task=v).map(parse)
         out = batch.reduce_by_key(pairs, operator.add, avg_bytes_per_task=v)
@@ -178,22 +174,10 @@ def rdd_job(spark: Any, facts: Path, partitions: int | str | None, v: int) -> No
     out.count()
 
 
-def core_variant(spark: Any, adaptive: bool) -> None:
-    """Spark core keys spark-adaptive sets (:func:`core_confs`, read as each shuffle is
-    registered): its values for the adaptive variants, Spark's defaults for the others."""
-    live = spark.sparkContext._jsc.sc().conf()
-    for k, val in core_confs(Settings()).items():
-        if adaptive:
-            live.set(k, val)
-        else:
-            live.remove(k)
-
-
 def sql_variant(spark: Any, name: str, v: int, skew_threshold: int | None = None) -> None:
     """Session confs of one DataFrame variant; every steered key is reset first."""
     for k in STEERED:
         spark.conf.unset(k)
-    core_variant(spark, name == "adaptive")
     if name == "defaults":
         return
     if name == "adaptive":

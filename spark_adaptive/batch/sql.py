@@ -54,20 +54,17 @@ and into the shared state and session conf of a session that already exists
 at planning, so a query planned after activation is steered. An app that
 sets one of these keys on a session afterwards overrides it for that session.
 
-The shuffle writer. Spark writes a shuffle of at most
-``spark.shuffle.sort.bypassMergeThreshold`` (200) partitions without map-side
-aggregation with its bypass writer: one file per partition in every map task,
-concatenated at the end. Above it, it sorts records by partition and writes one
-file. Every DataFrame shuffle here has ``batch.max-parallelism`` (128)
-partitions, which made the bypass writer's files the biggest cost of a small
-job: the 10 MB benchmark job took 0.71 s writing 128 partitions and 0.59 s
-writing 16, and the same job in 200 files 1.09 s against 0.71 s. So the
-threshold becomes ``batch.max-parallelism - 1`` (never above Spark's 200):
-shuffles of fewer partitions (a ``repartition(8)``, the RDD helpers' shuffles
-of at most one partition per map task) keep the bypass writer, shuffles this
-module sizes take the sorting one (10 MB: 0.63 s; in 200 files: 0.68 s). It is
-a Spark core key, read when a shuffle is registered, so it goes into the
-SparkContext's live configuration only (:func:`core_confs`).
+The shuffle writer stays Spark's choice. Up to
+``spark.shuffle.sort.bypassMergeThreshold`` (200) partitions Spark writes a
+shuffle with its bypass writer, a file per partition in every map task; every
+DataFrame shuffle here has ``batch.max-parallelism`` (128) partitions. On a
+sub-second job those files cost more than the work (benchmarks/batch.py, 10
+MB: 0.71 s writing 128 partitions, 0.59 s writing 16; in 200 files 1.09 s
+against 0.71 s), and with the threshold at ``batch.max-parallelism - 1``
+(Spark's sorting writer, one file per map task) the job took 0.63 s (0.68 s in
+200 files). But the 5 GB job then took 223.0 s against 204.4 s with the bypass
+writer (two rounds each, interleaved): 0.1 to 0.4 s saved on small jobs is not
+worth 9% of a large one, so the threshold is left alone.
 
 ``spark.sql.adaptive.enabled`` is left as the app has it (Spark's default is
 on). With AQE off, shuffle stages run ``spark.sql.shuffle.partitions`` tasks
@@ -133,25 +130,12 @@ def sql_confs(settings: Settings) -> dict[str, str]:
     return confs
 
 
-#: Spark's default ``spark.shuffle.sort.bypassMergeThreshold``.
-SPARK_BYPASS_MERGE_THRESHOLD = 200
-
-
-def core_confs(settings: Settings) -> dict[str, str]:
-    """Spark core confs for the shuffles :func:`sql_confs` sizes (see the module doc): the
-    bypass writer only for shuffles of fewer than ``batch.max-parallelism`` partitions."""
-    threshold = min(SPARK_BYPASS_MERGE_THRESHOLD, settings.batch_max_parallelism - 1)
-    return {"spark.shuffle.sort.bypassMergeThreshold": str(threshold)}
-
-
 def apply_sql_confs(sc: SparkContext, settings: Settings) -> dict[str, str]:
-    """Set :func:`sql_confs` where sessions read them and :func:`core_confs` in the
-    SparkContext's live configuration; returns what was set.
+    """Set :func:`sql_confs` where sessions read them; returns what was set.
 
     Logs one INFO line with the values and the keys whose earlier value they replace.
     """
-    sql, core = sql_confs(settings), core_confs(settings)
-    confs = {**sql, **core}
+    confs = sql_confs(settings)
     live = sc._jsc.sc().conf()  # the SparkContext's own conf; getConf() would be a copy
     replaced = {k: live.get(k) for k in confs if live.contains(k) and live.get(k) != confs[k]}
     for k, v in confs.items():
@@ -161,7 +145,7 @@ def apply_sql_confs(sc: SparkContext, settings: Settings) -> dict[str, str]:
     if session is not None:
         shared = session.sharedState().conf()
         runtime = session.conf()
-        for k, v in sql.items():  # a session refuses core keys
+        for k, v in confs.items():
             shared.set(k, v)
             old = runtime.get(k, None)
             if old is not None and old != v:

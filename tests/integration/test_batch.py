@@ -26,7 +26,6 @@ from spark_adaptive import batch
 from spark_adaptive.batch import plans, sources
 from spark_adaptive.batch import rdd as batch_rdd
 from spark_adaptive.core import events as ev
-from spark_adaptive.spark.jvm import seq_to_list
 from spark_adaptive.spark.shuffle import shim_shuffles
 from spark_adaptive.testing.cluster import LocalCluster
 from spark_adaptive.testing.recorder import EventRecorder
@@ -102,47 +101,6 @@ def test_dataframe_shuffle_stage_runs_bytes_over_v_tasks(cluster: LocalCluster,
     small = rec.wait_for(ev.StageCompleted, where=lambda e: e.shuffle_read_bytes > 0, since=mark)
     assert math.ceil(small.shuffle_read_bytes / V_SQL) == 1
     assert small.shuffle_read_bytes > 2 * V_SQL // 5 and small.num_tasks == 2
-
-
-def _shuffle_writers(df: Any) -> list[tuple[int, str]]:
-    """(partitions, Spark's shuffle handle class) of every shuffle ``df`` ran: the handle
-    says which writer the map tasks used (BypassMergeSortShuffleHandle: a file per
-    partition; SerializedShuffleHandle: records sorted by partition into one file)."""
-    out: list[tuple[int, str]] = []
-
-    def walk(plan: Any) -> None:
-        kind = plan.getClass().getSimpleName()
-        if kind == "AdaptiveSparkPlanExec":
-            return walk(plan.executedPlan())
-        if kind.endswith("QueryStageExec"):  # ShuffleQueryStageExec, Spark 4's ResultQueryStage
-            return walk(plan.plan())
-        if kind == "ShuffleExchangeExec":
-            dep = plan.shuffleDependency()
-            out.append((dep.partitioner().numPartitions(),
-                        dep.shuffleHandle().getClass().getSimpleName()))
-        for child in seq_to_list(plan.children()):
-            walk(child)
-
-    walk(df._jdf.queryExecution().executedPlan())
-    return out
-
-
-def test_shuffles_of_max_parallelism_partitions_write_one_file(cluster: LocalCluster,
-                                                               stop_session: None) -> None:
-    from pyspark.sql import functions as F
-
-    spark, _, _ = _session(cluster)
-    live = spark.sparkContext._jsc.sc().conf()
-    assert live.get("spark.shuffle.sort.bypassMergeThreshold") == "127"
-    grouped = spark.range(0, 10_000, numPartitions=4).groupBy(
-        (F.col("id") % 100).alias("k")).agg(F.sum("id").alias("s"))
-    assert len(grouped.collect()) == 100
-    assert _shuffle_writers(grouped) == [(128, "SerializedShuffleHandle")]
-    # A shuffle of fewer partitions than batch.max-parallelism keeps Spark's bypass writer.
-    spark.conf.set("spark.sql.adaptive.enabled", "false")
-    few = spark.range(0, 10_000, numPartitions=4).repartition(8)
-    assert few.count() == 10_000 and len(few.collect()) == 10_000
-    assert _shuffle_writers(few) == [(8, "BypassMergeSortShuffleHandle")]
 
 
 def _pairs(spark: Any, n: int, hot: bool = False, slices: int = 32) -> Any:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from spark_adaptive.batch.sql import core_confs, source_upper_bound, sql_confs
+from spark_adaptive.batch.sql import source_upper_bound, sql_confs
 from spark_adaptive.core.options import Settings
 
 AQE, FILES = "spark.sql.adaptive.", "spark.sql.files."
@@ -56,13 +56,3 @@ def test_skew_settings_become_the_skew_joins_thresholds() -> None:
     low = sql_confs(settings(**{"skewed-factor": "2.5", "skewed-threshold": "64m"}))
     assert low[AQE + "skewJoin.skewedPartitionFactor"] == "2.5"
     assert low[AQE + "skewJoin.skewedPartitionThresholdInBytes"] == str(64 << 20)
-
-
-def test_shuffles_of_max_parallelism_partitions_leave_the_bypass_writer() -> None:
-    key = "spark.shuffle.sort.bypassMergeThreshold"
-    assert core_confs(settings()) == {key: "127"}
-    assert core_confs(settings(**{"max-parallelism": "16"}))[key] == "15"
-    # Above Spark's 200 every shuffle written with max-parallelism partitions sorts anyway.
-    assert core_confs(settings(**{"max-parallelism": "1000"}))[key] == "200"
-    assert core_confs(settings(**{"max-parallelism": "1"}))[key] == "0"
-    assert key not in sql_confs(settings()), "a session refuses core keys"
