@@ -37,7 +37,8 @@ the adaptive variant at other volumes per task, to choose the default. A
 skewed variant of one scale (``--skew-scale``, a third of the fact rows on one
 key) runs the join jobs with a shorter sweep (``--skew-sweep``) and reports
 the slowest and the median task of the biggest shuffle-reading stage;
-``--skew-threshold`` adds the adaptive jobs at a lower ``batch.skewed-threshold``. A
+``--skew-threshold`` adds the adaptive jobs at another ``batch.skewed-threshold``
+(e.g. Flink's and Spark's 256m against the default, the volume per task). A
 small-files variant (``--small-files-scale``) writes the facts of one scale
 as 200 files, as a Spark job with 200 shuffle partitions leaves them: each
 file is a split, so PySpark's default runs 200 map and 200 reduce tasks.
@@ -459,7 +460,7 @@ def main() -> int:
     ap.add_argument("--skew-sweep", default="32,200", help="fixed counts of the skewed variant")
     ap.add_argument("--skew-threshold", default="",
                     help="also run the skewed variant's adaptive jobs with this "
-                         "batch.skewed-threshold, e.g. 64m")
+                         "batch.skewed-threshold, e.g. 256m")
     ap.add_argument("--memory", default="6g", help="executor memory")
     ap.add_argument("--out", default="batch", help="name of the .json and .png results")
     ap.add_argument("--verbose", action="store_true", help="keep spark-adaptive's INFO lines")

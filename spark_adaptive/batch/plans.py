@@ -91,7 +91,7 @@ def settings_for(sc: SparkContext, limits: dict[str, Any]) -> BatchParams:
         min_p=int(limits.get("min_parallelism") or s.batch_min_parallelism),
         max_p=int(limits.get("max_parallelism") or s.batch_max_parallelism),
         skew_factor=float(limits.get("skew_factor", s.batch_skewed_factor)),
-        skew_threshold=int(limits.get("skew_threshold", s.batch_skewed_threshold)),
+        skew_threshold=int(limits.get("skew_threshold", s.batch_skew_threshold_bytes)),
         shim_jar=shim_jar_path(s.shim_jar),
         slots=int(sc.defaultParallelism) if s.batch_use_held_slots else 1,
         default_source=s.batch_default_source_parallelism)

@@ -44,7 +44,8 @@ not overridden by Spark's 1 MiB floor.
 Skew joins: ``batch.skewed-factor`` and ``batch.skewed-threshold`` become AQE's
 ``skewJoin.skewedPartitionFactor`` and ``skewedPartitionThresholdInBytes``, so
 that a DataFrame join splits the partitions the RDD helpers would split
-(Flink's factor 4 against Spark's 5; both use 256 MiB).
+(Flink's factor 4 against Spark's 5). The threshold defaults to the volume per
+task, not Flink's and Spark's 256 MiB: see ``batch.skewed-threshold``.
 
 When: at activation (:func:`apply_sql_confs`). The values go into the
 SparkContext's live configuration, which every session created later starts
@@ -121,7 +122,7 @@ def sql_confs(settings: Settings) -> dict[str, str]:
         FILES + "openCostInBytes": str(open_cost(v)),
         FILES + "maxPartitionNum": str(source_upper_bound(settings)),
         AQE + "skewJoin.skewedPartitionFactor": repr(settings.batch_skewed_factor),
-        AQE + "skewJoin.skewedPartitionThresholdInBytes": str(settings.batch_skewed_threshold),
+        AQE + "skewJoin.skewedPartitionThresholdInBytes": str(settings.batch_skew_threshold_bytes),
     }
     if min_p > 1 or not held:
         confs[FILES + "minPartitionNum"] = str(min_p)

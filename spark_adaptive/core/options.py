@@ -357,13 +357,15 @@ class Settings:
         "ranges where the operation allows it: by the RDD helpers, and by Spark SQL's skew "
         "join (spark.sql.adaptive.skewJoin.skewedPartitionFactor). Flink's default.",
         minimum=1.0)
-    batch_skewed_threshold: int = option(
-        "batch.skewed-threshold", "size", 256 << 20,
+    batch_skewed_threshold: int | None = option(
+        "batch.skewed-threshold", "size", None,
         "Least size of a skewed shuffle partition (see batch.skewed-factor; Spark SQL: "
-        "spark.sql.adaptive.skewJoin.skewedPartitionThresholdInBytes). Flink's and Spark's "
-        "default, 256 MiB: a partition below it is read whole even if it is the slowest "
-        "task; lower it on small clusters where a few hundred MiB already make a straggler.",
-        minimum=1)
+        "spark.sql.adaptive.skewJoin.skewedPartitionThresholdInBytes). Unset: "
+        "batch.avg-data-volume-per-task, the bytes one task is planned to read, because a "
+        "partition bigger than that is a task no range assignment can balance (Flink's and "
+        "Spark's 256 MiB left the 1 and 2 GB skewed joins of benchmarks/batch.py unsplit, "
+        "slowest task 3-6x the median).",
+        minimum=1, default_text="batch.avg-data-volume-per-task")
     batch_executor_idle_timeout: float = option(
         "batch.executor-idle-timeout", "duration", 60.0,
         "While spark-adaptive controls the executors (no managed streaming query runs): once no "
@@ -483,6 +485,13 @@ class Settings:
         if self.mode == "reactive":
             return self.max_parallelism
         return max(self.lower_bound, min(configured_partitions, self.max_parallelism))
+
+    @property
+    def batch_skew_threshold_bytes(self) -> int:
+        """``batch.skewed-threshold``, or the volume per task when it is unset."""
+        if self.batch_skewed_threshold is not None:
+            return self.batch_skewed_threshold
+        return self.batch_avg_data_volume_per_task
 
     def as_conf(self) -> dict[str, str]:
         """The settings that differ from their defaults, as Spark conf entries."""

@@ -52,7 +52,10 @@ def test_small_v_lowers_sparks_minimum_partition_size() -> None:
 def test_skew_settings_become_the_skew_joins_thresholds() -> None:
     default = sql_confs(settings())
     assert default[AQE + "skewJoin.skewedPartitionFactor"] == "4.0"
-    assert default[AQE + "skewJoin.skewedPartitionThresholdInBytes"] == str(256 << 20)
-    low = sql_confs(settings(**{"skewed-factor": "2.5", "skewed-threshold": "64m"}))
+    # unset: the volume per task, which follows batch.avg-data-volume-per-task
+    assert default[AQE + "skewJoin.skewedPartitionThresholdInBytes"] == str(64 << 20)
+    bigger = sql_confs(settings(**{"avg-data-volume-per-task": "128m"}))
+    assert bigger[AQE + "skewJoin.skewedPartitionThresholdInBytes"] == str(128 << 20)
+    low = sql_confs(settings(**{"skewed-factor": "2.5", "skewed-threshold": "32m"}))
     assert low[AQE + "skewJoin.skewedPartitionFactor"] == "2.5"
-    assert low[AQE + "skewJoin.skewedPartitionThresholdInBytes"] == str(64 << 20)
+    assert low[AQE + "skewJoin.skewedPartitionThresholdInBytes"] == str(32 << 20)

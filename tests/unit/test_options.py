@@ -53,7 +53,7 @@ def test_declared_keys_and_promised_defaults() -> None:
         "spark.adaptive.batch.max-parallelism": 128,
         "spark.adaptive.batch.default-source-parallelism": None,
         "spark.adaptive.batch.skewed-factor": 4.0,
-        "spark.adaptive.batch.skewed-threshold": 256 << 20,
+        "spark.adaptive.batch.skewed-threshold": None,
         "spark.adaptive.batch.executor-idle-timeout": 60.0,
         "spark.adaptive.batch.use-held-slots": True,
         "spark.adaptive.rest.enabled": True,
