@@ -30,7 +30,7 @@ Variants, side by side, in one run (session confs switch between runs):
   of them (and of 200) is the "best fixed" column.
 
 Rounds interleave the variants, so drift of the shared machine hits all of
-them alike; a cell is the median of its rounds (9 rounds up to 20 MiB, 5 up to
+them alike; a cell is the median of its rounds (21 rounds up to 20 MiB, 5 up to
 200 MiB, 2 up to 2 GiB, then 1: small jobs vary more); from 1 GiB on the sweep
 skips counts below 32. ``--v-sweep`` also runs
 the adaptive variant at other volumes per task, to choose the default. A
@@ -218,7 +218,9 @@ def timed(rec: EventRecorder, run: Callable[[], None]) -> dict[str, Any]:
 
 def default_repeats(size: int) -> int:
     """Rounds per scale: small jobs vary more from run to run."""
-    for limit, rounds in ((20 << 20, 9), (200 << 20, 5), (2 << 30, 2)):
+    # Sub-second jobs at 10 MB spread up to 2x from round to round on two cores: 21 rounds
+    # keep their medians within a few percent from one run to the next.
+    for limit, rounds in ((20 << 20, 21), (200 << 20, 5), (2 << 30, 2)):
         if size <= limit:
             return rounds
     return 1

@@ -20,8 +20,9 @@ def test_confs_follow_the_batch_settings() -> None:
     assert c[AQE + "advisoryPartitionSizeInBytes"] == str(16 << 20)
     assert c[AQE + "coalescePartitions.minPartitionSize"] == str(1 << 20)
     assert c[FILES + "maxPartitionBytes"] == str(16 << 20)
-    # A file's open cost keeps Spark's ratio to the split size (4 MiB : 128 MiB) ...
-    assert c[FILES + "openCostInBytes"] == str(512 << 10)
+    # A file's open cost follows the split size (V / 128) ...
+    assert c[FILES + "openCostInBytes"] == str(128 << 10)
+    assert sql_confs(settings())[FILES + "openCostInBytes"] == str(512 << 10)
     # ... and never exceeds Spark's 4 MiB.
     assert sql_confs(settings(**{"avg-data-volume-per-task": "1g"}))[
         FILES + "openCostInBytes"] == str(4 << 20)
