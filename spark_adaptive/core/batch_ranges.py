@@ -46,8 +46,8 @@ from spark_adaptive.core.batch_decider import decide_parallelism, format_bytes
 #: ``RangeAssignment.method`` values.
 GREEDY, BISECTION, EVEN = "greedy", "bisection", "even"
 #: A partition is skewed above max(median x factor, threshold); Flink's internal
-#: defaults (Spark AQE uses 5.0 and the same 256 MiB). ``batch.skewed-threshold``
-#: leaves Flink's threshold for the volume per task when unset.
+#: defaults (Spark AQE uses 5.0 and the same 256 MiB), for direct callers: the
+#: ``batch.skewed-threshold`` setting defaults to the volume per task instead.
 DEFAULT_SKEW_FACTOR = 4.0
 DEFAULT_SKEW_THRESHOLD = 256 << 20
 
