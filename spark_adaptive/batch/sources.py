@@ -2,11 +2,12 @@
 
 ``sc.textFile(path)`` runs one task per file block and at least one per
 file, whatever the files hold. :func:`text_file` reads the input's size from
-the file system (Hadoop's ``FileSystem``, so any scheme Spark reads: local,
-HDFS, S3A, ...), decides the tasks with Flink's source inference
-(:mod:`spark_adaptive.core.batch_sources`) and makes the splits into that many
-tasks. The decision is one INFO line on the ``spark_adaptive.batch`` logger
-and is listed under ``rddSources`` in :func:`spark_adaptive.batch.report`.
+the file system (Hadoop's input format, or its ``FileSystem`` without the
+shim, so any scheme Spark reads: local, HDFS, S3A, ...), decides the tasks
+with Flink's source inference (:mod:`spark_adaptive.core.batch_sources`) and
+makes the splits into that many tasks. The decision is one INFO line on the
+``spark_adaptive.batch`` logger and is listed under ``rddSources`` in
+:func:`spark_adaptive.batch.report`.
 """
 
 from __future__ import annotations
@@ -90,16 +91,34 @@ def _listed_bytes(sc: SparkContext, path: str) -> int | None:
         return None
 
 
+def _sized_text_file(sc: SparkContext, path: str, jar: Path | None, use_unicode: bool
+                     ) -> tuple[RDD[str] | None, int | None]:
+    """``sc.textFile(path)`` with Spark's default splits and its bytes, read from those
+    splits (the shim; one listing, which the RDD keeps for its job), or no RDD and the
+    bytes :func:`_listed_bytes` finds (no shim). A size of None: unknown."""
+    shim = shim_shuffles(sc, jar)
+    if shim is None:
+        return None, _listed_bytes(sc, path)
+    rdd = sc.textFile(path, use_unicode=use_unicode)
+    try:
+        return rdd, shim.split_bytes(rdd)
+    except Exception as e:  # noqa: BLE001 - any failure leaves the source as Spark makes it
+        log.debug("size of %s unknown: %s", path, e)
+        return rdd, None
+
+
 def text_file(sc: SparkContext, path: str, *, use_unicode: bool = True,
               **limits: Any) -> RDD[str]:
     """``sc.textFile(path)`` with ``ceil(bytes / V)`` tasks (Flink's source inference).
 
     Within ``min(batch.default-source-parallelism, batch.max-parallelism)``,
     at least ``batch.min-parallelism`` and, with ``batch.use-held-slots``, one
-    task per held slot while each reads 1 MiB. The splits are asked for with
-    ``minPartitions`` set to that count; when the input format still makes more
-    (small files, or file blocks smaller than ``bytes / p``) neighbouring
-    splits are grouped without a shuffle (``coalesce``). When the size cannot
+    task per held slot while each reads 1 MiB. With the JVM shim the size is
+    read from the splits of ``sc.textFile(path)`` itself, so the input is listed
+    once; a count above those splits asks the input format again, with
+    ``minPartitions`` set to it. When there are more splits than tasks (small
+    files, or file blocks smaller than ``bytes / p``) neighbouring splits are
+    grouped without a shuffle (``coalesce``). When the size cannot
     be read the source is left as ``sc.textFile`` makes it, and the log says
     so. ``limits`` override the settings for this call: ``avg_bytes_per_task``,
     ``min_parallelism``, ``max_parallelism``. The decision is available from
@@ -110,16 +129,18 @@ def text_file(sc: SparkContext, path: str, *, use_unicode: bool = True,
         raise TypeError(f"unknown keyword(s) {sorted(unknown)}; accepted: "
                         f"{', '.join(_SOURCE_LIMITS)}")
     params = plans.settings_for(sc, limits)
-    size = _input_bytes(sc, path, params.shim_jar)
+    rdd, size = _sized_text_file(sc, path, params.shim_jar, use_unicode)
     if size is None:
         decision_log.info("batch: textFile(%s): size unknown, splits left as Spark makes them",
                           path)
-        return sc.textFile(path, use_unicode=use_unicode)
+        return rdd if rdd is not None else sc.textFile(path, use_unicode=use_unicode)
     decision = decide_source(size, avg_bytes_per_task=params.avg_bytes_per_task,
                              min_p=params.min_p, max_p=params.max_p,
                              default_source_parallelism=params.default_source,
                              slots=params.slots)
-    rdd = sc.textFile(path, minPartitions=decision.parallelism, use_unicode=use_unicode)
+    if rdd is None or decision.parallelism > rdd.getNumPartitions():
+        # Finer splits than Spark's default ones need the input format's goal size.
+        rdd = sc.textFile(path, minPartitions=decision.parallelism, use_unicode=use_unicode)
     plan = plan_source(path, size, decision, rdd.getNumPartitions())
     if plan.coalesced:
         rdd = rdd.coalesce(plan.parallelism)

@@ -85,6 +85,12 @@ class ShimShuffles:
         the driver JVM (one py4j call). Raises py4j's error when the path matches nothing."""
         return int(self._static(self._jinputs, "textFileBytes", self._sc._jsc.sc(), path))
 
+    def split_bytes(self, rdd: Any) -> int:
+        """The bytes a PySpark RDD made by ``sc.textFile`` reads: its ``HadoopRDD``'s
+        splits, listed once and kept by that RDD for the job (one py4j call). Raises
+        py4j's error when the path matches nothing."""
+        return int(self._static(self._jinputs, "splitBytes", rdd._jrdd.rdd()))
+
     def sizes(self, jdep: Any) -> ShuffleSizes:
         """Bytes per (partition, map task) of the finished shuffle ``jdep``.
 

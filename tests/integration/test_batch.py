@@ -294,13 +294,16 @@ def test_text_file_runs_bytes_over_v_tasks_and_equals_text_file(cluster: LocalCl
     # Sized by the shim (TextInputFormat lists the input in the driver JVM, one py4j call)
     # and without it (Hadoop's FileSystem over py4j): the same bytes, for a directory with
     # hidden files, a glob and a comma-separated list.
-    assert shim_shuffles(sc, plans.settings_for(sc, {}).shim_jar) is not None
+    # text_file itself reads the size from the splits of sc.textFile(path) (listed once).
+    shim = shim_shuffles(sc, plans.settings_for(sc, {}).shim_jar)
+    assert shim is not None
     first = small / "part-00000"
     for path, files in ((str(small), list(small.glob("part-*"))),
                         (str(small / "part-0000*"), list(small.glob("part-0000*"))),
                         (f"{first},{one}", [first, one])):
         expected = sum(f.stat().st_size for f in files)
         assert sources.input_bytes(sc, path) == sources._listed_bytes(sc, path) == expected, path
+        assert shim.split_bytes(sc.textFile(path)) == expected, path
     assert sources.input_bytes(sc, str(tmp_path / "absent")) is None
     rt.loop.call_sync(lambda: None)
     recorded = batch.report(spark)["rddSources"]

@@ -6,7 +6,11 @@ import org.apache.hadoop.mapred.FileInputFormat;
 import org.apache.hadoop.mapred.InputSplit;
 import org.apache.hadoop.mapred.JobConf;
 import org.apache.hadoop.mapred.TextInputFormat;
+import org.apache.spark.Partition;
 import org.apache.spark.SparkContext;
+import org.apache.spark.rdd.HadoopPartition;
+import org.apache.spark.rdd.HadoopRDD;
+import org.apache.spark.rdd.RDD;
 
 /**
  * The bytes a file source reads, in one call from Python.
@@ -36,6 +40,29 @@ public final class InputSizes {
     long total = 0;
     for (InputSplit split : format.getSplits(conf, 1)) {
       total += split.getLength();
+    }
+    return total;
+  }
+
+  /**
+   * The bytes an RDD made by {@code sc.textFile} reads: the lengths of its
+   * {@code HadoopRDD}'s splits, found through the RDD's single-parent chain. Asking
+   * for them lists the input once, and the {@code HadoopRDD} keeps the splits, so the
+   * job that runs it does not list again. Throws Hadoop's own error when the path
+   * matches nothing, and {@code IllegalArgumentException} when the chain holds no
+   * {@code HadoopRDD}.
+   */
+  public static long splitBytes(RDD<?> rdd) throws IOException {
+    RDD<?> r = rdd;
+    while (!(r instanceof HadoopRDD)) {
+      if (r.dependencies().length() != 1) {
+        throw new IllegalArgumentException(rdd + " does not read one HadoopRDD");
+      }
+      r = r.dependencies().head().rdd();
+    }
+    long total = 0;
+    for (Partition p : r.partitions()) {
+      total += ((InputSplit) ((HadoopPartition) p).inputSplit().value()).getLength();
     }
     return total;
   }
