@@ -41,22 +41,11 @@ def input_bytes(sc: SparkContext, path: str) -> int | None:
     glob; a directory contributes its files but not hidden ones (names starting
     with ``_`` or ``.``, such as ``_SUCCESS`` and checksum files), and its
     subdirectories only with ``mapreduce.input.fileinputformat.input.dir.recursive``.
-    With the JVM shim the input format itself lists them in the driver, in one
-    py4j call; without it the same rules are applied here, at a few py4j calls
-    per file.
+    With the JVM shim they are the lengths of the splits of ``sc.textFile(path)``,
+    listed by the input format in the driver, in one py4j call; without it the
+    same rules are applied here, at a few py4j calls per file.
     """
-    return _input_bytes(sc, path, plans.settings_for(sc, {}).shim_jar)
-
-
-def _input_bytes(sc: SparkContext, path: str, jar: Path | None) -> int | None:
-    shim = shim_shuffles(sc, jar)
-    if shim is not None:
-        try:
-            return shim.text_file_bytes(path)
-        except Exception as e:  # noqa: BLE001 - any failure leaves the source as Spark makes it
-            log.debug("size of %s unknown: %s", path, e)
-            return None
-    return _listed_bytes(sc, path)
+    return _sized_text_file(sc, path, plans.settings_for(sc, {}).shim_jar, True)[1]
 
 
 def _listed_bytes(sc: SparkContext, path: str) -> int | None:

@@ -80,11 +80,6 @@ class ShimShuffles:
                               self._deps_array(jdeps))
         return [int(t) for t in totals]
 
-    def text_file_bytes(self, path: str) -> int:
-        """The bytes ``sc.textFile(path)`` reads, listed by Hadoop's ``TextInputFormat`` in
-        the driver JVM (one py4j call). Raises py4j's error when the path matches nothing."""
-        return int(self._static(self._jinputs, "textFileBytes", self._sc._jsc.sc(), path))
-
     def split_bytes(self, rdd: Any) -> int:
         """The bytes a PySpark RDD made by ``sc.textFile`` reads: its ``HadoopRDD``'s
         splits, listed once and kept by that RDD for the job (one py4j call). Raises

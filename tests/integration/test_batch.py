@@ -291,10 +291,9 @@ def test_text_file_runs_bytes_over_v_tasks_and_equals_text_file(cluster: LocalCl
     counted = rec.wait_for(ev.StageCompleted, since=mark)
     assert counted.plan is not None and counted.plan.startswith("textFile#"), counted
     assert big.name() == f"{ev.PLAN_RDD_PREFIX}{counted.plan} {one}"
-    # Sized by the shim (TextInputFormat lists the input in the driver JVM, one py4j call)
-    # and without it (Hadoop's FileSystem over py4j): the same bytes, for a directory with
-    # hidden files, a glob and a comma-separated list.
-    # text_file itself reads the size from the splits of sc.textFile(path) (listed once).
+    # Sized by the shim (the splits of sc.textFile(path), listed once in the driver JVM,
+    # one py4j call) and without it (Hadoop's FileSystem over py4j): the same bytes, for
+    # a directory with hidden files, a glob and a comma-separated list.
     shim = shim_shuffles(sc, plans.settings_for(sc, {}).shim_jar)
     assert shim is not None
     first = small / "part-00000"
