@@ -61,17 +61,28 @@ and into the shared state and session conf of a session that already exists
 at planning, so a query planned after activation is steered. An app that
 sets one of these keys on a session afterwards overrides it for that session.
 
-The shuffle writer stays Spark's choice. Up to
+How many partitions a shuffle is written in. Up to
 ``spark.shuffle.sort.bypassMergeThreshold`` (200) partitions Spark writes a
-shuffle with its bypass writer, a file per partition in every map task; every
-DataFrame shuffle here has ``batch.max-parallelism`` (128) partitions. On a
-sub-second job those files cost more than the work (benchmarks/batch.py, 10
-MB: 0.71 s writing 128 partitions, 0.59 s writing 16; in 200 files 1.09 s
-against 0.71 s), and with the threshold at ``batch.max-parallelism - 1``
-(Spark's sorting writer, one file per map task) the job took 0.63 s (0.68 s in
-200 files). But the 5 GB job then took 223.0 s against 204.4 s with the bypass
-writer (two rounds each, interleaved): 0.1 to 0.4 s saved on small jobs is not
-worth 9% of a large one, so the threshold is left alone.
+shuffle with its bypass writer, a file per partition in every map task, so
+``batch.max-parallelism`` (128) partitions cost a sub-second job more than its
+work: on the 10 MB benchmark job, 0.59 s where the same job with AQE on and 1
+or 2 partitions takes 0.48 to 0.50 s (and 2 partitions with AQE off 0.49 s;
+21 rounds each, one run), so the time lost is the files, not AQE's stages.
+Hence, with the JVM shim, ``batch.shuffle-partitions-from-estimate``: the
+shim's query-stage rule (``ShufflePartitionsFromEstimate``, named in
+``spark.sql.extensions`` at activation, applied by sessions created after it)
+writes a query's shuffles in :data:`PARTITIONS_PER_TASK` partitions per task
+its inputs plan, when that is below ``batch.max-parallelism``: Spark's own size
+estimate of what goes into the shuffle (the logical plan's ``sizeInBytes``)
+over ``V``, at least the held slots. One count per query keeps joined sides
+co-partitioned, and exchanges AQE plans after a stage ran are sized from the
+stages' real bytes. The factor leaves room for an estimate up to 8x low
+(compressed input, a growing join) before a task reads more than ``V``; from
+about 1 GB of input up nothing changes (16 tasks x 8 reaches 128). Making
+Spark's sorting writer take over instead
+(``bypassMergeThreshold = batch.max-parallelism - 1``, one file per map task)
+also fixed small jobs (0.63 s) but cost the 5 GB job 9% (223.0 s against
+204.4 s, two rounds each, interleaved), so Spark's writer choice stays.
 
 ``spark.sql.adaptive.enabled`` is left as the app has it (Spark's default is
 on). With AQE off, shuffle stages run ``spark.sql.shuffle.partitions`` tasks
@@ -86,6 +97,7 @@ from typing import TYPE_CHECKING, Any
 from spark_adaptive.core.batch_decider import format_bytes
 from spark_adaptive.core.batch_shuffle import min_task_bytes
 from spark_adaptive.core.options import Settings
+from spark_adaptive.spark.jvm import add_to_spark_class_loader, shim_jar_path
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -94,6 +106,11 @@ log = logging.getLogger(__name__)
 
 AQE = "spark.sql.adaptive."
 FILES = "spark.sql.files."
+EXTENSIONS = "spark.sql.extensions"
+#: The shim's Spark SQL extensions (its query-stage rule ShufflePartitionsFromEstimate).
+SHIM_EXTENSIONS = "io.sparkadaptive.shim.AdaptiveExtensions"
+#: Shuffle partitions written per planned task (the shim's ShufflePartitionsFromEstimate).
+PARTITIONS_PER_TASK = 8
 
 
 def source_upper_bound(settings: Settings) -> int:
@@ -164,11 +181,36 @@ def apply_sql_confs(sc: SparkContext, settings: Settings) -> dict[str, str]:
              settings.batch_min_parallelism, settings.batch_max_parallelism,
              source_upper_bound(settings), ", ".join(f"{k}={v}" for k, v in confs.items()),
              f"; replaced {replaced}" if replaced else "")
+    if settings.batch_shuffle_partitions_from_estimate:
+        register_extensions(sc, settings, session is not None)
     if not aqe_on:
         log.warning("batch: spark.sql.adaptive.enabled=false, so shuffle stages of DataFrame jobs "
                     "run spark.sql.shuffle.partitions tasks; only source splits follow "
                     "spark.adaptive.batch.*. Turn adaptive execution on to steer shuffles.")
     return confs
+
+
+def register_extensions(sc: SparkContext, settings: Settings, session_exists: bool) -> bool:
+    """Name the shim's SQL extensions in ``spark.sql.extensions`` of the SparkContext's live
+    conf, which sessions created from now on apply; False (and a log line saying why) when
+    the shim is absent or does not load."""
+    jar = shim_jar_path(settings.shim_jar)
+    why = ("no shim jar (build it with jvm-shim/build.sh or set spark.adaptive.shim.jar)"
+           if jar is None else add_to_spark_class_loader(sc, jar, SHIM_EXTENSIONS))
+    if why is not None:
+        log.info("batch: DataFrame shuffles are written in batch.max-parallelism (%d) partitions "
+                 "whatever their size: %s", settings.batch_max_parallelism, why)
+        return False
+    live = sc._jsc.sc().conf()
+    named = [c.strip() for c in str(live.get(EXTENSIONS, "")).split(",") if c.strip()]
+    if SHIM_EXTENSIONS not in named:
+        live.set(EXTENSIONS, ",".join([*named, SHIM_EXTENSIONS]))
+    log.info("batch: %s added to %s: DataFrame shuffles are written in %d partitions per planned "
+             "task, at most %d%s", SHIM_EXTENSIONS, EXTENSIONS, PARTITIONS_PER_TASK,
+             settings.batch_max_parallelism,
+             "; the session that already exists keeps the extensions it was created with"
+             if session_exists else "")
+    return True
 
 
 def _default_session(sc: SparkContext) -> Any:

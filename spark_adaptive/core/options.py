@@ -366,6 +366,15 @@ class Settings:
         "Spark's 256 MiB left the 1 and 2 GB skewed joins of benchmarks/batch.py unsplit, "
         "slowest task 3-6x the median).",
         minimum=1, default_text="batch.avg-data-volume-per-task")
+    batch_shuffle_partitions_from_estimate: bool = option(
+        "batch.shuffle-partitions-from-estimate", "bool", True,
+        "DataFrame and SQL jobs, with the JVM shim: write a query's shuffles in 8 partitions "
+        "per task its input plans (Spark's size estimate of what goes into the shuffle divided "
+        "by avg-data-volume-per-task, at least the held task slots) when that is below "
+        "batch.max-parallelism, instead of always batch.max-parallelism. Each partition is a "
+        "file in every map task (Spark's bypass writer), which costs a small query more than "
+        "its work (benchmarks/batch.py, 10 MB: see the README). Applies to sessions created "
+        "after activation; a session can switch it off with spark.conf.set.")
     batch_executor_idle_timeout: float = option(
         "batch.executor-idle-timeout", "duration", 60.0,
         "While spark-adaptive controls the executors (no managed streaming query runs): once no "

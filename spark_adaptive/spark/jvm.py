@@ -88,6 +88,29 @@ def shim_class(sc: SparkContext, name: str, jar: Path) -> Any:
         ) from e
 
 
+def add_to_spark_class_loader(sc: SparkContext, jar: Path, class_name: str) -> str | None:
+    """Put ``jar`` on the class loader Spark resolves class names with, so a conf that names
+    one of its classes (``spark.sql.extensions``) finds it. Returns None when ``class_name``
+    now loads by name, else why not.
+
+    The driver runs with Spark's ``MutableURLClassLoader`` as its context class loader
+    (spark-submit, and the JVM PySpark starts), which takes jars at run time; the py4j
+    threads that build sessions inherit it.
+    """
+    j = jvm(sc)
+    try:
+        loader = j.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
+        if not loader.getClass().getName().startswith("org.apache.spark.util."):
+            return f"the driver's class loader is {loader.getClass().getName()}, not Spark's"
+        url = j.java.io.File(str(jar)).toURI().toURL()
+        if url.toString() not in {u.toString() for u in loader.getURLs()}:
+            loader.addURL(url)
+        j.java.lang.Class.forName(class_name, False, loader)
+    except Exception as e:  # py4j errors carry the Java trace
+        return f"{class_name} does not load from {jar}: {str(e).splitlines()[0]}"
+    return None
+
+
 def new_shim_object(sc: SparkContext, name: str, jar: Path) -> Any:
     cls = shim_class(sc, name, jar)
     j, gw = jvm(sc), gateway(sc)

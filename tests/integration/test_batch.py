@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import operator
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -25,11 +26,12 @@ import spark_adaptive
 from spark_adaptive import batch
 from spark_adaptive.batch import plans, sources
 from spark_adaptive.batch import rdd as batch_rdd
+from spark_adaptive.batch.sql import PARTITIONS_PER_TASK, SHIM_EXTENSIONS
 from spark_adaptive.core import events as ev
 from spark_adaptive.spark.shuffle import shim_shuffles
 from spark_adaptive.testing.cluster import LocalCluster
 from spark_adaptive.testing.recorder import EventRecorder
-from spark_adaptive.testing.session import cluster_session, stop_active_session
+from spark_adaptive.testing.session import TEST_CONF, cluster_session, stop_active_session
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -40,6 +42,7 @@ KiB = 1024
 #: the read are what the assertion divides.
 V_SQL = 184 * KiB
 SQL_ROWS = (40_000, 115_000)
+ESTIMATE_KEY = "spark.adaptive.batch.shuffle-partitions-from-estimate"
 
 
 @pytest.fixture(scope="module")
@@ -101,6 +104,62 @@ def test_dataframe_shuffle_stage_runs_bytes_over_v_tasks(cluster: LocalCluster,
     small = rec.wait_for(ev.StageCompleted, where=lambda e: e.shuffle_read_bytes > 0, since=mark)
     assert math.ceil(small.shuffle_read_bytes / V_SQL) == 1
     assert small.shuffle_read_bytes > 2 * V_SQL // 5 and small.num_tasks == 2
+
+
+def _final_shuffle_partitions(df: Any) -> list[int]:
+    """Partition counts of the exchanges in the final adaptive plan of an executed query."""
+    plan = df._jdf.queryExecution().executedPlan().toString()
+    final = plan.split("== Initial Plan ==")[0]
+    return [int(n) for n in re.findall(r"(?:hash|range)partitioning\(.*?, (\d+)\), "
+                                       r"ENSURE_REQUIREMENTS", final)]
+
+
+def test_small_query_shuffles_are_written_in_the_partitions_its_estimate_plans(
+        cluster: LocalCluster, stop_session: None) -> None:
+    """With the shim's SQL extension (sessions created after activation), a query whose
+    inputs plan 2 tasks writes its shuffles in 8 partitions per task, not 128; a bigger one
+    keeps 128; the answers equal those with the rule off."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    stop_active_session()
+    conf = SparkConf().setMaster(cluster.master_url).setAppName("batch-estimate")
+    for k, v in {**TEST_CONF, "spark.default.parallelism": "2",
+                 "spark.sql.autoBroadcastJoinThreshold": "-1"}.items():  # shuffled joins
+        conf.set(k, v)
+    sc = SparkContext(conf=conf)
+    spark_adaptive.enable(sc, **{"batch.enabled": "true", "rest.enabled": "false",
+                                 "batch.avg-data-volume-per-task": str(V_SQL)})
+    spark = SparkSession.builder.getOrCreate()
+    assert SHIM_EXTENSIONS in spark.conf.get("spark.sql.extensions")
+
+    def query(rows: int) -> Any:
+        # aggregate, sort-merge join (co-partitioned sides), global sort (range partitioning)
+        per_key = (spark.range(0, rows, numPartitions=4).groupBy((F.col("id") % 500).alias("k"))
+                   .agg(F.sum("id").alias("s"), F.count("*").alias("n")))
+        dims = spark.range(0, 500, numPartitions=2).select(F.col("id").alias("k"),
+                                                           (F.col("id") % 7).alias("g"))
+        return (per_key.join(dims, "k").groupBy("g").agg(F.sum("s").alias("s"),
+                                                          F.sum("n").alias("n")).orderBy("g"))
+
+    for rows, join_sides in ((8_000, 2 * PARTITIONS_PER_TASK), (400_000, 128)):
+        # Spark's estimate of 8,000 ids is 64 KB: under V, so the two held slots: 2 tasks.
+        # 400,000 ids: 3.2 MB, over 16 tasks of 184 KiB: 8 per task would pass 128.
+        spark.conf.set(ESTIMATE_KEY, "true")
+        on = query(rows)
+        got = [tuple(r) for r in on.collect()]
+        counts = _final_shuffle_partitions(on)  # top down: sort, per group, the join's sides
+        assert len(counts) == 4 and counts[2:] == [join_sides] * 2, (rows, counts)
+        if rows == 8_000:  # one count for the whole query, also for what AQE planned later
+            assert counts[:2] == [join_sides] * 2, counts
+        else:  # planned after the join's sides ran, from their real bytes (7 groups): 16
+            assert counts[0] == 2 * PARTITIONS_PER_TASK, counts
+        spark.conf.set(ESTIMATE_KEY, "false")
+        off = query(rows)
+        assert [tuple(r) for r in off.collect()] == got
+        assert set(_final_shuffle_partitions(off)) == {128}
+        assert sum(n for _, _, n in got) == rows
 
 
 def _pairs(spark: Any, n: int, hot: bool = False, slices: int = 32) -> Any:
@@ -377,5 +436,9 @@ def test_zero_code_app_is_steered_before_its_first_session(cluster: LocalCluster
     assert p.returncode == 0, p.stdout[-3000:]
     assert f"ADVISORY {V_SQL}" in p.stdout and "RESULT done" in p.stdout
     assert "batch: Spark SQL steered to 184 KiB per task" in p.stdout
-    # 459 KiB of shuffle (as in the DataFrame test) at 184 KiB per task: 3 tasks, logged.
-    assert "ran 3 tasks; rule: ceil(459.3 KiB / 184 KiB) = 3" in p.stdout, p.stdout[-3000:]
+    # The session the app made has the shim's SQL extension: Spark estimates 480,000 bytes
+    # into the shuffle, 3 tasks of 184 KiB, so 24 partitions are written instead of 128.
+    assert ("1 shuffle(s) of this query written in 24 partitions instead of 128 (8 per task): "
+            "Spark estimates at most 480000 bytes") in p.stdout, p.stdout[-3000:]
+    # 390 KiB of shuffle in 24 partitions (459 KiB in 128) at 184 KiB per task: 3 tasks.
+    assert "ran 3 tasks; rule: ceil(390.3 KiB / 184 KiB) = 3" in p.stdout, p.stdout[-3000:]

@@ -55,6 +55,7 @@ def test_declared_keys_and_promised_defaults() -> None:
         "spark.adaptive.batch.skewed-factor": 4.0,
         "spark.adaptive.batch.skewed-threshold": None,
         "spark.adaptive.batch.executor-idle-timeout": 60.0,
+        "spark.adaptive.batch.shuffle-partitions-from-estimate": True,
         "spark.adaptive.batch.use-held-slots": True,
         "spark.adaptive.rest.enabled": True,
         "spark.adaptive.rest.host": "127.0.0.1",
