@@ -106,12 +106,13 @@ def test_dataframe_shuffle_stage_runs_bytes_over_v_tasks(cluster: LocalCluster,
     assert small.shuffle_read_bytes > 2 * V_SQL // 5 and small.num_tasks == 2
 
 
-def _final_shuffle_partitions(df: Any) -> list[int]:
-    """Partition counts of the exchanges in the final adaptive plan of an executed query."""
+def _shuffle_partitions(df: Any, initial: bool = False) -> list[int]:
+    """Partition counts of the exchanges, top down, in the final adaptive plan of an executed
+    query, or in the plan AQE started from."""
     plan = df._jdf.queryExecution().executedPlan().toString()
-    final = plan.split("== Initial Plan ==")[0]
+    final, _, first = plan.partition("== Initial Plan ==")
     return [int(n) for n in re.findall(r"(?:hash|range)partitioning\(.*?, (\d+)\), "
-                                       r"ENSURE_REQUIREMENTS", final)]
+                                       r"ENSURE_REQUIREMENTS", first if initial else final)]
 
 
 def test_small_query_shuffles_are_written_in_the_partitions_its_estimate_plans(
@@ -149,16 +150,17 @@ def test_small_query_shuffles_are_written_in_the_partitions_its_estimate_plans(
         spark.conf.set(ESTIMATE_KEY, "true")
         on = query(rows)
         got = [tuple(r) for r in on.collect()]
-        counts = _final_shuffle_partitions(on)  # top down: sort, per group, the join's sides
+        counts = _shuffle_partitions(on)  # top down: sort, per group, the join's sides
         assert len(counts) == 4 and counts[2:] == [join_sides] * 2, (rows, counts)
-        if rows == 8_000:  # one count for the whole query, also for what AQE planned later
+        if rows == 8_000:  # one count for the whole query, from its first plan on
             assert counts[:2] == [join_sides] * 2, counts
+            assert _shuffle_partitions(on, initial=True) == [join_sides] * 4
         else:  # planned after the join's sides ran, from their real bytes (7 groups): 16
             assert counts[0] == 2 * PARTITIONS_PER_TASK, counts
         spark.conf.set(ESTIMATE_KEY, "false")
         off = query(rows)
         assert [tuple(r) for r in off.collect()] == got
-        assert set(_final_shuffle_partitions(off)) == {128}
+        assert set(_shuffle_partitions(off)) == {128}
         assert sum(n for _, _, n in got) == rows
 
 

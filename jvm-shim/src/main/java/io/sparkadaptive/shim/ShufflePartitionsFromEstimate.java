@@ -121,7 +121,9 @@ public final class ShufflePartitionsFromEstimate extends Rule<SparkPlan> {
     SparkPlan resized = plan.transformUp(new AbstractPartialFunction<SparkPlan, SparkPlan>() {
       @Override
       public boolean isDefinedAt(SparkPlan p) {
-        return p instanceof ShuffleExchangeExec && resizable.contains(p);
+        // By what the node is, not by membership: an exchange above a resized one is a
+        // copy with new children by the time transformUp reaches it.
+        return p instanceof ShuffleExchangeExec e && resizable(e, initial);
       }
 
       @Override
@@ -169,6 +171,15 @@ public final class ShufflePartitionsFromEstimate extends Rule<SparkPlan> {
     return r.copy(r.ordering(), n);
   }
 
+  /** A shuffle AQE sized at {@code initial} partitions, which this rule has not resized. */
+  private static boolean resizable(ShuffleExchangeExec e, int initial) {
+    Partitioning p = e.outputPartitioning();
+    return e.shuffleOrigin() == ENSURE_REQUIREMENTS$.MODULE$
+        && p.numPartitions() == initial  // not e.numPartitions(): that samples a range shuffle
+        && e.getTagValue(DECIDED).isEmpty()
+        && (p instanceof HashPartitioning || p instanceof RangePartitioning);
+  }
+
   /**
    * Shuffles this rule may resize, and the counts it gave the shuffles of stages
    * already planned for this query.
@@ -185,12 +196,7 @@ public final class ShufflePartitionsFromEstimate extends Rule<SparkPlan> {
       }
       return;
     }
-    if (p instanceof ShuffleExchangeExec e
-        && e.shuffleOrigin() == ENSURE_REQUIREMENTS$.MODULE$
-        && e.outputPartitioning().numPartitions() == initial  // numPartitions() would sample
-        && e.getTagValue(DECIDED).isEmpty()
-        && (e.outputPartitioning() instanceof HashPartitioning
-            || e.outputPartitioning() instanceof RangePartitioning)) {
+    if (p instanceof ShuffleExchangeExec e && resizable(e, initial)) {
       resizable.add(e);
     }
     scala.collection.Iterator<SparkPlan> it = p.children().iterator();
