@@ -144,6 +144,7 @@ def test_small_query_shuffles_are_written_in_the_partitions_its_estimate_plans(
         return (per_key.join(dims, "k").groupBy("g").agg(F.sum("s").alias("s"),
                                                           F.sum("n").alias("n")).orderBy("g"))
 
+    answers: dict[int, list[tuple[Any, ...]]] = {}
     for rows, join_sides in ((8_000, 2 * PARTITIONS_PER_TASK), (400_000, 128)):
         # Spark's estimate of 8,000 ids is 64 KB: under V, so the two held slots: 2 tasks.
         # 400,000 ids: 3.2 MB, over 16 tasks of 184 KiB: 8 per task would pass 128.
@@ -162,6 +163,13 @@ def test_small_query_shuffles_are_written_in_the_partitions_its_estimate_plans(
         assert [tuple(r) for r in off.collect()] == got
         assert set(_shuffle_partitions(off)) == {128}
         assert sum(n for _, _, n in got) == rows
+        answers[rows] = got
+
+    # A bad value set on the session (activation checked the conf's): Spark's plans, same answers.
+    spark.conf.set(ESTIMATE_KEY, "maybe")
+    bad = query(8_000)
+    assert [tuple(r) for r in bad.collect()] == answers[8_000]
+    assert set(_shuffle_partitions(bad)) == {128}
 
 
 def _pairs(spark: Any, n: int, hot: bool = False, slices: int = 32) -> Any:

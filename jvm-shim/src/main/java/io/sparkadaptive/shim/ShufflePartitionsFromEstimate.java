@@ -67,6 +67,7 @@ public final class ShufflePartitionsFromEstimate extends Rule<SparkPlan> {
   private static final Logger LOG = LoggerFactory.getLogger(ShufflePartitionsFromEstimate.class);
 
   private final SparkSession session;
+  private volatile String warnedValue;
 
   public ShufflePartitionsFromEstimate(SparkSession session) {
     this.session = session;
@@ -76,7 +77,7 @@ public final class ShufflePartitionsFromEstimate extends Rule<SparkPlan> {
   public SparkPlan apply(SparkPlan plan) {
     SQLConf conf = session.sessionState().conf();
     if (!conf.adaptiveExecutionEnabled() || !conf.coalesceShufflePartitionsEnabled()
-        || !"true".equalsIgnoreCase(conf.getConfString(ENABLED_KEY, "true").trim())) {
+        || !enabled(conf.getConfString(ENABLED_KEY, "true"))) {
       return plan;
     }
     int initial = conf.numShufflePartitions();
@@ -151,6 +152,23 @@ public final class ShufflePartitionsFromEstimate extends Rule<SparkPlan> {
           + "{} ({} per task): {}", resizable.size(), count, initial, PARTITIONS_PER_TASK, why);
     }
     return resized;
+  }
+
+  /**
+   * The session's value of {@link #ENABLED_KEY}: true or false, any case. Any other
+   * value leaves Spark's plans alone and is logged once, naming the key and the value.
+   */
+  private boolean enabled(String value) {
+    String v = value.trim();
+    if (v.equalsIgnoreCase("true") || v.equalsIgnoreCase("false")) {
+      return v.equalsIgnoreCase("true");
+    }
+    if (!v.equals(warnedValue)) {
+      warnedValue = v;
+      LOG.warn("spark-adaptive: {}='{}' is not valid (accepted values: true, false); "
+          + "shuffles keep Spark's partition count", ENABLED_KEY, v);
+    }
+    return false;
   }
 
   /** The tasks AQE's coalescing keeps at least: its minPartitionNum, else held slots or 1. */
