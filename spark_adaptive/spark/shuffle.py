@@ -67,6 +67,7 @@ class ShimShuffles:
         self._jsizes = shim_class(sc, "ShuffleSizes", jar)
         self._jranges = shim_class(sc, "RangeShuffleRDD", jar)
         self._jinputs = shim_class(sc, "InputSizes", jar)
+        self._jchunks = shim_class(sc, "LineChunksRDD", jar)
         self._jar = jar
         self._methods: dict[tuple[str, str, int], Any] = {}
 
@@ -85,6 +86,18 @@ class ShimShuffles:
         splits, listed once and kept by that RDD for the job (one py4j call). Raises
         py4j's error when the path matches nothing."""
         return int(self._static(self._jinputs, "splitBytes", rdd._jrdd.rdd()))
+
+    def line_chunks(self, rdd: RDD[Any], use_unicode: bool) -> RDD[Any]:
+        """The lines of ``rdd`` (made by ``sc.textFile``, same splits) sent to Python in
+        chunks (:mod:`spark_adaptive.spark.lines`). Raises py4j's error when ``rdd`` is
+        not ``sc.textFile``'s map over a ``HadoopRDD``."""
+        from pyspark import RDD as PyRDD
+
+        from spark_adaptive.spark.lines import CHUNK_BYTES, LineChunks
+
+        self._ship_jar()
+        jrdd = self._static(self._jchunks, "of", rdd._jrdd.rdd(), CHUNK_BYTES)
+        return PyRDD(jrdd, self._sc, LineChunks(use_unicode))
 
     def sizes(self, jdep: Any) -> ShuffleSizes:
         """Bytes per (partition, map task) of the finished shuffle ``jdep``.
