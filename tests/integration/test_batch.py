@@ -28,6 +28,7 @@ from spark_adaptive.batch import plans, sources
 from spark_adaptive.batch import rdd as batch_rdd
 from spark_adaptive.batch.sql import PARTITIONS_PER_TASK, SHIM_EXTENSIONS
 from spark_adaptive.core import events as ev
+from spark_adaptive.spark.lines import CHUNK_BYTES, LineChunks
 from spark_adaptive.spark.shuffle import shim_shuffles
 from spark_adaptive.testing.cluster import LocalCluster
 from spark_adaptive.testing.recorder import EventRecorder
@@ -384,6 +385,52 @@ def test_text_file_runs_bytes_over_v_tasks_and_equals_text_file(cluster: LocalCl
         absent.count()
     with pytest.raises(TypeError, match="skew_factor"):
         batch.text_file(sc, str(small), skew_factor=2.0)
+
+
+def test_text_file_sends_lines_in_chunks_and_they_are_text_files_lines(
+        cluster: LocalCluster, stop_session: None, tmp_path: Path) -> None:
+    spark, _, _ = _session(cluster)
+    sc = spark.sparkContext
+    data = tmp_path / "lines"
+    data.mkdir()
+    # Every way a line can end or hold an odd character, a line longer than a chunk
+    # (CHUNK_BYTES), enough short lines to fill several chunks, an empty file, no final
+    # newline.
+    odd = ("h\u00e9llo\r\n\r\n\r\nx\x0cy\u2028z\x1c\n".encode()
+           + b"bad \xff byte\ntruncated \xe2\x82 x\nsurrogate \xed\xa0\x80 x\n"
+           + b"L" * (CHUNK_BYTES + 123) + b"\n\n")
+    short = "".join(f"{i},{i * 0.5},{i % 7}\n" for i in range(60_000)).encode()
+    (data / "a.txt").write_bytes(odd + short + b"last line, no newline")
+    (data / "b.txt").write_bytes(b"")
+    (data / "c.txt").write_bytes(short)
+    shim = shim_shuffles(sc, plans.settings_for(sc, {}).shim_jar)
+    assert shim is not None
+    for use_unicode in (True, False):
+        # The shim's RDD over sc.textFile's splits: the same lines in the same partitions.
+        plain = sc.textFile(str(data), minPartitions=3, use_unicode=use_unicode)
+        chunked = shim.line_chunks(plain, use_unicode)
+        assert isinstance(chunked._jrdd_deserializer, LineChunks)
+        expected = plain.glom().collect()
+        assert chunked.glom().collect() == expected
+        assert sum(map(len, expected)) == 2 * 60_000 + 10
+        # What batch.text_file returns is such an RDD, and its lines are textFile's.
+        rdd = batch.text_file(sc, str(data), use_unicode=use_unicode,
+                              avg_bytes_per_task=256 * KiB)
+        assert isinstance(rdd._jrdd_deserializer, LineChunks)
+        assert sorted(rdd.collect()) == sorted(line for part in expected for line in part)
+
+    # A record delimiter of the user's may put '\n' inside a record: lines go one by one.
+    hadoop = sc._jsc.hadoopConfiguration()
+    (tmp_path / "semi.txt").write_text("a\nb;c;\n;d")
+    hadoop.set("textinputformat.record.delimiter", ";")
+    try:
+        rdd = batch.text_file(sc, str(tmp_path / "semi.txt"))
+        assert not isinstance(rdd._jrdd_deserializer, LineChunks)
+        assert rdd.collect() == ["a\nb", "c", "\n", "d"]
+    finally:
+        hadoop.unset("textinputformat.record.delimiter")
+    with pytest.raises(Exception, match="not sc.textFile"):
+        shim.line_chunks(plain.map(lambda x: x), True)
 
 
 def test_executors_follow_stage_tasks_and_go_when_idle(local_cluster_factory: Any,
