@@ -88,24 +88,37 @@ def combine_by_key(rdd: RDD[tuple[K, V]], create: Callable[[V], C],
                    operation: str = "combineByKey", **limits: Any) -> RDD[tuple[K, C]]:
     """``rdd.combineByKey(create, merge_value, merge_combiners)``, sized by bytes.
 
-    Every map task combines all its records, as PySpark's. Flink's adaptive local hash
-    aggregate (stop combining once a sample of 500,000 records is mostly distinct keys)
-    was tried in benchmarks/batch.py's 1 GB ``reduceByKey``, whose map tasks see 86%
-    distinct keys: the map side took 122 s of task time instead of 130 s, the reduce side
-    58 s instead of 43 s (550 MiB shuffled instead of 449 MiB), the job 90.5 s instead of
-    87.3 s. Merging on the reduce side costs Python as much per record as combining on the
-    map side, so passing records through only moves the work and adds bytes.
+    Every map task combines all its records, as PySpark's, and writes its shuffle
+    itself (:func:`_combine_and_write`): one dict, then one pickled batch per
+    partition, where PySpark combines in an ``ExternalMerger`` and then buckets and
+    pickles the combined records again, in batches that start at ten records per
+    partition. On a map task like benchmarks/batch.py's 10 MB ``reduceByKey`` (262,000
+    records, a key per 4) that took 45 ms against PySpark's 79 ms (one Python process).
+    When the task's Python process passes ``spark.python.worker.memory`` (x 0.9), the
+    combined records so far go to the shuffle and combining starts again, where
+    PySpark spills them to local disk and reads them back: the reduce side merges
+    them either way.
+
+    Flink's adaptive local hash aggregate (stop combining once a sample of 500,000
+    records is mostly distinct keys) was tried in benchmarks/batch.py's 1 GB
+    ``reduceByKey``, whose map tasks see 86% distinct keys: the map side took 122 s of
+    task time instead of 130 s, the reduce side 58 s instead of 43 s (550 MiB shuffled
+    instead of 449 MiB), the job 90.5 s instead of 87.3 s. Merging on the reduce side
+    costs Python as much per record as combining on the map side, so passing records
+    through only moves the work and adds bytes.
     """
     from pyspark.shuffle import Aggregator, ExternalMerger
 
     sc = rdd.context
     memory, serializer = plans.memory_limit_mb(sc), sc.serializer
     agg = Aggregator(create, merge_value, merge_combiners)
+    pickler = sc._unbatched_serializer
 
-    def combine_locally(it: Iterable[Any]) -> Iterator[Any]:
-        merger: Any = ExternalMerger(agg, memory * 0.9, serializer)
-        merger.mergeValues(it)
-        return merger.items()  # type: ignore[no-any-return]
+    def map_side(partitions: int, hashing: Callable[[Any], int]) -> _Writer:
+        def write(_: int, records: Iterable[Any]) -> Iterator[bytes]:
+            return _combine_and_write(records, create, merge_value, partitions, hashing,
+                                      pickler, memory * 0.9)
+        return write
 
     def merge(it: Iterable[Any]) -> Iterator[Any]:
         merger: Any = ExternalMerger(agg, memory, serializer)
@@ -116,8 +129,56 @@ def combine_by_key(rdd: RDD[tuple[K, V]], create: Callable[[V], C],
         # Each key of a split partition was reduced by several tasks: combine those partials.
         return partial.combineByKey(lambda c: c, merge_combiners, merge_combiners, partitions)
 
-    local = rdd.mapPartitions(combine_locally, preservesPartitioning=True)
-    return _reduce(local, operation, Splitting.MERGE, merge, merge_pieces, partition_func, limits)
+    return _reduce(rdd, operation, Splitting.MERGE, merge, merge_pieces, partition_func, limits,
+                   map_side=map_side)
+
+
+_Writer = Callable[[int, Iterable[Any]], Iterator[bytes]]
+
+#: Records between two looks at the Python process's memory on the map side of a combine.
+MEMORY_CHECK_RECORDS = 10_000
+#: Most records in one pickled batch of the shuffle: PySpark's reduce side unpickles a
+#: batch at once, so a map task's partition of millions of records goes in several.
+BATCH_RECORDS = 65_536
+
+
+def _combine_and_write(records: Iterable[Any], create: Callable[[Any], Any],
+                       merge_value: Callable[[Any, Any], Any], partitions: int,
+                       hashing: Callable[[Any], int], pickler: Any,
+                       limit_mb: float) -> Iterator[bytes]:
+    """One map task of :func:`combine_by_key`: combine by key, then write PySpark's shuffle
+    records (a partition number from ``pack_long``, then a pickled list of ``(key,
+    combiner)``), as ``RDD.partitionBy``'s ``add_shuffle_key`` does. Past ``limit_mb`` of
+    used memory the combined records are written and combining starts again (at most once
+    per 5% more memory, as PySpark's ``ExternalMerger`` raises its limit after a spill)."""
+    from pyspark.serializers import pack_long
+    from pyspark.shuffle import get_used_memory
+
+    def written(combined: dict[Any, Any]) -> Iterator[bytes]:
+        buckets: list[list[tuple[Any, Any]]] = [[] for _ in range(partitions)]
+        for kc in combined.items():
+            buckets[hashing(kc[0]) % partitions].append(kc)
+        for p, items in enumerate(buckets):
+            for start in range(0, len(items), BATCH_RECORDS):
+                yield pack_long(p)  # type: ignore[no-untyped-call]
+                yield pickler.dumps(items[start:start + BATCH_RECORDS])
+
+    combined: dict[Any, Any] = {}
+    seen = 0
+    for k, v in records:
+        if k in combined:
+            combined[k] = merge_value(combined[k], v)
+        else:
+            combined[k] = create(v)
+        seen += 1
+        if seen >= MEMORY_CHECK_RECORDS:
+            seen = 0
+            used = get_used_memory()
+            if used > limit_mb:
+                yield from written(combined)
+                combined = {}
+                limit_mb = max(limit_mb, used * 1.05)
+    yield from written(combined)
 
 
 def partition_hash(key: Any) -> int:
@@ -376,15 +437,20 @@ def _reduce(rdd: RDD[Any], operation: str, splitting: Splitting,
             reduce_partition: Callable[[Iterable[Any]], Iterator[Any]],
             merge_pieces: Callable[[RDD[Any], int], RDD[Any]] | None,
             partition_func: Callable[[Any], int] | None, limits: dict[str, Any],
-            keep_order: bool = False, grouping: bool = False) -> RDD[Any]:
+            keep_order: bool = False, grouping: bool = False,
+            map_side: Callable[[int, Callable[[Any], int]], _Writer] | None = None) -> RDD[Any]:
     """Shuffle ``rdd`` into max-parallelism partitions, plan the read, reduce each task.
 
-    ``grouping``: tasks hold their keys' values as lists (:func:`plans.for_grouping`)."""
+    ``grouping``: tasks hold their keys' values as lists (:func:`plans.for_grouping`).
+    ``map_side(partitions, hashing)``: the writer of each map task's shuffle records, in
+    place of ``RDD.partitionBy``'s (:func:`_written_shuffle`)."""
     settings = plans.settings_for(rdd.context, limits)
     if grouping:
         settings = plans.for_grouping(rdd.context, settings, operation)
-    shuffled = rdd.partitionBy(plans.subpartitions(rdd.getNumPartitions(), settings),
-                               partition_func or partition_hash)
+    partitions = plans.subpartitions(rdd.getNumPartitions(), settings)
+    hashing = partition_func or partition_hash
+    shuffled = (rdd.partitionBy(partitions, hashing) if map_side is None
+                else _written_shuffle(rdd, partitions, hashing, map_side(partitions, hashing)))
     planned = plans.plan_read(shuffled, operation, splitting, settings, keep_order=keep_order)
     plan = planned.plan
     pieces = plan.piece_tasks if merge_pieces is not None else ()
@@ -398,6 +464,32 @@ def _reduce(rdd: RDD[Any], operation: str, splitting: Splitting,
         out = merged if not whole else \
             planned.read(whole).mapPartitions(reduce_partition).union(merged)
     _remember(out, plan)
+    return out
+
+
+def _written_shuffle(rdd: RDD[Any], partitions: int, hashing: Callable[[Any], int],
+                     write: _Writer) -> RDD[Any]:
+    """``rdd.partitionBy(partitions, hashing)`` whose map tasks write their shuffle records
+    with ``write(split, records)``: PySpark's own wiring (a ``PairwiseRDD`` of partition
+    numbers and pickled batches, shuffled by a ``PythonPartitioner``), so the result reads
+    like ``partitionBy``'s and carries the same partitioner."""
+    from pyspark.rdd import RDD as PyRDD
+    from pyspark.rdd import Partitioner
+    from pyspark.serializers import BatchedSerializer
+    from pyspark.traceback_utils import SCCallSiteSync
+
+    sc = rdd.context
+    keyed = rdd.mapPartitionsWithIndex(write, preservesPartitioning=True)
+    keyed._bypass_serializer = True  # type: ignore[attr-defined]
+    jvm = sc._jvm
+    assert jvm is not None
+    with SCCallSiteSync(sc):  # type: ignore[no-untyped-call]
+        pairs = jvm.PairwiseRDD(keyed._jrdd.rdd()).asJavaPairRDD()
+        partitioner = jvm.PythonPartitioner(partitions, id(hashing))
+    jrdd = jvm.PythonRDD.valueOfPair(pairs.partitionBy(partitioner))
+    batches = BatchedSerializer(sc._unbatched_serializer)  # type: ignore[no-untyped-call]
+    out: RDD[Any] = PyRDD(jrdd, sc, batches)
+    out.partitioner = Partitioner(partitions, hashing)
     return out
 
 
