@@ -14,6 +14,12 @@ distinct keys), with PySpark's own code for each step:
   writes them;
 * **unpickle + merge**: the reduce side's ``mergeCombiners`` over those batches.
 
+Then one map task's whole map side, as a map task of the 10 MB job sees it
+(262,144 records, a key per 4): PySpark's (``ExternalMerger.mergeValues``,
+then ``RDD.partitionBy``'s own bucketing and pickling, taken from PySpark
+itself) against the helpers' (:func:`spark_adaptive.batch.rdd._combine_and_write`,
+one dict, then one pickled batch per partition), writing 4 partitions.
+
 The JVM's part (reading lines, moving bytes to and from Python, the shuffle
 files) is not in here: benchmarks/batch.py measures whole jobs.
 
@@ -35,10 +41,11 @@ from typing import Any
 
 os.environ.setdefault("PYTHONHASHSEED", "0")  # as Spark sets it for its Python workers
 
-from pyspark.rdd import portable_hash  # noqa: E402
+from pyspark.rdd import RDD, portable_hash  # noqa: E402
 from pyspark.serializers import CPickleSerializer  # noqa: E402
 from pyspark.shuffle import Aggregator, ExternalMerger  # noqa: E402
 
+from spark_adaptive.batch import rdd as helpers  # noqa: E402
 from spark_adaptive.batch.rdd import partition_hash  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
@@ -99,6 +106,60 @@ def one_round(lines: list[str], partitions: int) -> dict[str, float]:
     return out
 
 
+class _Captured(Exception):
+    def __init__(self, write: Callable[[int, Any], Any]) -> None:
+        super().__init__("captured")
+        self.write = write
+
+
+class _Keyed:
+    """Just enough of an RDD for ``RDD.partitionBy`` to build its map-side function, which
+    it hands to ``mapPartitionsWithIndex``: caught there, so it is PySpark's own code."""
+
+    partitioner = None
+
+    def __init__(self) -> None:
+        from types import SimpleNamespace
+
+        self.ctx = SimpleNamespace(_unbatched_serializer=CPickleSerializer())
+
+    def _memory_limit(self) -> int:
+        return 512
+
+    def mapPartitionsWithIndex(self, f: Any, preservesPartitioning: bool = False) -> Any:  # noqa: N802
+        raise _Captured(f)
+
+
+def pyspark_partition_writer(partitions: int) -> Callable[[int, Any], Any]:
+    try:
+        RDD.partitionBy(_Keyed(), partitions, partition_hash)
+    except _Captured as c:
+        return c.write
+    raise AssertionError("RDD.partitionBy no longer builds its writer as expected")
+
+
+def map_side_round(records: int = 1 << 18, partitions: int = 4) -> dict[str, float]:
+    """Seconds of one map task's map side, PySpark's and the helpers', on the same pairs."""
+    rnd = random.Random(3)
+    pairs = [(rnd.randrange(records // 4), rnd.randrange(10**7) / 100) for _ in range(records)]
+    agg = Aggregator(lambda v: v, operator.add, operator.add)
+    ser = CPickleSerializer()
+
+    def pyspark() -> int:
+        merger: Any = ExternalMerger(agg, 1 << 30)
+        merger.mergeValues(iter(pairs))
+        return sum(1 for _ in pyspark_partition_writer(partitions)(0, merger.items()))
+
+    def one_pass() -> int:
+        return sum(1 for _ in helpers._combine_and_write(
+            iter(pairs), lambda v: v, operator.add, partitions, partition_hash, ser, 1 << 30))
+
+    out: dict[str, float] = {}
+    out["map side, PySpark"], _ = timed(pyspark)
+    out["map side, helpers"], _ = timed(one_pass)
+    return out
+
+
 def plot(per_line: dict[str, float], path: Path) -> None:
     import matplotlib
 
@@ -127,13 +188,20 @@ def main() -> int:
         1 if k == "distinct share" else args.lines / 1e6) for k in rounds[0]}
     for k, v in per_line.items():
         print(f"{k:32s} {v:6.2f}" + ("" if k == "distinct share" else " us/line"))
+    map_rounds = [map_side_round() for _ in range(max(args.repeats, 5))]
+    map_side = {k: statistics.median(r[k] for r in map_rounds) for k in map_rounds[0]}
+    for k, v in map_side.items():
+        print(f"{k:32s} {v * 1e3:6.1f} ms per map task (262,144 records, a key per 4)")
+    print(f"helpers / PySpark map side: "
+          f"{map_side['map side, helpers'] / map_side['map side, PySpark']:.2f}")
     portable = per_line["hash + bucket (portable_hash)"]
     print(f"partition_hash / portable_hash bucketing: "
           f"{per_line['hash + bucket (partition_hash)'] / portable:.2f}")
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{args.out}.json").write_text(json.dumps(
         {"lines": args.lines, "partitions": args.partitions, "repeats": args.repeats,
-         "us_per_line": per_line, "rounds": rounds}, indent=1))
+         "us_per_line": per_line, "rounds": rounds, "map_side_seconds": map_side,
+         "map_side_rounds": map_rounds}, indent=1))
     plot(per_line, RESULTS / f"{args.out}.png")
     return 0
 

@@ -101,10 +101,38 @@ def settings_for(sc: SparkContext, limits: dict[str, Any]) -> BatchParams:
     return p
 
 
-def subpartitions(map_tasks: int, params: BatchParams) -> int:
+def subpartitions(map_tasks: int, params: BatchParams, per_map_task: int = 1) -> int:
     """Partitions a helper's map side writes (:func:`~spark_adaptive.core.batch_shuffle.
     subpartition_count`)."""
-    return subpartition_count(map_tasks, max_p=params.max_p, slots=params.slots)
+    return subpartition_count(map_tasks, max_p=params.max_p, slots=params.slots,
+                              per_map_task=per_map_task)
+
+
+#: The most shuffle bytes a task of :func:`~spark_adaptive.batch.rdd.reduce_by_key` or
+#: ``combine_by_key`` reads. A merging task holds one combiner per key in a Python dict,
+#: and Python's time per record grows with the dict: in benchmarks/batch.py's 1 GB
+#: ``reduceByKey`` (441 MiB shuffled, 16 map tasks) the reduce side took 38.6 s of task time
+#: in 8 tasks of 55 MiB and 34.1 s in 16 of 28 MiB, where PySpark's 32 of 16 MiB took
+#: 25.6 s and 128 of 4 MiB 22 s; none spilled.
+MERGE_TASK_BYTES = 16 << 20
+
+
+def for_merging(sc: SparkContext, params: BatchParams, operation: str) -> tuple[BatchParams, int]:
+    """``params`` with the volume per task at most :data:`MERGE_TASK_BYTES`, for the helpers
+    whose tasks merge combiners by key, and the partitions per map task their map side
+    writes so that its tasks' bytes can be read at that volume: ``ceil(V / cap)``, as a map
+    task of ``V`` bytes (:func:`~spark_adaptive.batch.text_file`'s) writes at most about
+    that. Logs once per application when it lowers the volume."""
+    v = params.avg_bytes_per_task
+    if v <= MERGE_TASK_BYTES:
+        return params, 1
+    _say_once(sc, "merging-cap", logging.INFO,
+              f"batch: {operation} and combineByKey merge each key's combiners in a Python "
+              f"dict, whose time per record grows with its size, so their tasks read at most "
+              f"{format_bytes(MERGE_TASK_BYTES)} of shuffle instead of {format_bytes(v)}, and "
+              f"their map tasks write {-(-v // MERGE_TASK_BYTES)} partitions each")
+    return (dataclasses.replace(params, avg_bytes_per_task=MERGE_TASK_BYTES),
+            -(-v // MERGE_TASK_BYTES))
 
 
 #: A grouping task (``groupByKey``, a join) holds every value of its keys in Python lists,

@@ -6,7 +6,9 @@ These helpers take none:
 1. the map side writes ``batch.max-parallelism`` partitions (Flink's
    subpartitions), at most one per map task
    (:func:`~spark_adaptive.core.batch_shuffle.subpartition_count`), with the
-   same hashing as PySpark's own operation (:func:`partition_hash`);
+   same hashing as PySpark's own operation (:func:`partition_hash`), and
+   for :func:`reduce_by_key` and :func:`combine_by_key` enough per map task
+   for their reduce tasks' cap (below);
    :func:`reduce_by_key` and :func:`combine_by_key` combine locally first,
    the grouping ones do not (as Spark's own ``groupByKey``: lists shuffle no
    fewer bytes);
@@ -18,7 +20,10 @@ These helpers take none:
    by bytes (:func:`~spark_adaptive.core.batch_shuffle.plan_by_bytes`); the
    grouping ones (:func:`group_by_key`, the joins), whose tasks hold each key's
    values as Python lists, read at most ``spark.python.worker.memory / 16``
-   per task (:func:`~spark_adaptive.batch.plans.for_grouping`). For operations
+   per task (:func:`~spark_adaptive.batch.plans.for_grouping`), and the
+   merging ones (:func:`reduce_by_key`, :func:`combine_by_key`), whose tasks
+   merge combiners in a dict that gets slower per record as it grows, at most
+   16 MiB (:func:`~spark_adaptive.batch.plans.for_merging`). For operations
    with a merge step (:func:`reduce_by_key`, :func:`group_by_key`,
    :func:`combine_by_key`) a skewed partition is split by map ranges; the
    tasks that read pieces feed a small second shuffle that merges the pieces
@@ -130,7 +135,7 @@ def combine_by_key(rdd: RDD[tuple[K, V]], create: Callable[[V], C],
         return partial.combineByKey(lambda c: c, merge_combiners, merge_combiners, partitions)
 
     return _reduce(rdd, operation, Splitting.MERGE, merge, merge_pieces, partition_func, limits,
-                   map_side=map_side)
+                   merging=True, map_side=map_side)
 
 
 _Writer = Callable[[int, Iterable[Any]], Iterator[bytes]]
@@ -437,17 +442,21 @@ def _reduce(rdd: RDD[Any], operation: str, splitting: Splitting,
             reduce_partition: Callable[[Iterable[Any]], Iterator[Any]],
             merge_pieces: Callable[[RDD[Any], int], RDD[Any]] | None,
             partition_func: Callable[[Any], int] | None, limits: dict[str, Any],
-            keep_order: bool = False, grouping: bool = False,
+            keep_order: bool = False, grouping: bool = False, merging: bool = False,
             map_side: Callable[[int, Callable[[Any], int]], _Writer] | None = None) -> RDD[Any]:
     """Shuffle ``rdd`` into max-parallelism partitions, plan the read, reduce each task.
 
-    ``grouping``: tasks hold their keys' values as lists (:func:`plans.for_grouping`).
+    ``grouping``: tasks hold their keys' values as lists (:func:`plans.for_grouping`);
+    ``merging``: tasks merge combiners in a dict (:func:`plans.for_merging`).
     ``map_side(partitions, hashing)``: the writer of each map task's shuffle records, in
     place of ``RDD.partitionBy``'s (:func:`_written_shuffle`)."""
     settings = plans.settings_for(rdd.context, limits)
+    per_map_task = 1
     if grouping:
         settings = plans.for_grouping(rdd.context, settings, operation)
-    partitions = plans.subpartitions(rdd.getNumPartitions(), settings)
+    elif merging:
+        settings, per_map_task = plans.for_merging(rdd.context, settings, operation)
+    partitions = plans.subpartitions(rdd.getNumPartitions(), settings, per_map_task)
     hashing = partition_func or partition_hash
     shuffled = (rdd.partitionBy(partitions, hashing) if map_side is None
                 else _written_shuffle(rdd, partitions, hashing, map_side(partitions, hashing)))

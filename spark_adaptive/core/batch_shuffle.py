@@ -48,7 +48,8 @@ BY_BYTES, EVEN_BY_COUNT = "bytes", "even"
 MIN_TASK_BYTES = 1 << 20
 
 
-def subpartition_count(map_tasks: int, *, max_p: int, slots: int = 1) -> int:
+def subpartition_count(map_tasks: int, *, max_p: int, slots: int = 1,
+                       per_map_task: int = 1) -> int:
     """How many partitions an RDD helper's map side writes (Flink's subpartitions: the most
     tasks its reduce side can get).
 
@@ -61,11 +62,15 @@ def subpartition_count(map_tasks: int, *, max_p: int, slots: int = 1) -> int:
     Inputs whose map side multiplies the data get fewer, larger reduce tasks than the
     rule asks for, as they would in PySpark; a skewed partition is still split by map
     ranges.
+
+    ``per_map_task``: partitions per map task, for a reduce side whose tasks read less
+    than a map task does (the merging helpers' cap, ``plans.for_merging``): their own
+    map side writes one pickled batch per partition, so a partition costs it a file.
     """
-    if map_tasks < 0 or max_p < 1 or slots < 1:
-        raise ValueError(f"need map_tasks >= 0, max_p >= 1, slots >= 1; got {map_tasks}, "
-                         f"{max_p}, {slots}")
-    return max(1, min(max_p, max(map_tasks, 2 * slots)))
+    if map_tasks < 0 or max_p < 1 or slots < 1 or per_map_task < 1:
+        raise ValueError(f"need map_tasks >= 0, max_p >= 1, slots >= 1, per_map_task >= 1; "
+                         f"got {map_tasks}, {max_p}, {slots}, {per_map_task}")
+    return max(1, min(max_p, max(map_tasks * per_map_task, 2 * slots)))
 
 
 def min_task_bytes(avg_bytes_per_task: int) -> int:

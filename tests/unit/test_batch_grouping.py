@@ -53,3 +53,22 @@ def test_more_worker_memory_or_a_smaller_volume_is_left_alone() -> None:
     assert plans.for_grouping(roomy, params(256 * MiB), "join").avg_bytes_per_task == 128 * MiB
     small: Any = _Context("app-grouping-3")
     assert plans.for_grouping(small, params(16 * MiB), "join").avg_bytes_per_task == 16 * MiB
+
+
+def test_merging_tasks_read_at_most_16_mib_and_map_tasks_write_partitions_for_them(
+        caplog: pytest.LogCaptureFixture) -> None:
+    sc: Any = _Context("app-merging-1")
+    with caplog.at_level(logging.INFO, logger="spark_adaptive.batch"):
+        capped, per_map_task = plans.for_merging(sc, params(64 * MiB), "reduceByKey")
+        plans.for_merging(sc, params(100 * MiB), "reduceByKey")
+    assert capped.avg_bytes_per_task == plans.MERGE_TASK_BYTES == 16 * MiB
+    assert per_map_task == 4  # a map task of V bytes: ceil(64 / 16) partitions
+    assert plans.for_merging(sc, params(100 * MiB), "reduceByKey")[1] == 7
+    said = [r.getMessage() for r in caplog.records if "Python dict" in r.getMessage()]
+    assert len(said) == 1 and "16 MiB" in said[0] and "64 MiB" in said[0], said
+    # A volume at or under the cap is left alone, one partition per map task.
+    small = params(8 * MiB)
+    assert plans.for_merging(sc, small, "reduceByKey") == (small, 1)
+    # 16 map tasks of a 1 GB text file: 64 partitions, room for ceil(441 MiB / 16 MiB).
+    assert plans.subpartitions(16, capped, per_map_task) == 64
+    assert plans.subpartitions(82, capped, per_map_task) == 128  # never above max-parallelism

@@ -153,5 +153,9 @@ def test_subpartitions_follow_max_parallelism_but_at_most_one_per_map_task() -> 
     assert subpartition_count(1, max_p=128, slots=16) == 32  # 2 per held slot at least
     assert subpartition_count(0, max_p=128) == 2  # an empty map side still has partitions
     assert subpartition_count(5, max_p=4) == 4  # never above max-parallelism
+    assert subpartition_count(2, max_p=128, slots=2, per_map_task=4) == 8
+    assert subpartition_count(40, max_p=128, slots=2, per_map_task=4) == 128
     with pytest.raises(ValueError):
         subpartition_count(1, max_p=0)
+    with pytest.raises(ValueError, match="per_map_task"):
+        subpartition_count(1, max_p=8, per_map_task=0)
