@@ -18,7 +18,11 @@ Then one map task's whole map side, as a map task of the 10 MB job sees it
 (262,144 records, a key per 4): PySpark's (``ExternalMerger.mergeValues``,
 then ``RDD.partitionBy``'s own bucketing and pickling, taken from PySpark
 itself) against the helpers' (:func:`spark_adaptive.batch.rdd._combine_and_write`,
-one dict, then one pickled batch per partition), writing 4 partitions.
+one dict, then one pickled batch per partition), writing 4 partitions; and
+the reduce side of a task that reads 4 such map tasks' batches of a partition:
+PySpark's (the batches' records one by one into ``ExternalMerger.mergeCombiners``)
+against the helpers' (:func:`spark_adaptive.batch.rdd._merge_batches`, a list
+at a time), both unpickling.
 
 The JVM's part (reading lines, moving bytes to and from Python, the shuffle
 files) is not in here: benchmarks/batch.py measures whole jobs.
@@ -152,11 +156,26 @@ def map_side_round(records: int = 1 << 18, partitions: int = 4) -> dict[str, flo
 
     def one_pass() -> int:
         return sum(1 for _ in helpers._combine_and_write(
-            iter(pairs), lambda v: v, operator.add, partitions, partition_hash, ser, 1 << 30))
+            iter(pairs), None, operator.add, partitions, partition_hash, ser, 1 << 30))
+
+    written = list(helpers._combine_and_write(iter(pairs), None, operator.add, 1,
+                                              partition_hash, ser, 1 << 30))
+    blobs = written[1::2] * 4
+
+    def pyspark_reduce() -> int:
+        merger: Any = ExternalMerger(agg, 1 << 30)
+        merger.mergeCombiners(kv for b in blobs for kv in ser.loads(b))
+        return sum(1 for _ in merger.items())
+
+    def helpers_reduce() -> int:
+        return sum(1 for _ in helpers._merge_batches((ser.loads(b) for b in blobs),
+                                                     operator.add, agg, 1 << 30, ser))
 
     out: dict[str, float] = {}
     out["map side, PySpark"], _ = timed(pyspark)
     out["map side, helpers"], _ = timed(one_pass)
+    out["reduce side, PySpark"], _ = timed(pyspark_reduce)
+    out["reduce side, helpers"], _ = timed(helpers_reduce)
     return out
 
 
@@ -191,17 +210,20 @@ def main() -> int:
     map_rounds = [map_side_round() for _ in range(max(args.repeats, 5))]
     map_side = {k: statistics.median(r[k] for r in map_rounds) for k in map_rounds[0]}
     for k, v in map_side.items():
-        print(f"{k:32s} {v * 1e3:6.1f} ms per map task (262,144 records, a key per 4)")
-    print(f"helpers / PySpark map side: "
-          f"{map_side['map side, helpers'] / map_side['map side, PySpark']:.2f}")
+        what = ("map task (262,144 records, a key per 4)" if k.startswith("map")
+                else "reduce task (4 such map tasks' batches)")
+        print(f"{k:32s} {v * 1e3:6.1f} ms per {what}")
+    for side in ("map", "reduce"):
+        print(f"helpers / PySpark {side} side: "
+              f"{map_side[f'{side} side, helpers'] / map_side[f'{side} side, PySpark']:.2f}")
     portable = per_line["hash + bucket (portable_hash)"]
     print(f"partition_hash / portable_hash bucketing: "
           f"{per_line['hash + bucket (partition_hash)'] / portable:.2f}")
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{args.out}.json").write_text(json.dumps(
         {"lines": args.lines, "partitions": args.partitions, "repeats": args.repeats,
-         "us_per_line": per_line, "rounds": rounds, "map_side_seconds": map_side,
-         "map_side_rounds": map_rounds}, indent=1))
+         "us_per_line": per_line, "rounds": rounds, "task_seconds": map_side,
+         "task_rounds": map_rounds}, indent=1))
     plot(per_line, RESULTS / f"{args.out}.png")
     return 0
 

@@ -83,8 +83,7 @@ def reduce_by_key(rdd: RDD[tuple[K, V]], func: Callable[[V, V], V], *,
     ``limits`` override the settings for this call: ``avg_bytes_per_task``,
     ``min_parallelism``, ``max_parallelism``, ``skew_factor``, ``skew_threshold``.
     """
-    return combine_by_key(rdd, lambda v: v, func, func, partition_func=partition_func,
-                          operation="reduceByKey", **limits)
+    return _combine(rdd, None, func, func, partition_func, "reduceByKey", limits)
 
 
 def combine_by_key(rdd: RDD[tuple[K, V]], create: Callable[[V], C],
@@ -112,11 +111,20 @@ def combine_by_key(rdd: RDD[tuple[K, V]], create: Callable[[V], C],
     costs Python as much per record as combining on the map side, so passing records
     through only moves the work and adds bytes.
     """
-    from pyspark.shuffle import Aggregator, ExternalMerger
+    return _combine(rdd, create, merge_value, merge_combiners, partition_func, operation,
+                    limits)
+
+
+def _combine(rdd: RDD[Any], create: Callable[[Any], Any] | None,
+             merge_value: Callable[[Any, Any], Any], merge_combiners: Callable[[Any, Any], Any],
+             partition_func: Callable[[Any], int] | None, operation: str,
+             limits: dict[str, Any]) -> RDD[Any]:
+    """:func:`combine_by_key`; ``create`` None: a value is its own combiner."""
+    from pyspark.shuffle import Aggregator
 
     sc = rdd.context
     memory, serializer = plans.memory_limit_mb(sc), sc.serializer
-    agg = Aggregator(create, merge_value, merge_combiners)
+    agg = Aggregator(create or _itself, merge_value, merge_combiners)
     pickler = sc._unbatched_serializer
 
     def map_side(partitions: int, hashing: Callable[[Any], int]) -> _Writer:
@@ -125,10 +133,8 @@ def combine_by_key(rdd: RDD[tuple[K, V]], create: Callable[[V], C],
                                       pickler, memory * 0.9)
         return write
 
-    def merge(it: Iterable[Any]) -> Iterator[Any]:
-        merger: Any = ExternalMerger(agg, memory, serializer)
-        merger.mergeCombiners(it)
-        return merger.items()  # type: ignore[no-any-return]
+    def merge(batches: Iterable[Any]) -> Iterator[Any]:
+        return _merge_batches(batches, merge_combiners, agg, memory, serializer)
 
     def merge_pieces(partial: RDD[Any], partitions: int) -> RDD[Any]:
         # Each key of a split partition was reduced by several tasks: combine those partials.
@@ -136,6 +142,10 @@ def combine_by_key(rdd: RDD[tuple[K, V]], create: Callable[[V], C],
 
     return _reduce(rdd, operation, Splitting.MERGE, merge, merge_pieces, partition_func, limits,
                    merging=True, map_side=map_side)
+
+
+def _itself(v: Any) -> Any:
+    return v
 
 
 _Writer = Callable[[int, Iterable[Any]], Iterator[bytes]]
@@ -147,43 +157,94 @@ MEMORY_CHECK_RECORDS = 10_000
 BATCH_RECORDS = 65_536
 
 
-def _combine_and_write(records: Iterable[Any], create: Callable[[Any], Any],
+def _combine_and_write(records: Iterable[Any], create: Callable[[Any], Any] | None,
                        merge_value: Callable[[Any, Any], Any], partitions: int,
                        hashing: Callable[[Any], int], pickler: Any,
                        limit_mb: float) -> Iterator[bytes]:
     """One map task of :func:`combine_by_key`: combine by key, then write PySpark's shuffle
     records (a partition number from ``pack_long``, then a pickled list of ``(key,
-    combiner)``), as ``RDD.partitionBy``'s ``add_shuffle_key`` does. Past ``limit_mb`` of
-    used memory the combined records are written and combining starts again (at most once
-    per 5% more memory, as PySpark's ``ExternalMerger`` raises its limit after a spill)."""
+    combiner)``), as ``RDD.partitionBy``'s ``add_shuffle_key`` does. ``create`` None: a
+    value is its own combiner (:func:`reduce_by_key`), with no call per key. Past
+    ``limit_mb`` of used memory the combined records are written and combining starts
+    again (at most once per 5% more memory, as PySpark's ``ExternalMerger`` raises its
+    limit after a spill)."""
     from pyspark.serializers import pack_long
     from pyspark.shuffle import get_used_memory
 
     def written(combined: dict[Any, Any]) -> Iterator[bytes]:
         buckets: list[list[tuple[Any, Any]]] = [[] for _ in range(partitions)]
-        for kc in combined.items():
-            buckets[hashing(kc[0]) % partitions].append(kc)
+        if hashing is partition_hash:  # inlined for the keys it hashes itself
+            for kc in combined.items():
+                k = kc[0]
+                t = type(k)
+                h = hash(k) if t is int or t is float else partition_hash(k)
+                buckets[h % partitions].append(kc)
+        else:
+            for kc in combined.items():
+                buckets[hashing(kc[0]) % partitions].append(kc)
         for p, items in enumerate(buckets):
             for start in range(0, len(items), BATCH_RECORDS):
                 yield pack_long(p)  # type: ignore[no-untyped-call]
                 yield pickler.dumps(items[start:start + BATCH_RECORDS])
 
     combined: dict[Any, Any] = {}
+    it, missing = iter(records), object()
+    while True:
+        _fold(itertools.islice(it, MEMORY_CHECK_RECORDS), combined, create, merge_value)
+        head = next(it, missing)
+        if head is missing:
+            break
+        used = get_used_memory()
+        if used > limit_mb:
+            yield from written(combined)
+            combined = {}
+            limit_mb = max(limit_mb, used * 1.05)
+        _fold((head,), combined, create, merge_value)
+    yield from written(combined)
+
+
+def _fold(records: Iterable[Any], combined: dict[Any, Any],
+          create: Callable[[Any], Any] | None, merge: Callable[[Any, Any], Any]) -> None:
+    """Merge ``(key, value)`` records into ``combined``; ``create`` None: values are their own
+    combiners (one loop each, so the common case makes no call per new key)."""
+    if create is None:
+        for k, v in records:
+            if k in combined:
+                combined[k] = merge(combined[k], v)
+            else:
+                combined[k] = v
+    else:
+        for k, v in records:
+            if k in combined:
+                combined[k] = merge(combined[k], v)
+            else:
+                combined[k] = create(v)
+
+
+def _merge_batches(batches: Iterable[list[tuple[Any, Any]]],
+                   merge_combiners: Callable[[Any, Any], Any], agg: Any, memory_mb: float,
+                   serializer: Any) -> Iterator[tuple[Any, Any]]:
+    """The reduce side of :func:`combine_by_key`: merge the map side's pickled batches of
+    ``(key, combiner)`` as they come, a list at a time, where PySpark flattens them into
+    records for an ``ExternalMerger``. Once the process passes ``memory_mb`` (looked at
+    after every :data:`MEMORY_CHECK_RECORDS` records), what is merged so far and the rest
+    go to an ``ExternalMerger``, which spills to local disk as PySpark's reduce side does."""
+    from pyspark.shuffle import ExternalMerger, get_used_memory
+
+    combined: dict[Any, Any] = {}
+    it = iter(batches)
     seen = 0
-    for k, v in records:
-        if k in combined:
-            combined[k] = merge_value(combined[k], v)
-        else:
-            combined[k] = create(v)
-        seen += 1
+    for batch in it:
+        _fold(batch, combined, None, merge_combiners)
+        seen += len(batch)
         if seen >= MEMORY_CHECK_RECORDS:
             seen = 0
-            used = get_used_memory()
-            if used > limit_mb:
-                yield from written(combined)
-                combined = {}
-                limit_mb = max(limit_mb, used * 1.05)
-    yield from written(combined)
+            if get_used_memory() > memory_mb:
+                merger: Any = ExternalMerger(agg, memory_mb, serializer)
+                merger.data = combined
+                merger.mergeCombiners(itertools.chain.from_iterable(it))
+                return merger.items()  # type: ignore[no-any-return]
+    return iter(combined.items())
 
 
 def partition_hash(key: Any) -> int:
@@ -480,11 +541,12 @@ def _written_shuffle(rdd: RDD[Any], partitions: int, hashing: Callable[[Any], in
                      write: _Writer) -> RDD[Any]:
     """``rdd.partitionBy(partitions, hashing)`` whose map tasks write their shuffle records
     with ``write(split, records)``: PySpark's own wiring (a ``PairwiseRDD`` of partition
-    numbers and pickled batches, shuffled by a ``PythonPartitioner``), so the result reads
-    like ``partitionBy``'s and carries the same partitioner."""
+    numbers and pickled batches, shuffled by a ``PythonPartitioner``), with the same
+    partitioner. Its elements are the pickled batches themselves (lists of records),
+    which the reduce side merges a list at a time (:func:`_merge_batches`), where
+    ``partitionBy``'s result yields their records one by one."""
     from pyspark.rdd import RDD as PyRDD
     from pyspark.rdd import Partitioner
-    from pyspark.serializers import BatchedSerializer
     from pyspark.traceback_utils import SCCallSiteSync
 
     sc = rdd.context
@@ -496,8 +558,7 @@ def _written_shuffle(rdd: RDD[Any], partitions: int, hashing: Callable[[Any], in
         pairs = jvm.PairwiseRDD(keyed._jrdd.rdd()).asJavaPairRDD()
         partitioner = jvm.PythonPartitioner(partitions, id(hashing))
     jrdd = jvm.PythonRDD.valueOfPair(pairs.partitionBy(partitioner))
-    batches = BatchedSerializer(sc._unbatched_serializer)  # type: ignore[no-untyped-call]
-    out: RDD[Any] = PyRDD(jrdd, sc, batches)
+    out: RDD[Any] = PyRDD(jrdd, sc, sc._unbatched_serializer)
     out.partitioner = Partitioner(partitions, hashing)
     return out
 

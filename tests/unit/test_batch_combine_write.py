@@ -71,3 +71,46 @@ def test_past_the_memory_limit_the_combined_records_go_out_and_combining_restart
     for k, n in written:
         totals[k] += n
     assert totals == Counter({k: 100 for k in range(10)})
+
+
+def test_reduce_by_key_values_are_their_own_combiners() -> None:
+    # create None: no call per new key, the value itself is stored.
+    value = [1]
+    batches = _write([(7, value)], partitions=1, create=None)
+    assert batches == [(0, [(7, [1])])]
+    assert _write([(1, 2.5), (1, 0.5), (2, 1.0)], partitions=1, create=None) == \
+        [(0, [(1, 3.0), (2, 1.0)])]
+
+
+def _merged(batches: list[list[tuple[Any, Any]]], memory_mb: float) -> dict[Any, Any]:
+    from pyspark.shuffle import Aggregator
+
+    agg = Aggregator(lambda v: v, operator.add, operator.add)
+    out = dict(batch_rdd._merge_batches(iter(batches), operator.add, agg, memory_mb,
+                                        CPickleSerializer()))
+    return out
+
+
+def test_the_reduce_side_merges_batches_and_past_the_memory_limit_spills_to_disk(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import pyspark.shuffle
+
+    batches = [[(k % 50, 1) for k in range(i, i + 300)] for i in range(0, 3_000, 300)]
+    expected = {k: 60 for k in range(50)}
+    assert _merged(batches, memory_mb=1e9) == expected
+
+    mergers: list[Any] = []
+
+    class Recorded(pyspark.shuffle.ExternalMerger):  # type: ignore[misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            mergers.append(self)
+
+    monkeypatch.setattr(pyspark.shuffle, "ExternalMerger", Recorded)
+    monkeypatch.setattr(batch_rdd, "MEMORY_CHECK_RECORDS", 500)
+    # Under the limit nothing changes hands; at 1 MiB (any process is over it) the merged
+    # keys and the batches still to come go to an ExternalMerger, which spills.
+    assert _merged(batches, memory_mb=1e9) == expected and not mergers
+    assert _merged(batches, memory_mb=1) == expected
+    assert len(mergers) == 1 and mergers[0].spills > 0
+    assert _merged([], memory_mb=1) == {}
