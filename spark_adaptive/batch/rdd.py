@@ -96,12 +96,14 @@ def combine_by_key(rdd: RDD[tuple[K, V]], create: Callable[[V], C],
     itself (:func:`_combine_and_write`): one dict, then one pickled batch per
     partition, where PySpark combines in an ``ExternalMerger`` and then buckets and
     pickles the combined records again, in batches that start at ten records per
-    partition. On a map task like benchmarks/batch.py's 10 MB ``reduceByKey`` (262,000
-    records, a key per 4) that took 45 ms against PySpark's 79 ms (one Python process).
-    When the task's Python process passes ``spark.python.worker.memory`` (x 0.9), the
-    combined records so far go to the shuffle and combining starts again, where
-    PySpark spills them to local disk and reads them back: the reduce side merges
-    them either way.
+    partition. When the task's Python process passes ``spark.python.worker.memory``
+    (x 0.9), the combined records so far go to the shuffle and combining starts again,
+    where PySpark spills them to local disk and reads them back: the reduce side merges
+    them either way. Reduce tasks merge those batches a list at a time
+    (:func:`_merge_batches`). In one Python process (benchmarks/rdd_record_costs.py) a
+    map task like benchmarks/batch.py's 10 MB ``reduceByKey`` (262,144 records, a key
+    per 4) took 62 ms against PySpark's 98 ms, a reduce task over four of them 49 ms
+    against 80 ms.
 
     Flink's adaptive local hash aggregate (stop combining once a sample of 500,000
     records is mostly distinct keys) was tried in benchmarks/batch.py's 1 GB
