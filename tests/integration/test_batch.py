@@ -248,6 +248,25 @@ def test_rdd_reduce_by_key_splits_a_skewed_key_and_merges_it(cluster: LocalClust
     assert plan.piece_tasks, "the skewed partition is read in pieces"
     assert "split skewed partitions" in plan.reason
 
+    # combineByKey with combiners of another type than the values, through the same paths.
+    def create(v: int) -> list[int]:
+        return [v]
+
+    def merge_value(c: list[int], v: int) -> list[int]:
+        return [*c, v]
+
+    def merge_combiners(a: list[int], b: list[int]) -> list[int]:
+        return a + b
+
+    expected = {k: sorted(c) for k, c in
+                rdd.combineByKey(create, merge_value, merge_combiners).collect()}
+    combined = batch.combine_by_key(rdd, create, merge_value, merge_combiners,
+                                    avg_bytes_per_task=8 * KiB, max_parallelism=16,
+                                    skew_threshold=0)
+    assert {k: sorted(c) for k, c in combined.collect()} == expected
+    combined_plan = batch.decision_of(combined)
+    assert combined_plan is not None and combined_plan.piece_tasks, combined_plan
+
 
 def test_rdd_join_splits_a_hot_key_and_equals_pyspark(cluster: LocalCluster,
                                                       stop_session: None,
