@@ -157,8 +157,8 @@ def rdd_join_job(spark: Any, facts: Path, dims: Path, partitions: int | str | No
                  v: int, skew_threshold: int | None = None) -> None:
     sc = spark.sparkContext
     if partitions == "adaptive":
-        pairs = batch.text_file(sc, str(facts), avg_bytes_per_task=v).map(parse)
-        groups = batch.text_file(sc, str(dims), avg_bytes_per_task=v).map(parse_dim)
+        pairs = batch.text_file(sc, str(facts)).map(parse)
+        groups = batch.text_file(sc, str(dims)).map(parse_dim)
         limits = {} if skew_threshold is None else {"skew_threshold": skew_threshold}
         out = batch.join(pairs, groups, avg_bytes_per_task=v, **limits)
     else:
@@ -171,7 +171,7 @@ def rdd_join_job(spark: Any, facts: Path, dims: Path, partitions: int | str | No
 def rdd_job(spark: Any, facts: Path, partitions: int | str | None, v: int) -> None:
     sc = spark.sparkContext
     if partitions == "adaptive":
-        pairs = batch.text_file(sc, str(facts), avg_bytes_per_task=v).map(parse)
+        pairs = batch.text_file(sc, str(facts)).map(parse)
         out = batch.reduce_by_key(pairs, operator.add, avg_bytes_per_task=v)
     else:
         pairs = sc.textFile(str(facts)).map(parse)

@@ -41,7 +41,7 @@ from spark_adaptive.core.batch_shuffle import (
 )
 from spark_adaptive.core.batch_sources import SourcePlan
 from spark_adaptive.core.events import PLAN_RDD_PREFIX
-from spark_adaptive.core.options import Settings, parse_size
+from spark_adaptive.core.options import TEXT_FILE_SPLIT_BYTES, Settings, parse_size
 from spark_adaptive.errors import ShimNotAvailableError
 from spark_adaptive.spark.jvm import shim_jar_path
 from spark_adaptive.spark.shuffle import SparkShuffles, shim_shuffles, shuffle_dependency
@@ -71,18 +71,22 @@ class BatchParams:
     slots: int = 1
     #: ``batch.default-source-parallelism`` (None: unset).
     default_source: int | None = None
+    #: Bytes a source task reads (``batch.source-split-size``, else ``text_file``'s default).
+    split_bytes: int = TEXT_FILE_SPLIT_BYTES
 
 
-def settings_for(sc: SparkContext, limits: dict[str, Any]) -> BatchParams:
+def settings_for(sc: SparkContext, limits: dict[str, Any],
+                 accepted: tuple[str, ...] = _LIMITS) -> BatchParams:
     """The running spark-adaptive's settings (else the app's conf), with ``limits`` applied.
 
-    Raises ``TypeError`` on an unknown limit and ``ValueError`` on inconsistent bounds.
+    Raises ``TypeError`` on a limit not ``accepted`` and ``ValueError`` on inconsistent
+    bounds.
     """
     from spark_adaptive.spark.runtime import runtime_for
 
-    unknown = set(limits) - set(_LIMITS)
+    unknown = set(limits) - set(accepted)
     if unknown:
-        raise TypeError(f"unknown keyword(s) {sorted(unknown)}; accepted: {', '.join(_LIMITS)}")
+        raise TypeError(f"unknown keyword(s) {sorted(unknown)}; accepted: {', '.join(accepted)}")
     rt = runtime_for(sc)
     s = rt.settings if rt is not None else Settings.from_conf(dict(sc.getConf().getAll()))
     p = BatchParams(
@@ -94,10 +98,12 @@ def settings_for(sc: SparkContext, limits: dict[str, Any]) -> BatchParams:
         skew_threshold=int(limits.get("skew_threshold", s.batch_skew_threshold_bytes)),
         shim_jar=shim_jar_path(s.shim_jar),
         slots=int(sc.defaultParallelism) if s.batch_use_held_slots else 1,
-        default_source=s.batch_default_source_parallelism)
-    if not 1 <= p.min_p <= p.max_p or p.avg_bytes_per_task < 1:
-        raise ValueError(f"need avg_bytes_per_task >= 1 and 1 <= min_parallelism <= "
-                         f"max_parallelism, got {p.avg_bytes_per_task}, [{p.min_p}, {p.max_p}]")
+        default_source=s.batch_default_source_parallelism,
+        split_bytes=int(limits.get("source_split_size") or s.text_file_split_bytes))
+    if not 1 <= p.min_p <= p.max_p or p.avg_bytes_per_task < 1 or p.split_bytes < 1:
+        raise ValueError(f"need avg_bytes_per_task >= 1, source_split_size >= 1 and "
+                         f"1 <= min_parallelism <= max_parallelism, got {p.avg_bytes_per_task}, "
+                         f"{p.split_bytes}, [{p.min_p}, {p.max_p}]")
     return p
 
 
@@ -109,30 +115,29 @@ def subpartitions(map_tasks: int, params: BatchParams, per_map_task: int = 1) ->
 
 
 #: The most shuffle bytes a task of :func:`~spark_adaptive.batch.rdd.reduce_by_key` or
-#: ``combine_by_key`` reads. A merging task holds one combiner per key in a Python dict,
-#: and Python's time per record grows with the dict: in benchmarks/batch.py's 1 GB
-#: ``reduceByKey`` (441 MiB shuffled, 16 map tasks) the reduce side took 38.6 s of task time
-#: in 8 tasks of 55 MiB and 34.1 s in 16 of 28 MiB, where PySpark's 32 of 16 MiB took
-#: 25.6 s and 128 of 4 MiB 22 s; none spilled.
+#: ``combine_by_key`` reads, whatever ``batch.avg-data-volume-per-task`` says. A merging
+#: task holds one combiner per key in a Python dict, and Python's time per record grows
+#: with the dict: in benchmarks/batch.py's 1 GB ``reduceByKey`` (441 MiB shuffled, 16 map
+#: tasks) the reduce side took 38.6 s of task time in 8 tasks of 55 MiB and 34.1 s in 16
+#: of 28 MiB, where PySpark's 32 of 16 MiB took 25.6 s and 128 of 4 MiB 22 s; none spilled.
 MERGE_TASK_BYTES = 16 << 20
 
 
 def for_merging(sc: SparkContext, params: BatchParams, operation: str) -> tuple[BatchParams, int]:
-    """``params`` with the volume per task at most :data:`MERGE_TASK_BYTES`, for the helpers
-    whose tasks merge combiners by key, and the partitions per map task their map side
-    writes so that its tasks' bytes can be read at that volume: ``ceil(V / cap)``, as a map
-    task of ``V`` bytes (:func:`~spark_adaptive.batch.text_file`'s) writes at most about
-    that. Logs once per application when it lowers the volume."""
+    """``params`` with the volume per task ``V`` at most :data:`MERGE_TASK_BYTES`, for the
+    helpers whose tasks merge combiners by key, and the partitions per map task their map
+    side writes so that its tasks' bytes can be read at that volume: ``ceil(S / V)``, as a
+    map task of a source split of ``S`` bytes (:func:`~spark_adaptive.batch.text_file`'s)
+    writes at most about that. Logs once per application when it lowers the volume."""
     v = params.avg_bytes_per_task
-    if v <= MERGE_TASK_BYTES:
-        return params, 1
-    _say_once(sc, "merging-cap", logging.INFO,
-              f"batch: {operation} and combineByKey merge each key's combiners in a Python "
-              f"dict, whose time per record grows with its size, so their tasks read at most "
-              f"{format_bytes(MERGE_TASK_BYTES)} of shuffle instead of {format_bytes(v)}, and "
-              f"their map tasks write {-(-v // MERGE_TASK_BYTES)} partitions each")
-    return (dataclasses.replace(params, avg_bytes_per_task=MERGE_TASK_BYTES),
-            -(-v // MERGE_TASK_BYTES))
+    if v > MERGE_TASK_BYTES:
+        _say_once(sc, "merging-cap", logging.INFO,
+                  f"batch: {operation} and combineByKey merge each key's combiners in a Python "
+                  f"dict, whose time per record grows with its size, so their tasks read at "
+                  f"most {format_bytes(MERGE_TASK_BYTES)} of shuffle instead of "
+                  f"{format_bytes(v)}")
+        params = dataclasses.replace(params, avg_bytes_per_task=MERGE_TASK_BYTES)
+    return params, max(1, -(-params.split_bytes // params.avg_bytes_per_task))
 
 
 #: A grouping task (``groupByKey``, a join) holds every value of its keys in Python lists,

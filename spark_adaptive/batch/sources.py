@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 decision_log = logging.getLogger(LOGGER_NAME)
 log = logging.getLogger(__name__)
 
-_SOURCE_LIMITS = ("avg_bytes_per_task", "min_parallelism", "max_parallelism")
+_SOURCE_LIMITS = ("source_split_size", "min_parallelism", "max_parallelism")
 _RECURSIVE = "mapreduce.input.fileinputformat.input.dir.recursive"
 _DELIMITER = "textinputformat.record.delimiter"
 _plans: weakref.WeakKeyDictionary[Any, SourcePlan] = weakref.WeakKeyDictionary()
@@ -103,7 +103,8 @@ def _sized_text_file(sc: SparkContext, path: str, jar: Path | None, use_unicode:
 
 def text_file(sc: SparkContext, path: str, *, use_unicode: bool = True,
               **limits: Any) -> RDD[str]:
-    """``sc.textFile(path)`` with ``ceil(bytes / V)`` tasks (Flink's source inference).
+    """``sc.textFile(path)`` with ``ceil(bytes / S)`` tasks (Flink's source inference), ``S``
+    being ``batch.source-split-size`` (64 MiB when unset).
 
     Within ``min(batch.default-source-parallelism, batch.max-parallelism)``,
     at least ``batch.min-parallelism`` and, with ``batch.use-held-slots``, one
@@ -116,21 +117,17 @@ def text_file(sc: SparkContext, path: str, *, use_unicode: bool = True,
     chunks (unless ``textinputformat.record.delimiter`` is set); the lines, their order
     and their partitions are ``sc.textFile``'s. When the size cannot
     be read the source is left as ``sc.textFile`` makes it, and the log says
-    so. ``limits`` override the settings for this call: ``avg_bytes_per_task``,
+    so. ``limits`` override the settings for this call: ``source_split_size``,
     ``min_parallelism``, ``max_parallelism``. The decision is available from
     :func:`source_decision_of`.
     """
-    unknown = set(limits) - set(_SOURCE_LIMITS)
-    if unknown:
-        raise TypeError(f"unknown keyword(s) {sorted(unknown)}; accepted: "
-                        f"{', '.join(_SOURCE_LIMITS)}")
-    params = plans.settings_for(sc, limits)
+    params = plans.settings_for(sc, limits, _SOURCE_LIMITS)
     rdd, size = _sized_text_file(sc, path, params.shim_jar, use_unicode)
     if size is None:
         decision_log.info("batch: textFile(%s): size unknown, splits left as Spark makes them",
                           path)
         return rdd if rdd is not None else sc.textFile(path, use_unicode=use_unicode)
-    decision = decide_source(size, avg_bytes_per_task=params.avg_bytes_per_task,
+    decision = decide_source(size, avg_bytes_per_task=params.split_bytes,
                              min_p=params.min_p, max_p=params.max_p,
                              default_source_parallelism=params.default_source,
                              slots=params.slots)

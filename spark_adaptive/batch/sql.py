@@ -12,21 +12,28 @@ needs; spark-adaptive sets them so that they follow Flink's rule,
 * **Source stages, by the file-scan planner.** Spark sizes file splits per
   scan from the scan's own total bytes at planning time: ``min(maxPartitionBytes,
   max(openCost, total / minPartitionNum))``, then caps the split count at
-  ``maxPartitionNum``. With ``maxPartitionBytes = V`` and ``maxPartitionNum =
-  min(default source parallelism, max-parallelism)`` every scan gets
-  ``ceil(total / V)`` splits within that bound: Flink's dynamic source
-  parallelism inference, with Spark's per-file open cost counted as bytes.
-  That open cost (``openCostInBytes``) becomes ``V / 128`` (512 KiB at the
-  default ``V``), a quarter of Spark's own ratio of 4 MiB to its 128 MiB
+  ``maxPartitionNum``. With ``maxPartitionNum = min(default source parallelism,
+  max-parallelism)`` every scan gets ``ceil(total / S)`` splits within that
+  bound, ``S`` being ``batch.source-split-size`` when set, else the app's own
+  ``maxPartitionBytes`` (Spark's 128 MiB): Flink's dynamic source parallelism
+  inference, where a source also cuts its own splits (Flink's Hive source by
+  its 128 MB ``split-max-size``), with Spark's per-file open cost counted as
+  bytes. Sources are not cut at ``V``: a scan's map task combines its rows
+  before the shuffle, and bigger splits combine more. On the 1 GB benchmark job
+  (medians of 3 rounds) scans at 64 MiB shuffled 640 MB and took 41.2 s against
+  Spark's defaults' 37.3 s; in a second run scans at 128 MiB shuffled 523 MB
+  and took 36.7 s against 38.0 s.
+  The open cost (``openCostInBytes``) becomes ``S / 128`` (1 MiB at Spark's
+  128 MiB), a quarter of Spark's own ratio of 4 MiB to its 128 MiB
   splits, because a split costs more here than Spark's model counts: every
-  map task writes ``batch.max-parallelism`` shuffle partitions, one file each
+  map task writes up to ``batch.max-parallelism`` shuffle partitions, one file each
   with Spark's bypass writer. A scan still gets a split per held task slot
   (``minPartitionNum``), so packing small files tighter never idles a slot. The
-  10 MB benchmark job in 200 files (medians of 9 rounds): left at 4 MiB, 1.13x
-  Spark's defaults' time; at ``V / 32`` its facts were read in 7 splits, 1.09
-  s; at ``V / 128`` in 2 splits, 0.63 s, against 0.59 s for 2 fixed partitions
-  without AQE and 1.40 s for Spark's defaults. Compact files are unaffected
-  (their open cost is a sliver of a 64 MiB split).
+  10 MB benchmark job in 200 files (medians of 9 rounds, 64 MiB splits): left at
+  4 MiB, 1.13x Spark's defaults' time; at ``S / 32`` its facts were read in 7
+  splits, 1.09 s; at ``S / 128`` in 2 splits, 0.63 s, against 0.59 s for 2 fixed
+  partitions without AQE and 1.40 s for Spark's defaults. Compact files are
+  unaffected (their open cost is a sliver of a split).
 
 The lower bound, and ``parallelismFirst``. AQE's ``parallelismFirst`` (on in
 Spark) makes ``defaultParallelism``, the task slots the application holds at
@@ -111,6 +118,8 @@ EXTENSIONS = "spark.sql.extensions"
 SHIM_EXTENSIONS = "io.sparkadaptive.shim.AdaptiveExtensions"
 #: Shuffle partitions written per planned task (the shim's ShufflePartitionsFromEstimate).
 PARTITIONS_PER_TASK = 8
+#: Spark's default ``spark.sql.files.maxPartitionBytes``.
+SPARK_MAX_PARTITION_BYTES = 128 << 20
 
 
 def source_upper_bound(settings: Settings) -> int:
@@ -125,28 +134,36 @@ def source_upper_bound(settings: Settings) -> int:
 OPEN_COST_SHARE = 128
 
 
-def open_cost(v: int) -> int:
-    """``spark.sql.files.openCostInBytes`` for splits of at most ``V`` bytes: ``V / 128``,
-    never above Spark's 4 MiB."""
-    return max(1, min(4 << 20, v // OPEN_COST_SHARE))
+def open_cost(split: int) -> int:
+    """``spark.sql.files.openCostInBytes`` for splits of at most ``split`` bytes:
+    ``split / 128``, never above Spark's 4 MiB."""
+    return max(1, min(4 << 20, split // OPEN_COST_SHARE))
 
 
-def sql_confs(settings: Settings) -> dict[str, str]:
-    """The Spark SQL confs that make DataFrame jobs follow the ``batch.*`` settings."""
+def sql_confs(settings: Settings, max_partition_bytes: int = SPARK_MAX_PARTITION_BYTES
+              ) -> dict[str, str]:
+    """The Spark SQL confs that make DataFrame jobs follow the ``batch.*`` settings.
+
+    ``max_partition_bytes``: the app's ``spark.sql.files.maxPartitionBytes``, the scans'
+    split size when ``batch.source-split-size`` is unset (then the key is left alone)."""
     v = settings.batch_avg_data_volume_per_task
     min_p, held = settings.batch_min_parallelism, settings.batch_use_held_slots
+    split = settings.batch_source_split_size
     confs = {
         AQE + "coalescePartitions.enabled": "true",
         AQE + "coalescePartitions.initialPartitionNum": str(settings.batch_max_parallelism),
         AQE + "advisoryPartitionSizeInBytes": str(v),
         AQE + "coalescePartitions.parallelismFirst": "true" if held else "false",
         AQE + "coalescePartitions.minPartitionSize": str(min_task_bytes(v)),
-        FILES + "maxPartitionBytes": str(v),
-        FILES + "openCostInBytes": str(open_cost(v)),
+    }
+    if split is not None:
+        confs[FILES + "maxPartitionBytes"] = str(split)
+    confs.update({
+        FILES + "openCostInBytes": str(open_cost(split or max_partition_bytes)),
         FILES + "maxPartitionNum": str(source_upper_bound(settings)),
         AQE + "skewJoin.skewedPartitionFactor": repr(settings.batch_skewed_factor),
         AQE + "skewJoin.skewedPartitionThresholdInBytes": str(settings.batch_skew_threshold_bytes),
-    }
+    })
     if min_p > 1 or not held:
         confs[FILES + "minPartitionNum"] = str(min_p)
     if min_p > 1:
@@ -154,12 +171,27 @@ def sql_confs(settings: Settings) -> dict[str, str]:
     return confs
 
 
+def max_partition_bytes(sc: SparkContext) -> int:
+    """``spark.sql.files.maxPartitionBytes`` of ``sc``'s live conf (Spark's default if unset)."""
+    live = sc._jsc.sc().conf()
+    if not live.contains(FILES + "maxPartitionBytes"):
+        return SPARK_MAX_PARTITION_BYTES
+    text = str(live.get(FILES + "maxPartitionBytes"))
+    jvm: Any = sc._jvm
+    try:
+        return int(jvm.org.apache.spark.network.util.JavaUtils.byteStringAsBytes(text))
+    except Exception:  # noqa: BLE001 - Spark itself rejects it when a scan is planned
+        log.warning("batch: %smaxPartitionBytes=%r is not a size; open cost sized for %s",
+                    FILES, text, format_bytes(SPARK_MAX_PARTITION_BYTES))
+        return SPARK_MAX_PARTITION_BYTES
+
+
 def apply_sql_confs(sc: SparkContext, settings: Settings) -> dict[str, str]:
     """Set :func:`sql_confs` where sessions read them; returns what was set.
 
     Logs one INFO line with the values and the keys whose earlier value they replace.
     """
-    confs = sql_confs(settings)
+    confs = sql_confs(settings, max_partition_bytes(sc))
     live = sc._jsc.sc().conf()  # the SparkContext's own conf; getConf() would be a copy
     replaced = {k: live.get(k) for k in confs if live.contains(k) and live.get(k) != confs[k]}
     for k, v in confs.items():
@@ -176,9 +208,13 @@ def apply_sql_confs(sc: SparkContext, settings: Settings) -> dict[str, str]:
                 replaced.setdefault(k, old)
             runtime.set(k, v)
         aqe_on = str(runtime.get(AQE + "enabled", "true")).lower() == "true"
-    log.info("batch: Spark SQL steered to %s per task within [%d, %d] tasks (source splits at "
-             "most %d): %s%s", format_bytes(settings.batch_avg_data_volume_per_task),
+    split = settings.batch_source_split_size
+    log.info("batch: Spark SQL steered to %s per shuffle-reading task within [%d, %d] tasks; "
+             "scans in splits of at most %s, at most %d of them: %s%s",
+             format_bytes(settings.batch_avg_data_volume_per_task),
              settings.batch_min_parallelism, settings.batch_max_parallelism,
+             format_bytes(split) if split is not None
+             else f"{format_bytes(max_partition_bytes(sc))} ({FILES}maxPartitionBytes)",
              source_upper_bound(settings), ", ".join(f"{k}={v}" for k, v in confs.items()),
              f"; replaced {replaced}" if replaced else "")
     if settings.batch_shuffle_partitions_from_estimate:

@@ -34,6 +34,11 @@ from spark_adaptive.errors import ConfigurationError
 
 PREFIX = "spark.adaptive."
 MAX_PARALLELISM_LIMIT = 32768  # 2^15, Flink's UPPER_BOUND_MAX_PARALLELISM
+#: ``batch.text_file``'s split size when ``batch.source-split-size`` is unset. Its map tasks
+#: combine in a Python dict, whose time per record grows with its size: in
+#: benchmarks/batch.py's 1 GB ``reduceByKey`` the map stage took 45.5 s with 64 MiB splits
+#: and 46.9 s with 128 MiB (Spark SQL's scans, compiled, gain from the bigger ones).
+TEXT_FILE_SPLIT_BYTES = 64 << 20
 
 
 # -- value parsing ----------------------------------------------------------------
@@ -333,11 +338,23 @@ class Settings:
         "consumes.")
     batch_avg_data_volume_per_task: int = option(
         "batch.avg-data-volume-per-task", "size", 64 << 20,
-        "Bytes each task of a batch stage should consume; a stage's parallelism is its "
-        "consumed bytes divided by this. Flink's default is 16 MiB; 64 MiB here because "
-        "file scans are split by it too, and smaller splits combine less on the map side "
-        "(benchmarks/batch.py: 16 and 32 MiB 1.22x slower than 64 MiB on a 93 MiB "
-        "aggregation-plus-join, 128 MiB within 1%).", minimum=1)
+        "Bytes each task of a shuffle-reading batch stage should consume; the stage's "
+        "parallelism is its consumed bytes divided by this (Spark SQL: "
+        "spark.sql.adaptive.advisoryPartitionSizeInBytes). Sources are split by "
+        "batch.source-split-size instead. Flink's default is 16 MiB, AQE's 64 MiB: with scans "
+        "at 128 MiB splits, 16, 32 and 64 MiB took the same time on the aggregation-plus-join "
+        "of benchmarks/batch.py (1 GB: 36.7, 38.0 and 36.7 s; 100 MB: 3.26, 3.16 and 3.27 s; "
+        "medians), and 64 MiB runs a quarter of the tasks.", minimum=1)
+    batch_source_split_size: int | None = option(
+        "batch.source-split-size", "size", None,
+        "Most bytes one task of a file source reads: a source's parallelism is its bytes "
+        "divided by this (Flink's dynamic source parallelism inference), within "
+        "batch.default-source-parallelism. Unset: Spark SQL's spark.sql.files.maxPartitionBytes "
+        "(128 MiB in Spark) for DataFrame scans, 64 MiB for batch.text_file. Bigger splits "
+        "combine more on the map side (1 GB aggregation-plus-join: 523 MB shuffled with 128 "
+        "MiB splits, 640 MB with 64 MiB), while a Python map task's dict gets slower as it "
+        "grows.", minimum=1,
+        default_text="spark.sql.files.maxPartitionBytes (DataFrame scans), 64 MiB (text_file)")
     batch_min_parallelism: int = option(
         "batch.min-parallelism", "int", 1,
         "Lowest parallelism decided for a batch stage.", minimum=1)
@@ -494,6 +511,13 @@ class Settings:
         if self.mode == "reactive":
             return self.max_parallelism
         return max(self.lower_bound, min(configured_partitions, self.max_parallelism))
+
+    @property
+    def text_file_split_bytes(self) -> int:
+        """``batch.source-split-size``, or :data:`TEXT_FILE_SPLIT_BYTES` when it is unset."""
+        if self.batch_source_split_size is not None:
+            return self.batch_source_split_size
+        return TEXT_FILE_SPLIT_BYTES
 
     @property
     def batch_skew_threshold_bytes(self) -> int:

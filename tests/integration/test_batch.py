@@ -339,7 +339,7 @@ def test_group_by_key_join_and_sort_equal_pyspark(cluster: LocalCluster,
         assert sorted(ordered) == sorted(keyed.collect())
 
 
-def test_text_file_runs_bytes_over_v_tasks_and_equals_text_file(cluster: LocalCluster,
+def test_text_file_runs_bytes_over_split_size_tasks_and_equals_text_file(cluster: LocalCluster,
                                                                 stop_session: None,
                                                                 tmp_path: Path) -> None:
     spark, rt, rec = _session(cluster)
@@ -355,7 +355,7 @@ def test_text_file_runs_bytes_over_v_tasks_and_equals_text_file(cluster: LocalCl
     (small / ".part-00000.crc").write_bytes(b"x" * 50_000)
     size = sum(p.stat().st_size for p in small.glob("part-*"))
 
-    rdd = batch.text_file(sc, str(small), avg_bytes_per_task=16 * KiB)
+    rdd = batch.text_file(sc, str(small), source_split_size=16 * KiB)
     plan = batch.source_decision_of(rdd)
     assert plan is not None and plan.input_bytes == size and plan.splits == 40, plan
     assert plan.parallelism == math.ceil(size / (16 * KiB)) < 40, plan
@@ -366,10 +366,10 @@ def test_text_file_runs_bytes_over_v_tasks_and_equals_text_file(cluster: LocalCl
             == sorted(sc.textFile(str(small)).map(lambda line: (int(line.split(",")[1]), 1))
                       .reduceByKey(operator.add).collect()))
 
-    # One file: split finer than its block, into ceil(bytes / V) tasks.
+    # One file: split finer than its block, into ceil(bytes / split size) tasks.
     one = tmp_path / "one.csv"
     one.write_text("\n".join(lines * 8) + "\n")
-    big = batch.text_file(sc, str(one), avg_bytes_per_task=256 * KiB)
+    big = batch.text_file(sc, str(one), source_split_size=256 * KiB)
     big_plan = batch.source_decision_of(big)
     assert big_plan is not None and big_plan.input_bytes == one.stat().st_size
     assert big.getNumPartitions() == big_plan.parallelism == math.ceil(
@@ -404,6 +404,8 @@ def test_text_file_runs_bytes_over_v_tasks_and_equals_text_file(cluster: LocalCl
         absent.count()
     with pytest.raises(TypeError, match="skew_factor"):
         batch.text_file(sc, str(small), skew_factor=2.0)
+    with pytest.raises(TypeError, match="avg_bytes_per_task"):  # sources take a split size
+        batch.text_file(sc, str(small), avg_bytes_per_task=16 * KiB)
 
 
 def test_text_file_sends_lines_in_chunks_and_they_are_text_files_lines(
@@ -434,7 +436,7 @@ def test_text_file_sends_lines_in_chunks_and_they_are_text_files_lines(
         assert sum(map(len, expected)) == 2 * 60_000 + 10
         # What batch.text_file returns is such an RDD, and its lines are textFile's.
         rdd = batch.text_file(sc, str(data), use_unicode=use_unicode,
-                              avg_bytes_per_task=256 * KiB)
+                              source_split_size=256 * KiB)
         assert isinstance(rdd._jrdd_deserializer, LineChunks)
         assert sorted(rdd.collect()) == sorted(line for part in expected for line in part)
 
@@ -511,7 +513,7 @@ def test_zero_code_app_is_steered_before_its_first_session(cluster: LocalCluster
                        text=True, env=env, timeout=240, cwd=tmp_path)
     assert p.returncode == 0, p.stdout[-3000:]
     assert f"ADVISORY {V_SQL}" in p.stdout and "RESULT done" in p.stdout
-    assert "batch: Spark SQL steered to 184 KiB per task" in p.stdout
+    assert "batch: Spark SQL steered to 184 KiB per shuffle-reading task" in p.stdout
     # The session the app made has the shim's SQL extension: Spark estimates 480,000 bytes
     # into the shuffle, 3 tasks of 184 KiB, so 24 partitions are written instead of 128.
     assert ("1 shuffle(s) of this query written in 24 partitions instead of 128 (8 per task): "

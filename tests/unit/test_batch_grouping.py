@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -62,13 +63,18 @@ def test_merging_tasks_read_at_most_16_mib_and_map_tasks_write_partitions_for_th
         capped, per_map_task = plans.for_merging(sc, params(64 * MiB), "reduceByKey")
         plans.for_merging(sc, params(100 * MiB), "reduceByKey")
     assert capped.avg_bytes_per_task == plans.MERGE_TASK_BYTES == 16 * MiB
-    assert per_map_task == 4  # a map task of V bytes: ceil(64 / 16) partitions
-    assert plans.for_merging(sc, params(100 * MiB), "reduceByKey")[1] == 7
+    assert capped.split_bytes == 64 * MiB  # text_file's splits when unset
+    assert per_map_task == 4  # a map task of a 64 MiB split: ceil(64 / 16) partitions
     said = [r.getMessage() for r in caplog.records if "Python dict" in r.getMessage()]
     assert len(said) == 1 and "16 MiB" in said[0] and "64 MiB" in said[0], said
-    # A volume at or under the cap is left alone, one partition per map task.
+    # At or under the cap V is left alone, and the partitions per map task follow the splits.
     small = params(8 * MiB)
-    assert plans.for_merging(sc, small, "reduceByKey") == (small, 1)
+    assert plans.for_merging(sc, small, "reduceByKey") == (small, 8)
+    assert plans.for_merging(sc, params(16 * MiB), "reduceByKey")[1] == 4
+    big_splits = dataclasses.replace(params(16 * MiB), split_bytes=100 * MiB)
+    assert plans.for_merging(sc, big_splits, "reduceByKey")[1] == 7  # ceil(100 / 16)
+    tiny_splits = dataclasses.replace(params(16 * MiB), split_bytes=MiB)
+    assert plans.for_merging(sc, tiny_splits, "reduceByKey")[1] == 1
     # 16 map tasks of a 1 GB text file: 64 partitions, room for ceil(441 MiB / 16 MiB).
     assert plans.subpartitions(16, capped, per_map_task) == 64
     assert plans.subpartitions(82, capped, per_map_task) == 128  # never above max-parallelism

@@ -19,12 +19,15 @@ def test_confs_follow_the_batch_settings() -> None:
     assert c[AQE + "coalescePartitions.initialPartitionNum"] == "256"
     assert c[AQE + "advisoryPartitionSizeInBytes"] == str(16 << 20)
     assert c[AQE + "coalescePartitions.minPartitionSize"] == str(1 << 20)
-    assert c[FILES + "maxPartitionBytes"] == str(16 << 20)
-    # A file's open cost follows the split size (V / 128) ...
-    assert c[FILES + "openCostInBytes"] == str(128 << 10)
-    assert sql_confs(settings())[FILES + "openCostInBytes"] == str(512 << 10)
+    # Scans keep the app's split size unless batch.source-split-size is set ...
+    assert FILES + "maxPartitionBytes" not in c
+    assert c[FILES + "openCostInBytes"] == str(1 << 20)  # Spark's 128 MiB / 128
+    assert sql_confs(s, 256 << 20)[FILES + "openCostInBytes"] == str(2 << 20)
+    split = sql_confs(settings(**{"source-split-size": "16m"}), 256 << 20)
+    assert split[FILES + "maxPartitionBytes"] == str(16 << 20)
+    assert split[FILES + "openCostInBytes"] == str(128 << 10)  # ... whose open cost follows
     # ... and never exceeds Spark's 4 MiB.
-    assert sql_confs(settings(**{"avg-data-volume-per-task": "1g"}))[
+    assert sql_confs(settings(**{"source-split-size": "1g"}))[
         FILES + "openCostInBytes"] == str(4 << 20)
     assert c[FILES + "maxPartitionNum"] == "64" == str(source_upper_bound(s))
     assert AQE + "enabled" not in c, "the app's choice stays"

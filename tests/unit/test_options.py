@@ -49,6 +49,7 @@ def test_declared_keys_and_promised_defaults() -> None:
         "spark.adaptive.restart-strategy.exponential-delay.attempts-before-reset-backoff": None,
         "spark.adaptive.batch.enabled": False,
         "spark.adaptive.batch.avg-data-volume-per-task": 64 << 20,
+        "spark.adaptive.batch.source-split-size": None,
         "spark.adaptive.batch.min-parallelism": 1,
         "spark.adaptive.batch.max-parallelism": 128,
         "spark.adaptive.batch.default-source-parallelism": None,
