@@ -395,7 +395,7 @@ COLORS = {"defaults": "tab:blue", "aqe-off": "tab:orange", "adaptive": "tab:gree
 
 def skew_panel(ax: Any, skewed: list[dict[str, Any]]) -> None:
     """Slowest over median task of the biggest shuffle stage, per job and variant."""
-    bars = [(f"{r['scale']} {job}\n{name}", slow / med)
+    bars = [(f"{r['scale']} {job} {name}", slow / med)
             for r in skewed for job, s in r["summary"].items()
             for name, (slow, med, tasks) in s["skew"].items()
             if slow and med and tasks and tasks >= 4]
@@ -420,7 +420,10 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
     panels = len(jobs) + (1 if skewed else 0)
     if not panels:
         return
-    fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 4.5), squeeze=False)
+    bars = sum(len(s["skew"]) for r in skewed for s in r["summary"].values())
+    # One line per skew bar: a run of several skewed joins gets a taller figure.
+    fig, axes = plt.subplots(1, panels, figsize=(6 * panels, max(4.5, 0.22 * bars + 1)),
+                             squeeze=False)
     if skewed:
         skew_panel(axes[0][-1], skewed)
     for ax, job in zip(axes[0], jobs, strict=False):

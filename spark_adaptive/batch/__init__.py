@@ -5,19 +5,22 @@ Then:
 
 * DataFrame and SQL jobs: every shuffle stage runs ``ceil(bytes / V)`` tasks
   within ``[batch.min-parallelism, batch.max-parallelism]``, and every file
-  scan ``ceil(input bytes / V)`` splits (:mod:`spark_adaptive.batch.sql`);
+  scan ``ceil(input bytes / S)`` splits (:mod:`spark_adaptive.batch.sql`);
 * RDD jobs: :func:`reduce_by_key`, :func:`group_by_key`, :func:`combine_by_key`,
   :func:`join`, :func:`left_outer_join` and :func:`sort_by_key` size their reduce
   side the same way, with byte-balanced partition ranges and skew splitting
   (:mod:`spark_adaptive.batch.rdd`; they work without ``batch.enabled`` too),
-  and :func:`text_file` reads files with ``ceil(input bytes / V)`` tasks
+  and :func:`text_file` reads files with ``ceil(input bytes / S)`` tasks
   (:mod:`spark_adaptive.batch.sources`);
 * executors follow the stages' tasks while no managed streaming query runs;
 * :func:`report` returns (and writes) the per-job report: stages, bytes,
   tasks, the rule's value and the reason; each stage and job is also an INFO
   line on the ``spark_adaptive.batch`` logger.
 
-``V`` is ``spark.adaptive.batch.avg-data-volume-per-task``.
+``V`` is ``spark.adaptive.batch.avg-data-volume-per-task``; ``S`` is
+``spark.adaptive.batch.source-split-size``, unset by default: DataFrame scans then
+keep Spark's ``spark.sql.files.maxPartitionBytes`` (128 MiB) and :func:`text_file`
+splits at 64 MiB.
 """
 
 from __future__ import annotations

@@ -7,8 +7,9 @@ These helpers take none:
    subpartitions), at most one per map task
    (:func:`~spark_adaptive.core.batch_shuffle.subpartition_count`), with the
    same hashing as PySpark's own operation (:func:`partition_hash`), and
-   for :func:`reduce_by_key` and :func:`combine_by_key` enough per map task
-   for their reduce tasks' cap (below);
+   for :func:`reduce_by_key` and :func:`combine_by_key` ``ceil(S / V)`` per map
+   task, ``S`` being the source split size, so that their reduce tasks can read
+   ``V`` (at most the cap below);
    :func:`reduce_by_key` and :func:`combine_by_key` combine locally first,
    the grouping ones do not (as Spark's own ``groupByKey``: lists shuffle no
    fewer bytes);

@@ -116,6 +116,8 @@ def test_reactive_mode_changes_only_unset_defaults() -> None:
     ("spark.adaptive.max-parallelism", "40000", "must be <= 32768"),
     ("spark.adaptive.parallelism.lower-bound", "0", "must be >= 1"),
     ("spark.adaptive.batch.avg-data-volume-per-task", "lots", "expected a size"),
+    ("spark.adaptive.batch.source-split-size", "big", "expected a size"),
+    ("spark.adaptive.batch.source-split-size", "0", "must be >= 1"),
     ("spark.adaptive.restart-strategy.type", "sometimes",
      "accepted values: none, fixed-delay, failure-rate, exponential-delay"),
     ("spark.adaptive.rest.port", "http", "expected an integer"),
@@ -181,3 +183,9 @@ def test_readme_table_and_conf_template_match_the_registry() -> None:
     assert options.markdown_table() in readme
     template = (ROOT / "conf" / "spark-defaults.conf.template").read_text()
     assert template == options.defaults_template()
+
+
+def test_text_file_split_follows_the_source_split_size() -> None:
+    assert Settings().text_file_split_bytes == 64 << 20
+    given = Settings.from_conf({"spark.adaptive.batch.source-split-size": "32m"})
+    assert given.batch_source_split_size == given.text_file_split_bytes == 32 << 20
