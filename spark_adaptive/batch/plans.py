@@ -89,17 +89,20 @@ def settings_for(sc: SparkContext, limits: dict[str, Any],
         raise TypeError(f"unknown keyword(s) {sorted(unknown)}; accepted: {', '.join(accepted)}")
     rt = runtime_for(sc)
     s = rt.settings if rt is not None else Settings.from_conf(dict(sc.getConf().getAll()))
+    def given(name: str, default: int) -> int:  # None: the setting; 0 is refused below
+        value = limits.get(name)
+        return default if value is None else int(value)
+
     p = BatchParams(
-        avg_bytes_per_task=int(limits.get("avg_bytes_per_task") or
-                               s.batch_avg_data_volume_per_task),
-        min_p=int(limits.get("min_parallelism") or s.batch_min_parallelism),
-        max_p=int(limits.get("max_parallelism") or s.batch_max_parallelism),
+        avg_bytes_per_task=given("avg_bytes_per_task", s.batch_avg_data_volume_per_task),
+        min_p=given("min_parallelism", s.batch_min_parallelism),
+        max_p=given("max_parallelism", s.batch_max_parallelism),
         skew_factor=float(limits.get("skew_factor", s.batch_skewed_factor)),
         skew_threshold=int(limits.get("skew_threshold", s.batch_skew_threshold_bytes)),
         shim_jar=shim_jar_path(s.shim_jar),
         slots=int(sc.defaultParallelism) if s.batch_use_held_slots else 1,
         default_source=s.batch_default_source_parallelism,
-        split_bytes=int(limits.get("source_split_size") or s.text_file_split_bytes))
+        split_bytes=given("source_split_size", s.text_file_split_bytes))
     if not 1 <= p.min_p <= p.max_p or p.avg_bytes_per_task < 1 or p.split_bytes < 1:
         raise ValueError(f"need avg_bytes_per_task >= 1, source_split_size >= 1 and "
                          f"1 <= min_parallelism <= max_parallelism, got {p.avg_bytes_per_task}, "
