@@ -91,7 +91,12 @@ def settings_for(sc: SparkContext, limits: dict[str, Any],
     s = rt.settings if rt is not None else Settings.from_conf(dict(sc.getConf().getAll()))
     def given(name: str, default: int) -> int:  # None: the setting; 0 is refused below
         value = limits.get(name)
-        return default if value is None else int(value)
+        if value is None:
+            return default
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} must be an integer, got {value!r}") from None
 
     p = BatchParams(
         avg_bytes_per_task=given("avg_bytes_per_task", s.batch_avg_data_volume_per_task),

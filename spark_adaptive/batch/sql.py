@@ -191,7 +191,8 @@ def apply_sql_confs(sc: SparkContext, settings: Settings) -> dict[str, str]:
 
     Logs one INFO line with the values and the keys whose earlier value they replace.
     """
-    confs = sql_confs(settings, max_partition_bytes(sc))
+    scan_split = max_partition_bytes(sc)  # one py4j read (and one warning if it is bad)
+    confs = sql_confs(settings, scan_split)
     live = sc._jsc.sc().conf()  # the SparkContext's own conf; getConf() would be a copy
     replaced = {k: live.get(k) for k in confs if live.contains(k) and live.get(k) != confs[k]}
     for k, v in confs.items():
@@ -214,7 +215,7 @@ def apply_sql_confs(sc: SparkContext, settings: Settings) -> dict[str, str]:
              format_bytes(settings.batch_avg_data_volume_per_task),
              settings.batch_min_parallelism, settings.batch_max_parallelism,
              format_bytes(split) if split is not None
-             else f"{format_bytes(max_partition_bytes(sc))} ({FILES}maxPartitionBytes)",
+             else f"{format_bytes(scan_split)} ({FILES}maxPartitionBytes)",
              source_upper_bound(settings), ", ".join(f"{k}={v}" for k, v in confs.items()),
              f"; replaced {replaced}" if replaced else "")
     if settings.batch_shuffle_partitions_from_estimate:

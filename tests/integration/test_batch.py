@@ -408,6 +408,8 @@ def test_text_file_runs_bytes_over_split_size_tasks_and_equals_text_file(cluster
         batch.text_file(sc, str(small), avg_bytes_per_task=16 * KiB)
     with pytest.raises(ValueError, match="source_split_size >= 1"):
         batch.text_file(sc, str(small), source_split_size=0)
+    with pytest.raises(ValueError, match="source_split_size must be an integer, got 'big'"):
+        batch.text_file(sc, str(small), source_split_size="big")
 
 
 def test_text_file_sends_lines_in_chunks_and_they_are_text_files_lines(
