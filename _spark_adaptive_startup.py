@@ -16,13 +16,26 @@ to 3s unless the app set it: spark-adaptive treats an executor silent for
 heartbeats more often than Spark's default 10s (executors read the interval
 when they start, so it cannot be changed later).
 
+A Spark Connect client has no driver in its process: when a Connect session is
+built with ``spark.adaptive.enabled=true`` among its options, one warning says
+that spark-adaptive does nothing for it, and why.
+
 Set ``SPARK_ADAPTIVE_STARTUP=0`` to switch the hook off for a process.
 """
 
 import os
 import sys
+import time
 
-_TARGETS = ("pyspark.core.context", "pyspark.context")
+_CONTEXTS = ("pyspark.core.context", "pyspark.context")
+_CONNECT = "pyspark.sql.connect.session"
+_TARGETS = (*_CONTEXTS, _CONNECT)
+CONNECT_MESSAGE = (
+    "spark.adaptive.enabled=true is set for a Spark Connect session, but spark-adaptive runs "
+    "inside the Spark driver's Python process, which a Connect client does not have: it does "
+    "nothing for this session. Run the app as a classic PySpark app (spark-submit, or "
+    "SparkSession.builder.master(...)) to have its streaming queries scaled.")
+_connect_warned = False
 _HEARTBEAT = "spark.executor.heartbeatInterval"
 HEARTBEAT_INTERVAL = "3s"
 
@@ -50,7 +63,41 @@ def _prepare(args, kwargs):
         pass  # a conf without these methods: leave it as it is
 
 
+def _warn_connect(options):
+    global _connect_warned
+    try:
+        enabled = str(options.get("spark.adaptive.enabled", "false")).strip().lower() == "true"
+    except Exception:
+        enabled = False
+    if enabled and not _connect_warned:
+        _connect_warned = True
+        when = time.strftime("%y/%m/%d %H:%M:%S")
+        sys.stderr.write(f"{when} WARN SparkAdaptive: {CONNECT_MESSAGE}\n")
+
+
+def _patch_connect(module):
+    builder = getattr(getattr(module, "SparkSession", None), "Builder", None)
+    if builder is None:
+        return
+    for name in ("getOrCreate", "create"):
+        original = getattr(builder, name, None)
+        if original is None or getattr(original, "_spark_adaptive", False):
+            continue
+
+        def wrapper(self, *args, _original=original, **kwargs):
+            _warn_connect(getattr(self, "_options", {}))
+            return _original(self, *args, **kwargs)
+
+        wrapper._spark_adaptive = True
+        wrapper.__wrapped__ = original
+        wrapper.__doc__ = original.__doc__
+        setattr(builder, name, wrapper)
+
+
 def _patch(module):
+    if getattr(module, "__name__", "") == _CONNECT:
+        _patch_connect(module)
+        return
     cls = getattr(module, "SparkContext", None)
     if cls is None or getattr(cls.__init__, "_spark_adaptive", False):
         return

@@ -76,7 +76,7 @@ class BatchScheduler:
         cores = sorted(self._rt.actuator.executors.values())
         if cores:
             return max(1, cores[len(cores) // 2] // task_cpus)
-        configured = self._rt.sc.getConf().get("spark.executor.cores", None)
+        configured = self._rt.sc._conf.get("spark.executor.cores", None)
         return int(configured) // task_cpus if configured else None
 
     def on_event(self, event: ev.Event) -> None:

@@ -61,6 +61,56 @@ def determine_parallelism(
     return shares
 
 
+@dataclass(frozen=True)
+class FirstStart:
+    """How a query's first run starts: at ``parallelism`` partitions on ``slots`` slots
+    (0 while no executor is known), and why."""
+
+    parallelism: int
+    slots: int
+    reason: str
+
+
+def first_start(
+    *,
+    configured_partitions: int,
+    state_partitions: int | None,
+    share: int | None,
+    requirements: ResourceRequirements,
+    repartition: RepartitionSupport,
+) -> FirstStart:
+    """The partitions a query's first run starts with, decided at once, without waiting.
+
+    The app's ``start()`` starts the query in Spark right away, so that Spark analyses it
+    and raises its own errors at once, as it does without spark-adaptive. The partition
+    count is decided from what is known at that moment; the rescale rule takes over from
+    there (within the submission timing, see ``Executing``). In order:
+
+    1. State already in the checkpoint: its partitions (Spark restores them anyway).
+    2. A partition count that cannot change (``repartition.possible`` false: no
+       checkpoint, a source that cannot replay, local mode, ...): the configured
+       partitions within the bounds, as the app would run without spark-adaptive.
+    3. A slot share exists: the share (the allocator keeps it within the bounds).
+    4. No executor yet (an application's executors register seconds after it starts):
+       the configured partitions within the bounds.
+    """
+    r = requirements
+    configured = min(max(configured_partitions, r.lower), r.upper)
+    slots = share or 0
+    if state_partitions is not None:
+        return FirstStart(state_partitions, slots,
+                          f"its checkpoint holds state in {state_partitions} partitions")
+    if not repartition.possible:
+        return FirstStart(configured, slots, f"starts at its configured {configured} "
+                                             f"partitions: {repartition.reason}")
+    if share:
+        return FirstStart(share, share, f"{share} slots available within bounds "
+                                        f"[{r.lower}, {r.upper}]")
+    return FirstStart(configured, 0, f"no task slot is known yet; starts at its configured "
+                                     f"{configured} partitions and rescales once resources "
+                                     "settle")
+
+
 def desired_slots(requirements: Mapping[K, ResourceRequirements], max_parallelism: int) -> int:
     """Slots to ask the cluster for: every query at its upper bound, capped by max-parallelism."""
     return min(sum(r.upper for r in requirements.values()), max_parallelism)

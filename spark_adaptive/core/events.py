@@ -77,6 +77,8 @@ class StageCompleted(Event):
     #: shim measures the slowest and the median task of the stage for skew reports.
     max_task_duration: float | None = None
     median_task_duration: float | None = None
+    #: The sum of the stage's task durations (slot-seconds busy), from the shim.
+    task_time: float | None = None
     #: The id of the RDD helper plan (``reduceByKey#3``, ``textFile#1``) an RDD of this
     #: stage reads by, from its name (:data:`PLAN_RDD_PREFIX`); None for any other stage.
     plan: str | None = None
@@ -121,6 +123,29 @@ class StateOperatorProgress:
 
 
 @dataclass(frozen=True)
+class SourceProgress:
+    """One source of a micro-batch, as Spark reports it (``SourceProgress``)."""
+
+    description: str
+    num_input_rows: int
+    input_rows_per_second: float | None
+    processed_rows_per_second: float | None
+    #: Source-specific figures (Kafka: minOffsetsBehindLatest, maxOffsetsBehindLatest,
+    #: avgOffsetsBehindLatest, estimatedTotalBytesBehindLatest), as Spark's strings.
+    metrics: tuple[tuple[str, str], ...] = ()
+
+    def metric(self, name: str) -> float | None:
+        """A numeric metric, or None when absent or not a number."""
+        for key, value in self.metrics:
+            if key == name:
+                try:
+                    return float(value)
+                except (TypeError, ValueError):
+                    return None
+        return None
+
+
+@dataclass(frozen=True)
 class QueryProgress(Event):
     query_id: str
     run_id: str
@@ -132,6 +157,7 @@ class QueryProgress(Event):
     batch_duration: float
     trigger_execution: float
     state_operators: tuple[StateOperatorProgress, ...] = field(default_factory=tuple)
+    sources: tuple[SourceProgress, ...] = field(default_factory=tuple)
 
     @property
     def state_partitions(self) -> int | None:

@@ -9,11 +9,15 @@ phase (stop, repartition, start) as the driver reported them.
 At most one record is *pending* at a time. A new record supersedes the
 pending one; a failure fails it; the first completed micro-batch completes it.
 
-Counters follow Flink's ``numRestarts`` / ``numRescales``: every restart counts
-as a restart; a restart without a failure counts as a rescale as well. Live
-rescales count as rescales (and as live rescales), never as restarts; the
-first start counts as neither. ``failures`` counts every failure of the query,
-restarted or not.
+The first start of a query is recorded with kind ``initial`` (trigger
+``INITIAL_SCHEDULE``): its duration is the time to the first completed
+micro-batch, and it is neither a rescale nor a restart.
+
+Counters follow Flink's ``numRestarts`` / ``numRescales`` and are counted from
+the same records: every ``restart`` record counts as a restart, and as a
+rescale as well unless its trigger is ``FAILURE``; ``live`` records count as
+rescales (and as live rescales), never as restarts; ``initial`` counts as
+neither. ``failures`` counts every failure of the query, restarted or not.
 
 :class:`DecisionLog` is where every decision of a query's scheduler goes: it
 becomes the query's ``lastDecision`` and one INFO line with its reason on the
@@ -46,14 +50,14 @@ class Trigger(str, enum.Enum):
     FAILURE = "FAILURE"
 
 
-Kind = Literal["live", "restart"]
+Kind = Literal["initial", "live", "restart"]
 Outcome = Literal["pending", "completed", "failed", "superseded"]
 
 
 @dataclass(frozen=True)
 class RescaleRecord:
-    """One (re)start or live rescale. ``kind``: ``restart`` = the query was (re)started
-    (the first start included), ``live`` = it kept running."""
+    """One start, restart or live rescale. ``kind``: ``initial`` = the query's first start,
+    ``restart`` = it was stopped and started again, ``live`` = it kept running."""
 
     id: int
     time: float
@@ -141,9 +145,9 @@ class RescaleHistory:
         c = self.counters
         if kind == "live":
             c = dataclasses.replace(c, rescales=c.rescales + 1, live_rescales=c.live_rescales + 1)
-        elif trigger is Trigger.FAILURE:
+        elif kind == "restart" and trigger is Trigger.FAILURE:
             c = dataclasses.replace(c, restarts=c.restarts + 1)
-        elif trigger is not Trigger.INITIAL_SCHEDULE:
+        elif kind == "restart":
             c = dataclasses.replace(c, restarts=c.restarts + 1, rescales=c.rescales + 1)
         self.counters = c
         return record
@@ -156,14 +160,18 @@ class RescaleHistory:
         self,
         *,
         to_parallelism: int | None = None,
+        to_slots: int | None = None,
         timings: Iterable[tuple[str, float]] = (),
     ) -> None:
-        """Amend the pending record: the parallelism really started, phase timings."""
+        """Amend the pending record: the parallelism really started, the slots it got,
+        phase timings."""
         if self._pending is None:
             return
         changes: dict[str, Any] = {}
         if to_parallelism is not None:
             changes["to_parallelism"] = to_parallelism
+        if to_slots is not None:
+            changes["to_slots"] = to_slots
         merged = dict(self._pending.timings)
         for name, seconds in timings:
             merged[name] = merged.get(name, 0.0) + seconds
@@ -219,8 +227,10 @@ class DecisionLog:
         self._label = label
         self.last: Decision | None = None
 
-    def decide(self, action: str, reason: str) -> Decision:
+    def decide(self, action: str, reason: str, level: int = logging.INFO) -> Decision:
+        """Record and log a decision: INFO, or WARN for a failure the query survives, ERROR
+        for one it does not."""
         decision = Decision(self._timers.wall(), action, reason)
         self.last = decision
-        decision_log.info("query %s: %s: %s", self._label(), action, reason)
+        decision_log.log(level, "query %s: %s: %s", self._label(), action, reason)
         return decision

@@ -230,13 +230,16 @@ class Settings:
         "it; the configured parallelism is ignored (FLIP-159).", choices=("adaptive", "reactive"))
     resource_wait_timeout: float = option(
         "scheduler.submission.resource-wait-timeout", "duration", 300.0,
-        "Longest wait for sufficient resources before a query is started anyway (and fails if "
-        "there are none). -1 waits forever.", unit="s", forever=True,
+        "After a restart: longest wait for sufficient resources before the query is started "
+        "anyway (and fails if there are none). -1 waits forever. A query's first run never "
+        "waits: Spark starts it when the app calls start(), with or without executors.",
+        unit="s", forever=True,
         reactive_default=math.inf, aliases=("scheduler.resource-wait-timeout",))
     submission_stabilization: float = option(
         "scheduler.submission.resource-stabilization-timeout", "duration", 10.0,
-        "At submission and restart: once resources are sufficient but not yet desired, how long "
-        "to wait for more before starting.", unit="s", reactive_default=0.0,
+        "Once resources are sufficient but not yet desired, how long to wait for more: after a "
+        "restart before starting, and during a query's first run (which starts at once) before "
+        "its first rescale, which also has no cooldown.", unit="s", reactive_default=0.0,
         aliases=("scheduler.resource-stabilization-timeout",))
     cooldown: float = option(
         "scheduler.executing.cooldown-after-rescaling", "duration", 30.0,
@@ -267,6 +270,13 @@ class Settings:
         "that the rescale onto them does not pay their first-task costs (class loading, code "
         "generation, JIT) in its first micro-batch. A restart rescale onto more partitions "
         "waits for a warm-up in flight, at most 10 s.")
+    non_replayable_sources: str = option(
+        "scheduler.non-replayable-sources", "string", "",
+        "Streaming sources, besides Spark's socket source, that cannot replay their input "
+        "(format names or provider class names, comma-separated). spark-adaptive never "
+        "restarts a query that reads one: a restart would lose what the source sent "
+        "meanwhile. Such a query is rescaled live only, and a failure is not restarted unless "
+        "restart-strategy.type says so.")
     failure_detection_timeout: float = option(
         "failure-detection.timeout", "duration", 20.0,
         "An executor silent (no heartbeat) this long is treated as lost and released.",
@@ -284,17 +294,18 @@ class Settings:
         "max-parallelism", "int", MAX_PARALLELISM_LIMIT,
         "No query's parallelism ever exceeds this.", minimum=1, maximum=MAX_PARALLELISM_LIMIT)
 
-    restart_strategy: str | None = option(
-        "restart-strategy.type", "enum", None,
-        "What happens when a query fails: `none`, `fixed-delay`, `failure-rate` or "
-        "`exponential-delay` (Flink's spellings accepted).",
+    restart_strategy: str = option(
+        "restart-strategy.type", "enum", "none",
+        "What happens when a query fails: `none` (it fails, as on plain Spark), "
+        "`fixed-delay`, `failure-rate` or `exponential-delay` (Flink's spellings accepted). A "
+        "strategy applies to queries that can resume where they stopped (a checkpoint "
+        "location, sources that can replay); others fail as on plain Spark.",
         choices=("none", "fixed-delay", "failure-rate", "exponential-delay"),
         spellings=(("none", "none"), ("disable", "none"), ("off", "none"),
                    ("fixed-delay", "fixed-delay"), ("fixeddelay", "fixed-delay"),
                    ("failure-rate", "failure-rate"), ("failurerate", "failure-rate"),
                    ("exponential-delay", "exponential-delay"),
-                   ("exponentialdelay", "exponential-delay")),
-        default_text="exponential-delay for a query with a checkpoint location, else none")
+                   ("exponentialdelay", "exponential-delay")))
     fixed_delay_attempts: int = option(
         "restart-strategy.fixed-delay.attempts", "int", 1,
         "fixed-delay: restarts before the query is failed.", minimum=0)

@@ -18,7 +18,8 @@ memory by :class:`MemoryRequirementsStore`), and
 
 Contract of :class:`PersistedRequirements`:
 
-* :meth:`~PersistedRequirements.restore` is called once per query as it is
+* :meth:`~PersistedRequirements.restore` (:meth:`~PersistedRequirements.remember`
+  then :meth:`~PersistedRequirements.load`) is called once per query as it is
   registered. It returns the stored bounds, re-validated against the current
   settings, or ``None`` (use the defaults) when there are none, they cannot be
   read, they no longer fit (e.g. max-parallelism was lowered) or the app runs
@@ -130,9 +131,17 @@ class PersistedRequirements:
 
     def restore(self, info: QueryInfo) -> req.ResourceRequirements | None:
         """Remember the query's checkpoint; return its persisted bounds if they still apply."""
-        label = info.name or info.key
+        self.remember(info)
+        return self.load(info)
+
+    def remember(self, info: QueryInfo) -> None:
+        """Where the query with ``info.key`` keeps its requirements, for :meth:`persist`."""
         with self._lock:
-            self._checkpoints[info.key] = (info.checkpoint_location, label)
+            self._checkpoints[info.key] = (info.checkpoint_location, info.name or info.key)
+
+    def load(self, info: QueryInfo) -> req.ResourceRequirements | None:
+        """The bounds persisted in the query's checkpoint, if they still apply (never raises)."""
+        label = info.name or info.key
         location = info.checkpoint_location
         if location is None:
             return None

@@ -24,7 +24,8 @@ class QueryInfo:
     """What the boundary knows about a query before it runs."""
 
     key: str
-    """Stable handle the boundary uses for the query until Spark gives its id."""
+    """The query's id: Spark's query id of its first run (stable across restarts from one
+    checkpoint)."""
     name: str | None
     configured_partitions: int
     """``spark.sql.shuffle.partitions`` the app started the query with."""
@@ -37,6 +38,10 @@ class QueryInfo:
     stateful: bool = False
     """The query's plan has stateful operators (aggregation, deduplication, stream-stream
     join, arbitrary state), read from its analyzed plan before the first start."""
+    non_replayable_sources: tuple[str, ...] = ()
+    """Sources of the query that cannot replay their input (the socket source, or sources
+    the user declared so): a restart would lose what they sent meanwhile, so the query is
+    never restarted by spark-adaptive."""
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from spark_adaptive.core import restart
-from spark_adaptive.core.allocator import RescaleDecision
+from spark_adaptive.core.allocator import FirstStart, RescaleDecision
 from spark_adaptive.core.clock import Action, Cancellable, Timers
 from spark_adaptive.core.events import Event, QueryProgress, QueryTerminated
 from spark_adaptive.core.history import Counters, Decision, DecisionLog, RescaleHistory, Trigger
@@ -180,10 +180,22 @@ class QueryScheduler:
         """``listener`` hears of every state change, after it happened."""
         self._listeners.append(listener)
 
-    def start_scheduling(self) -> None:
+    def adopt_first_run(self, plan: FirstStart, result: StartResult) -> None:
+        """Take over the query's first run, which the app's ``start()`` started at once
+        (so that Spark analyses the query and raises its own errors without waiting for
+        the scheduler): Created → Executing, recorded as the initial schedule."""
         if not isinstance(self._state, Created):
-            raise RuntimeError(f"scheduling already started (state {self._state.name})")
-        self._state.start_scheduling()
+            raise RuntimeError(f"the first run is already taken over (state {self._state.name})")
+        if not result.ok:
+            raise ValueError("only a run that started can be taken over")
+        self._took_run(result)
+        self.history.open(
+            Trigger.INITIAL_SCHEDULE, "initial", from_parallelism=0,
+            to_parallelism=result.parallelism, from_slots=0, to_slots=plan.slots,
+            reason=plan.reason)
+        self.history.update_pending(timings=result.timings)
+        self._state.adopt(result, plan.slots,
+                          f"started at {result.parallelism} partitions: {plan.reason}")
 
     def cancel(self) -> None:
         self._state.cancel()
@@ -236,7 +248,8 @@ class QueryScheduler:
             progress=self._last_progress)
 
     # -- the one way to change state ----------------------------------------------------
-    def _transition(self, cls: type[S], build: Callable[[], S], reason: str) -> None:
+    def _transition(self, cls: type[S], build: Callable[[], S], reason: str,
+                    level: int = logging.INFO) -> None:
         if self._transitioning:
             raise RuntimeError("state transitions must not be triggered while another state "
                                "transition is in progress")
@@ -247,7 +260,7 @@ class QueryScheduler:
         self._transitioning = True
         try:
             old.on_leave()
-            self._decisions.decide(f"{old.name} -> {cls.name}", reason)
+            self._decisions.decide(f"{old.name} -> {cls.name}", reason, level)
             self._state = build()
         finally:
             self._transitioning = False
@@ -286,9 +299,11 @@ class QueryScheduler:
         self._transition(CreatingExecutionGraph,
                          lambda: CreatingExecutionGraph(self, fail_without_resources), reason)
 
-    def go_to_executing(self, result: StartResult, slots: int, reason: str) -> None:
+    def go_to_executing(self, result: StartResult, slots: int, reason: str, *,
+                        initial: bool = False) -> None:
         self._running_slots = slots
-        self._transition(Executing, lambda: Executing(self, result.parallelism, slots), reason)
+        self._transition(Executing, lambda: Executing(self, result.parallelism, slots,
+                                                      initial=initial), reason)
 
     def go_to_restarting(
         self,
@@ -310,7 +325,7 @@ class QueryScheduler:
             to_slots=target_slots if target_slots is not None else self._running_slots,
             reason=reason)
         self._transition(Restarting, lambda: Restarting(self, backoff, target_parallelism),
-                         reason)
+                         reason, logging.INFO if failure is None else logging.WARNING)
 
     def go_to_stop_with_savepoint(self, reason: str) -> None:
         self.history.supersede_pending()
@@ -322,7 +337,7 @@ class QueryScheduler:
 
     def go_to_failing(self, failure: Failure, reason: str) -> None:
         self.history.fail_pending()
-        self._transition(Failing, lambda: Failing(self, failure), reason)
+        self._transition(Failing, lambda: Failing(self, failure), reason, logging.ERROR)
 
     def go_to_finished(
         self, status: FinishedStatus, reason: str, failure: Failure | None = None
@@ -331,7 +346,11 @@ class QueryScheduler:
             self.history.fail_pending()
         else:
             self.history.supersede_pending()
-        self._transition(Finished, lambda: Finished(status, failure), reason)
+        # A failure the query does not survive is logged at ERROR once: by Failing, or here
+        # when it fails without going through Failing.
+        failed_here = status == "FAILED" and not isinstance(self._state, Failing)
+        self._transition(Finished, lambda: Finished(status, failure), reason,
+                         logging.ERROR if failed_here else logging.INFO)
 
     # -- the running query ------------------------------------------------------------
     @property
@@ -356,13 +375,7 @@ class QueryScheduler:
     ) -> None:
         def started(result: StartResult) -> None:
             if result.ok:
-                self._running = True
-                self._partitions = result.parallelism
-                self.run_id = result.run_id
-                if result.query_id:
-                    self.query_id = result.query_id
-                    self.query_ids.add(result.query_id)
-                self._support = None
+                self._took_run(result)
             self._if_state(state, lambda: on_done(result))
 
         try:
@@ -371,6 +384,15 @@ class QueryScheduler:
             log.exception("query %s: the driver's start raised", self.key)
             failed = StartResult(ok=False, error=f"{type(e).__name__}: {e}")
             self._post(lambda: started(failed))
+
+    def _took_run(self, result: StartResult) -> None:
+        self._running = True
+        self._partitions = result.parallelism
+        self.run_id = result.run_id
+        if result.query_id:
+            self.query_id = result.query_id
+            self.query_ids.add(result.query_id)
+        self._support = None
 
     def stop_query(self, state: State, clean: bool, on_done: Callable[[StopResult], None]) -> None:
         def stopped(result: StopResult) -> None:
@@ -456,6 +478,15 @@ class QueryScheduler:
         self._decisions.decide(action, reason)
 
     def record_live_rescale(self, decision: RescaleDecision, trigger: Trigger) -> None:
+        if decision.current_slots == 0:
+            # The first slots of a query that started before any executor was known: the
+            # initial schedule gets its slots, no rescale happened.
+            pending = self.history.pending
+            if pending is not None and pending.kind == "initial":
+                self.history.update_pending(to_slots=decision.target_slots)
+            self._running_slots = decision.target_slots
+            self.decide("slots available", decision.reason)
+            return
         self.history.open(
             trigger, "live", from_parallelism=decision.current_parallelism,
             to_parallelism=decision.target_parallelism, from_slots=decision.current_slots,

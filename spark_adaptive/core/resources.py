@@ -24,6 +24,12 @@ Hang detection
     itself took 161 s to drop a frozen one). The check runs on a timer set to
     the earliest possible deadline.
 
+Fixed pool
+    In local mode (``local[N]``) the driver runs every task: there are N slots
+    from the start, no executor joins or leaves, and none can be requested.
+    ``fixed_slots`` makes the tracker count exactly that and ignore executor
+    events.
+
 Listeners get a :class:`SlotChange` whenever the counted slots change, on the
 scheduler thread, after the tracker's own state is up to date.
 """
@@ -85,6 +91,7 @@ class ResourceTracker:
         task_cpus: int = 1,
         on_change: Callable[[SlotChange], None] | None = None,
         on_hung: Callable[[str, float], None] | None = None,
+        fixed_slots: int | None = None,
     ) -> None:
         if task_cpus < 1:
             raise ValueError(f"task_cpus must be >= 1, got {task_cpus}")
@@ -103,6 +110,7 @@ class ResourceTracker:
         self._lost: list[_Lost] = []  # in grace, oldest first
         self._hang_check: Cancellable | None = None
         self._hang_check_due = math.inf
+        self.fixed_slots = fixed_slots
 
     def add_listener(self, listener: Callable[[SlotChange], None]) -> None:
         self._listeners.append(listener)
@@ -111,12 +119,16 @@ class ResourceTracker:
     @property
     def slots(self) -> int:
         """Slots counted now: live executors plus lost ones still in their grace."""
+        if self.fixed_slots is not None:
+            return self.fixed_slots
         return sum(e.slots for e in self._live.values()) + sum(
             lost.executor.slots for lost in self._lost)
 
     @property
     def executor_count(self) -> int:
-        """Executors counted now (lost ones in their grace included)."""
+        """Executors counted now (lost ones in their grace included); 1 in a fixed pool."""
+        if self.fixed_slots is not None:
+            return 1
         return len(self._live) + len(self._lost)
 
     @property
@@ -144,6 +156,8 @@ class ResourceTracker:
     # -- events ---------------------------------------------------------------------
     def handle(self, event: Event) -> bool:
         """Apply an executor event; False for any other event."""
+        if self.fixed_slots is not None:
+            return isinstance(event, (ExecutorAdded, ExecutorRemoved, ExecutorHeartbeat))
         if isinstance(event, ExecutorAdded):
             self.executor_added(event.executor_id, event.host, event.cores)
         elif isinstance(event, ExecutorRemoved):

@@ -179,18 +179,16 @@ class ExponentialDelay:
 
 def strategy_from_settings(
     settings: Settings,
-    has_checkpoint: bool,
+    restartable: bool,
     random: Callable[[], float] = _random.random,
 ) -> RestartBackoffStrategy:
     """The strategy ``restart-strategy.type`` names, with its keys from ``settings``.
 
-    Unset type: exponential-delay for a query with a checkpoint location (it can
-    resume where it stopped), none otherwise, as Flink does with and without
-    checkpointing.
+    ``none`` by default: a failed query fails, as it does on plain Spark. A strategy
+    applies only to a ``restartable`` query (a checkpoint location and sources that can
+    replay): any other would start over from its sources' first offsets, or lose data.
     """
-    kind = settings.restart_strategy
-    if kind is None:
-        kind = "exponential-delay" if has_checkpoint else "none"
+    kind = settings.restart_strategy if restartable else "none"
     if kind == "none":
         return NoRestart()
     if kind == "fixed-delay":

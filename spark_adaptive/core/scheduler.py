@@ -24,6 +24,7 @@ in production, ``lambda fn: timers.call_later(0, fn)`` on virtual time).
 
 from __future__ import annotations
 
+import functools
 import logging
 import random as _random
 from collections import OrderedDict
@@ -31,12 +32,23 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from spark_adaptive.core import requirements as req
-from spark_adaptive.core.allocator import desired_slots, determine_parallelism
+from spark_adaptive.core.allocator import (
+    FirstStart,
+    desired_slots,
+    determine_parallelism,
+    first_start,
+)
 from spark_adaptive.core.clock import Timers
-from spark_adaptive.core.events import QUERY_EVENTS, Event, QueryTerminated
+from spark_adaptive.core.events import QUERY_EVENTS, Event
 from spark_adaptive.core.history import LOGGER_NAME, RescaleRecord
 from spark_adaptive.core.options import Settings
-from spark_adaptive.core.ports import ExecutorActuator, QueryDriver
+from spark_adaptive.core.ports import (
+    ExecutorActuator,
+    QueryDriver,
+    QueryInfo,
+    RepartitionSupport,
+    StartResult,
+)
 from spark_adaptive.core.query import (
     Post,
     QueryScheduler,
@@ -52,6 +64,8 @@ log = logging.getLogger(__name__)
 decision_log = logging.getLogger(LOGGER_NAME)
 
 REACTIVE_REQUIREMENTS = "Cannot change the parallelism of a job running in reactive mode."
+LOCAL_MODE_REQUIREMENTS = ("Cannot change the parallelism of a query in local mode: its task "
+                           "slots are the local cores, and queries are not rescaled there.")
 _EARLY_LIMIT = 64
 
 
@@ -87,11 +101,14 @@ class AdaptiveScheduler:
         default_slots_per_executor: int | None = None,
         heartbeat_interval: float = 10.0,
         random: Callable[[], float] = _random.random,
+        fixed_slots: int | None = None,
     ) -> None:
         """``default_slots_per_executor`` sizes executor requests until one executor is seen
         (``spark.executor.cores // spark.task.cpus`` when the app sets it);
         ``heartbeat_interval`` is ``spark.executor.heartbeatInterval`` in seconds; ``random``
-        feeds the exponential-delay jitter."""
+        feeds the exponential-delay jitter. ``fixed_slots`` makes the application a fixed
+        pool of that many slots (local mode): no executor is requested or released, and
+        bounds cannot change."""
         self.settings = settings
         self._actuator = actuator
         self._timers = timers
@@ -100,16 +117,17 @@ class AdaptiveScheduler:
         self._random = random
         self.resources = ResourceTracker(
             timers, loss_grace=settings.executor_loss_grace,
-            failure_detection_timeout=failure_detection_timeout(
+            failure_detection_timeout=settings.failure_detection_timeout
+            if fixed_slots is not None else failure_detection_timeout(
                 settings.failure_detection_timeout, heartbeat_interval),
             first_heartbeat_grace=2 * heartbeat_interval, task_cpus=task_cpus,
-            on_change=self._on_slots_changed, on_hung=self._on_hung)
+            on_change=self._on_slots_changed, on_hung=self._on_hung, fixed_slots=fixed_slots)
         self._queries: dict[str, QueryScheduler] = {}
         self._shares: dict[str, int] | None = {}
         self._declared: int | None = None
         self._listeners: list[Callable[[StateChange], None]] = []
-        # QueryTerminated of a run whose start has not reported yet (see on_event).
-        self._early: OrderedDict[str, QueryTerminated] = OrderedDict()
+        # Events of runs whose start has not reported yet (see on_event), by run id.
+        self._early: OrderedDict[str, list[Event]] = OrderedDict()
 
     # -- events -----------------------------------------------------------------------
     def on_event(self, event: Event) -> None:
@@ -122,13 +140,14 @@ class AdaptiveScheduler:
             if q.run_id is not None and q.run_id == event.run_id:
                 q.on_query_event(event)
                 return
-        if isinstance(event, QueryTerminated):
-            # A query can end before its start is reported back to us; keep the event
-            # until a query's run with this id starts (or later ones push it out).
-            self._early[event.run_id] = event
-            while len(self._early) > _EARLY_LIMIT:
-                self._early.popitem(last=False)
-        log.debug("no managed query runs %s; dropping %s", event.run_id, type(event).__name__)
+        # Spark reports a run's first events before its start returns to us: keep them
+        # until a query's run with this id starts (or newer runs push them out).
+        kept = self._early.setdefault(event.run_id, [])
+        if len(kept) < _EARLY_LIMIT:
+            kept.append(event)
+        while len(self._early) > _EARLY_LIMIT:
+            self._early.popitem(last=False)
+        log.debug("no managed query runs %s yet; keeping %s", event.run_id, type(event).__name__)
 
     def _on_slots_changed(self, change: SlotChange) -> None:
         self._reallocate(change.reason)
@@ -144,8 +163,8 @@ class AdaptiveScheduler:
     def _on_state_change(self, change: StateChange) -> None:
         q = self._queries[change.key]
         if change.new == "Executing" and q.run_id is not None and q.run_id in self._early:
-            early = self._early.pop(q.run_id)
-            self._post(lambda: self.on_event(early))
+            for early in self._early.pop(q.run_id):
+                self._post(functools.partial(self.on_event, early))
         if change.new == "Finished":
             self._post(lambda: self._reallocate(f"query {change.key} finished"))
         for listener in list(self._listeners):
@@ -175,8 +194,8 @@ class AdaptiveScheduler:
         micro-batches use: a lower total releases executors, and tasks lost under a running
         batch would have to run again (Flink, too, releases only free slots). What is held
         back is declared once the queries let go (:meth:`released_slots`)."""
-        if not active:
-            return  # nothing to size for; leave the executors as they are
+        if not active or self.resources.fixed_slots is not None:
+            return  # nothing to size for, or nothing can change; leave the executors alone
         wanted = desired_slots(active, self.settings.max_parallelism)
         in_use = sum(q.slots_in_use for q in self._queries.values())
         slots = max(wanted, in_use)
@@ -218,33 +237,60 @@ class AdaptiveScheduler:
         return self.resources.executor_count
 
     # -- queries ----------------------------------------------------------------------
-    def register_query(
-        self, driver: QueryDriver, requirements: req.ResourceRequirements | None = None
-    ) -> QueryScheduler:
-        """Manage a query: it goes Created → WaitingForResources at once.
+    def default_requirements(self, info: QueryInfo) -> req.ResourceRequirements:
+        """``parallelism.lower-bound`` and the query's default upper bound (its configured
+        partitions; reactive: max-parallelism)."""
+        return req.ResourceRequirements(
+            self.settings.lower_bound,
+            self.settings.effective_upper_bound(info.configured_partitions))
 
-        ``requirements`` default to ``parallelism.lower-bound`` and the query's
-        default upper bound (its configured partitions; reactive: max-parallelism).
+    def plan_first_start(self, info: QueryInfo, requirements: req.ResourceRequirements,
+                         support: RepartitionSupport) -> FirstStart:
+        """The partitions the query's first run starts with, from the resources known now
+        (the share it would get among the managed queries); nothing waits.
+
+        Raises :class:`RequirementsError` for bounds other than the defaults in reactive
+        mode (every query there uses every slot)."""
+        if self.settings.mode == "reactive" and requirements != self.default_requirements(info):
+            raise RequirementsError([REACTIVE_REQUIREMENTS])
+        active = self._active()
+        active[info.key] = requirements
+        shares = determine_parallelism(self.resources.slots, active)
+        return first_start(
+            configured_partitions=info.configured_partitions,
+            state_partitions=info.state_partitions,
+            share=None if shares is None else shares.get(info.key),
+            requirements=requirements, repartition=support)
+
+    def adopt_query(
+        self, driver: QueryDriver, requirements: req.ResourceRequirements, plan: FirstStart,
+        result: StartResult,
+    ) -> QueryScheduler:
+        """Manage a query whose first run the app's ``start()`` has just started at
+        ``plan.parallelism``: it goes Created → Executing at once.
+
+        ``requirements`` come from :meth:`default_requirements` or the persisted bounds.
         """
         info = driver.info
-        if info.key in self._queries:
+        existing = self._queries.get(info.key)
+        if existing is not None and not existing.finished:
             raise ValueError(f"a query with key {info.key!r} is already managed")
-        if requirements is not None and self.settings.mode == "reactive":
-            raise RequirementsError([REACTIVE_REQUIREMENTS])
-        if requirements is None:
-            requirements = req.ResourceRequirements(
-                self.settings.lower_bound,
-                self.settings.effective_upper_bound(info.configured_partitions))
+        if existing is not None:
+            # The app started its query again from the same checkpoint (Spark gives it the
+            # same id): the finished one it replaces is forgotten.
+            del self._queries[info.key]
         q = QueryScheduler(
             driver, requirements=requirements,
             params=SchedulingParams.of(self.settings, info.trigger_interval),
-            strategy=strategy_from_settings(self.settings, info.checkpoint_location is not None,
-                                            self._random),
+            strategy=strategy_from_settings(
+                self.settings,
+                info.checkpoint_location is not None and not info.non_replayable_sources,
+                self._random),
             timers=self._timers, post=self._post, app=self)
         q.add_listener(self._on_state_change)
         self._queries[info.key] = q
-        self._reallocate(f"query {info.key} registered")
-        q.start_scheduling()
+        q.adopt_first_run(plan, result)
+        self._reallocate(f"query {info.key} started")
         return q
 
     def query(self, ident: str) -> QueryScheduler:
@@ -304,6 +350,8 @@ class AdaptiveScheduler:
     ) -> req.ResourceRequirements:
         if self.settings.mode == "reactive":
             raise RequirementsError([REACTIVE_REQUIREMENTS])
+        if self.resources.fixed_slots is not None:
+            raise RequirementsError([LOCAL_MODE_REQUIREMENTS])
         if q.finished:
             raise ConflictError(f"query {q.key} has finished; its requirements cannot change")
         default = self.settings.effective_upper_bound(q.configured_partitions)

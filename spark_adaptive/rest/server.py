@@ -225,7 +225,7 @@ class RestServer:
         server.server_close()
         if self._thread is not None:
             self._thread.join(5.0)
-        log.info("spark-adaptive REST API at %s stopped", self.url)
+        log.debug("spark-adaptive REST API at %s stopped", self.url)
 
 
 def serve(facade: SchedulerFacade, settings: Settings) -> RestServer | None:

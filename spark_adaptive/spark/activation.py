@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from spark_adaptive.core.options import Settings
 from spark_adaptive.errors import ConfigurationError
+from spark_adaptive.spark import logs
+from spark_adaptive.spark.jvm import spark_conf
 from spark_adaptive.spark.runtime import AdaptiveRuntime, runtime_for, start_runtime
 
 if TYPE_CHECKING:
@@ -43,7 +45,7 @@ _PARTS = ("spark_adaptive.batch.wiring",)
 
 
 def conf_dict(sc: SparkContext) -> dict[str, str]:
-    return {k: v for k, v in sc.getConf().getAll()}
+    return spark_conf(sc)
 
 
 def settings_for(sc: SparkContext, overrides: dict[str, str] | None = None) -> Settings:
@@ -64,14 +66,21 @@ def activate_context(sc: SparkContext, overrides: dict[str, str] | None = None,
                                        "spark.adaptive.enabled": "true"})
     if not settings.enabled:
         return None
-    _configure_logging()
+    logs.configure(sc)
     rt = start_runtime(sc, settings)
-    _install_stop_hook()
+    _install_context_hooks()
     for part in _PARTS:
         importlib.import_module(part)  # registers its hook below, once
     for hook in _activation_hooks:
         hook(rt)
-    log.info("spark-adaptive enabled (mode %s)", settings.mode)
+    if rt.local_slots is not None:
+        log.info("spark-adaptive enabled in local mode (%s): a fixed pool of %d task slot(s). "
+                 "Streaming queries start at once and keep their partitions; no executor is "
+                 "requested or released and nothing is rescaled. Active: the REST API, the "
+                 "rescale history, restart strategies%s.", sc.master, rt.local_slots,
+                 ", batch decisions" if settings.batch_enabled else "")
+    else:
+        log.info("spark-adaptive enabled (mode %s)", settings.mode)
     return rt
 
 
@@ -85,13 +94,17 @@ def enable(spark: SparkSession | SparkContext, **conf: str) -> AdaptiveRuntime:
 
     ``conf`` may give ``spark.adaptive.*`` keys (with or without the prefix, dots
     or underscores) that override the session's configuration for spark-adaptive.
+    Raises :class:`ConfigurationError` for a Spark Connect session: it has no driver in
+    this process.
     """
+    if _is_connect(spark):
+        raise ConfigurationError([CONNECT_UNSUPPORTED])
     sc: SparkContext = spark if _is_context(spark) else spark.sparkContext  # type: ignore[assignment,union-attr]
     overrides = {_full_key(k): str(v) for k, v in conf.items()}
     rt = activate_context(sc, overrides, force=True)
     assert rt is not None
     if not _is_context(spark):
-        rt.ensure_query_listener(spark)  # type: ignore[arg-type]
+        rt.remember_session(spark)  # type: ignore[arg-type]
     return rt
 
 
@@ -100,46 +113,53 @@ def _full_key(key: str) -> str:
     return key if key.startswith("spark.adaptive.") else "spark.adaptive." + key
 
 
+CONNECT_UNSUPPORTED = (
+    "spark_adaptive.enable() was given a Spark Connect session: spark-adaptive runs inside "
+    "the Spark driver's Python process, and a Connect client (SparkSession.builder.remote) "
+    "has none; a Connect server runs its driver in the JVM. Run the app as a classic PySpark "
+    "app (spark-submit, or SparkSession.builder.master(...)) to use spark-adaptive.")
+
+
+def _is_connect(obj: Any) -> bool:
+    return type(obj).__module__.startswith("pyspark.sql.connect")
+
+
 def _is_context(obj: Any) -> bool:
     from pyspark import SparkContext
 
     return isinstance(obj, SparkContext)
 
 
-_stop_hook_installed = False
+_context_hooks_installed = False
 
 
-def _install_stop_hook() -> None:
-    """Shut the runtime down before its SparkContext stops (listeners removed first)."""
-    global _stop_hook_installed
-    if _stop_hook_installed:
+def _install_context_hooks() -> None:
+    """Shut the runtime down before its SparkContext stops (listeners removed first), and
+    follow ``setLogLevel`` with spark-adaptive's own lines."""
+    global _context_hooks_installed
+    if _context_hooks_installed:
         return
     from pyspark import SparkContext
 
-    original = SparkContext.stop
+    original_stop = SparkContext.stop
+    original_set_log_level = SparkContext.setLogLevel
 
     def stop(self: SparkContext) -> None:
         rt = runtime_for(self)
         if rt is not None:
             rt.shutdown()
-        original(self)
+        original_stop(self)
 
-    stop.__wrapped__ = original  # type: ignore[attr-defined]
+    def set_log_level(self: SparkContext, logLevel: str) -> None:  # noqa: N803 - PySpark's
+        original_set_log_level(self, logLevel)
+        logs.follow_spark_level(self)
+
+    stop.__wrapped__ = original_stop  # type: ignore[attr-defined]
+    set_log_level.__wrapped__ = original_set_log_level  # type: ignore[attr-defined]
+    set_log_level.__doc__ = original_set_log_level.__doc__
     SparkContext.stop = stop  # type: ignore[method-assign]
-    _stop_hook_installed = True
-
-
-def _configure_logging() -> None:
-    """INFO lines of spark-adaptive reach stderr like Spark's own, unless the app set logging up."""
-    logger = logging.getLogger("spark_adaptive")
-    if logger.handlers or logging.getLogger().handlers:
-        return
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s",
-                                           "%y/%m/%d %H:%M:%S"))
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
+    SparkContext.setLogLevel = set_log_level  # type: ignore[method-assign]
+    _context_hooks_installed = True
 
 
 __all__ = ["ConfigurationError", "activate_context", "enable", "on_activation"]

@@ -59,7 +59,7 @@ class SparkExecutorActuator:
         self.supported = self._check_supported()
         self.requested: list[int] = []
         self.killed: list[str] = []
-        self.task_cpus = int(sc.getConf().get("spark.task.cpus", "1"))
+        self.task_cpus = int(sc._conf.get("spark.task.cpus", "1") or 1)
         self._alive: dict[str, ev.ExecutorAdded] = {}
         self._releasing: set[str] = set()
 

@@ -41,6 +41,7 @@ scheduler routes those back to its own thread.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -76,11 +77,17 @@ class SparkQueryDriver:
                  info: QueryInfo, poll_interval: float = 0.01,
                  clean_stop_timeout: float = 120.0,
                  warm_up_wait: Callable[[float], bool] | None = None,
-                 shim_jar: str = "") -> None:
+                 shim_jar: str = "", session_checkpoint_root: bool = False,
+                 local_slots: int | None = None) -> None:
         """``start(jwriter)`` starts the query (``jwriter.start()``, ``start(path)`` or
         ``toTable(name)``, as the app asked) and returns the JVM ``StreamingQuery``.
         ``warm_up_wait(timeout)`` blocks while executors that joined are being warmed up
-        (:class:`~spark_adaptive.core.warm_up.WarmUp`); a restart calls it first."""
+        (:class:`~spark_adaptive.core.warm_up.WarmUp`); a restart calls it first.
+        ``session_checkpoint_root``: the query has no checkpoint of its own but the
+        session's ``spark.sql.streaming.checkpointLocation`` gives it one under a name
+        Spark generates at the first start; the driver reads it from the started query
+        and restarts on it. ``local_slots``: the app runs in local mode with that many
+        task slots (a fixed pool: the partitions never change)."""
         self._spark = spark
         self._jwriter = jwriter
         self._start = start
@@ -90,7 +97,12 @@ class SparkQueryDriver:
         self._warm_up_wait = warm_up_wait
         self._shim_jar = shim_jar
         self._boundary: Any = None
+        self._session_checkpoint_root = session_checkpoint_root
+        self._local_slots = local_slots
         self._last_parallelism = 0
+        self._run_changed = threading.Condition()
+        self.earlier_progress: list[Any] = []
+        """Progress updates of the runs before the current one (newest last, bounded)."""
         self._lock = threading.Lock()
         self.current: StreamingQuery | None = None
         """The PySpark handle of the run going on now (or of the last one)."""
@@ -104,6 +116,15 @@ class SparkQueryDriver:
 
     # -- what can change ----------------------------------------------------------------
     def repartition_support(self, stateful: bool) -> RepartitionSupport:
+        if self._local_slots is not None:
+            return RepartitionSupport(False, (
+                f"local mode: its task slots are the {self._local_slots} local cores and "
+                "cannot change, so the query keeps the partitions it was started with"))
+        sources = self._info.non_replayable_sources
+        if sources:
+            return RepartitionSupport(False, (
+                f"its source {', '.join(sources)} cannot replay its input, so a restart "
+                "would lose what it sent meanwhile"))
         loc = self._info.checkpoint_location
         if loc is None:
             return RepartitionSupport(False, (
@@ -134,6 +155,45 @@ class SparkQueryDriver:
         return str(self._spark.conf.get(PROVIDER_KEY, default))
 
     # -- operations ----------------------------------------------------------------------
+    def start_first(self, parallelism: int) -> StartResult:
+        """Start the query's first run now, on the caller's (the app's) thread, as Spark's
+        ``start()`` would; Spark's exceptions propagate untouched. The query's key becomes
+        Spark's query id, and a checkpoint Spark created under the session's root becomes
+        the query's own for every later start."""
+        t0 = time.monotonic()
+        jquery = self._start_with_partitions(parallelism)
+        elapsed = time.monotonic() - t0
+        checkpoint = self._info.checkpoint_location
+        if checkpoint is None and self._session_checkpoint_root:
+            checkpoint = str(jquery.streamingQuery().resolvedCheckpointRoot())
+        self._info = dataclasses.replace(self._info, key=str(jquery.id().toString()),
+                                         checkpoint_location=checkpoint)
+        self._took_run(jquery, parallelism)
+        return StartResult(ok=True, parallelism=parallelism, query_id=self._info.key,
+                           run_id=str(jquery.runId().toString()),
+                           timings=(("start", elapsed),))
+
+    def _took_run(self, jquery: Any, parallelism: int) -> None:
+        from pyspark.sql.streaming.query import StreamingQuery
+
+        with self._run_changed:
+            previous = self.current
+            if previous is not None:
+                try:
+                    self.earlier_progress = (self.earlier_progress
+                                             + list(previous.recentProgress))[-100:]
+                except Exception:  # the JVM may be going down; progress is informative
+                    pass
+            self.previous, self.current = previous, StreamingQuery(jquery)
+            self.runs += 1
+            self._last_parallelism = parallelism
+            self._run_changed.notify_all()
+
+    def wait_for_run_after(self, run: Any, timeout: float) -> None:
+        """Block until a run other than ``run`` is current, at most ``timeout`` seconds."""
+        with self._run_changed:
+            self._run_changed.wait_for(lambda: self.current is not run, timeout)
+
     def start(self, parallelism: int, on_done: Callable[[StartResult], None]) -> None:
         self._run_async(f"start at {parallelism}", lambda: self._start_now(parallelism), on_done,
                         lambda e: StartResult(ok=False, error=e))
@@ -151,8 +211,8 @@ class SparkQueryDriver:
                     return
                 try:
                     result = op()
-                except Exception as e:
-                    log.exception("%s of query %s failed", what, self._info.key)
+                except Exception as e:  # the scheduler logs what it does about it
+                    log.debug("%s of query %s failed", what, self._info.key, exc_info=True)
                     result = on_error(_error_text(e))
             on_done(result)
 
@@ -184,26 +244,32 @@ class SparkQueryDriver:
         t0 = time.monotonic()
         jquery = self._start_with_partitions(parallelism)
         timings.append(("start", time.monotonic() - t0))
-        from pyspark.sql.streaming.query import StreamingQuery
-
-        self.previous, self.current = self.current, StreamingQuery(jquery)
-        self.runs += 1
-        self._last_parallelism = parallelism
-        if self.on_new_run is not None:
+        self._took_run(jquery, parallelism)
+        if self.on_new_run is not None and self.current is not None:
             self.on_new_run(self.current)
         return StartResult(ok=True, parallelism=parallelism, query_id=str(jquery.id().toString()),
                            run_id=str(jquery.runId().toString()), repartitioned=repartitioned,
                            timings=tuple(timings))
 
     def _start_with_partitions(self, parallelism: int) -> Any:
+        """Start at ``parallelism`` shuffle partitions: the session's setting and, after the
+        first run, the query's checkpoint are given to Spark for this one call only, so
+        the app's session and writer are left as the app made them."""
         conf = self._spark.conf
         with _START_LOCK:
             before = conf.get(SHUFFLE_PARTITIONS)
+            options = None
+            checkpoint = self._info.checkpoint_location
+            if self.runs and checkpoint is not None and self._session_checkpoint_root:
+                options = _private_field(self._jwriter, "extraOptions")
+                self._jwriter.option("checkpointLocation", checkpoint)
             conf.set(SHUFFLE_PARTITIONS, str(parallelism))
             try:
                 return self._start(self._jwriter)
             finally:
                 conf.set(SHUFFLE_PARTITIONS, str(before))
+                if options is not None:
+                    _set_private_field(self._jwriter, "extraOptions", options)
 
     def _repartition(self, location: str, parallelism: int) -> None:
         manager = self._spark._streamingCheckpointManager
@@ -303,6 +369,18 @@ class SparkQueryDriver:
     def _checkpoint_complete(self) -> bool:
         loc = self._info.checkpoint_location
         return True if loc is None else inspect_checkpoint(self._spark, loc).complete
+
+
+def _private_field(obj: Any, name: str) -> Any:
+    field = obj.getClass().getDeclaredField(name)
+    field.setAccessible(True)
+    return field.get(obj)
+
+
+def _set_private_field(obj: Any, name: str, value: Any) -> None:
+    field = obj.getClass().getDeclaredField(name)
+    field.setAccessible(True)
+    field.set(obj, value)
 
 
 def _failure_of(q: StreamingQuery | None) -> str | None:

@@ -39,6 +39,28 @@ def ensure_callback_server(sc: SparkContext) -> None:
     ensure_callback_server_started(gateway(sc))  # type: ignore[no-untyped-call]
 
 
+def spark_conf(sc: SparkContext) -> dict[str, str]:
+    """The SparkContext's whole configuration in one py4j call (``getConf().getAll()``
+    costs three calls per entry)."""
+    return parse_conf_dump(str(sc._jsc.sc().conf().toDebugString()))
+
+
+def parse_conf_dump(text: str) -> dict[str, str]:
+    """``SparkConf.toDebugString``'s ``key=value`` lines as a dict. A value spanning lines
+    stays whole: a line that does not start with a key (no blank before its ``=``)
+    continues the value before it."""
+    conf: dict[str, str] = {}
+    last: str | None = None
+    for line in text.split("\n"):
+        key, sep, value = line.partition("=")
+        if sep and key and not any(c.isspace() for c in key):
+            conf[key] = value
+            last = key
+        elif last is not None:
+            conf[last] += "\n" + line
+    return conf
+
+
 def scala_string_seq(sc: SparkContext, items: list[str]) -> Any:
     return jvm(sc).PythonUtils.toSeq(list(items))
 

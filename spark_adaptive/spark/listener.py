@@ -9,8 +9,10 @@ Two paths deliver the same events:
   ``SparkListenerInterface``. Spark calls it for every event, task events
   included, each a py4j round trip; it returns at once for those it ignores.
 
-Streaming query events always come through :class:`QueryEventListener`, a
-PySpark ``StreamingQueryListener`` (one event per micro-batch at most).
+Streaming query events come the same way: Spark posts them on its listener bus
+for every session (``onOtherEvent``), so no PySpark ``StreamingQueryListener``
+is needed (one would be called back into Python even while the interpreter
+shuts down). Progress arrives as Spark's own JSON (``progress.json()``).
 
 Every callback converts and hands the event to ``sink`` and returns; ``sink``
 only queues it for the scheduler thread. A callback that fails logs the failure
@@ -32,7 +34,6 @@ from spark_adaptive.spark.jvm import ensure_callback_server, jvm, new_shim_objec
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
-    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -41,13 +42,17 @@ Sink = Callable[[ev.Event], None]
 _SHIM_TYPES: dict[str, type[ev.Event]] = {
     t.__name__: t
     for t in (ev.ExecutorAdded, ev.ExecutorRemoved, ev.ExecutorHeartbeat, ev.StageSubmitted,
-              ev.StageCompleted, ev.JobStarted, ev.JobEnded)
+              ev.StageCompleted, ev.JobStarted, ev.JobEnded, ev.QueryStarted, ev.QueryIdle,
+              ev.QueryTerminated)
 }
 
 
 def event_from_shim(obj: dict[str, Any]) -> ev.Event:
     """One JSON object from the shim to an event (times arrive in epoch millis)."""
-    cls = _SHIM_TYPES[obj.pop("type")]
+    kind = obj.pop("type")
+    if kind == "QueryProgress":
+        return progress_from_json(obj["progress"])
+    cls = _SHIM_TYPES[kind]
     obj["time"] = obj["time"] / 1000.0
     if "stage_ids" in obj:
         obj["stage_ids"] = tuple(obj["stage_ids"])
@@ -61,6 +66,10 @@ def _plan_of(stage_info: Any) -> str | None:
         if plan is not None:
             return plan
     return None
+
+
+_QUERY_EVENT_CLASSES = frozenset({"QueryStartedEvent", "QueryProgressEvent", "QueryIdleEvent",
+                                  "QueryTerminatedEvent"})
 
 
 def _opt(jopt: Any, default: Any = None) -> Any:
@@ -166,6 +175,23 @@ class Py4jSparkListener:
                                  tuple(int(i) for i in seq_to_list(e.stageIds())), group,
                                  execution))
 
+    @_guard("streaming query")
+    def onOtherEvent(self, e: Any) -> None:  # noqa: N802
+        kind = e.getClass().getSimpleName()
+        if kind not in _QUERY_EVENT_CLASSES:
+            return
+        now = time.time()
+        if kind == "QueryProgressEvent":
+            self._sink(progress_from_json(json.loads(e.progress().json())))
+        elif kind == "QueryStartedEvent":
+            self._sink(ev.QueryStarted(now, str(e.id().toString()), str(e.runId().toString()),
+                                       e.name()))
+        elif kind == "QueryIdleEvent":
+            self._sink(ev.QueryIdle(now, str(e.id().toString()), str(e.runId().toString())))
+        else:
+            self._sink(ev.QueryTerminated(now, str(e.id().toString()), str(e.runId().toString()),
+                                          _opt(e.exception()), _opt(e.errorClassOnException())))
+
     @_guard("JobEnd")
     def onJobEnd(self, e: Any) -> None:  # noqa: N802
         result = e.jobResult()
@@ -235,46 +261,40 @@ class Py4jListener:
         self._sc._jsc.sc().removeSparkListener(self._jlistener)
 
 
-def make_query_listener(sink: Sink) -> Any:
-    """A PySpark ``StreamingQueryListener`` that turns query events into ours."""
-    from pyspark.sql.streaming.listener import StreamingQueryListener
-
-    class QueryEventListener(StreamingQueryListener):
-        def onQueryStarted(self, event: Any) -> None:  # noqa: N802
-            _safe(lambda: sink(ev.QueryStarted(_ts(event.timestamp), str(event.id),
-                                               str(event.runId), event.name)), "QueryStarted")
-
-        def onQueryProgress(self, event: Any) -> None:  # noqa: N802
-            _safe(lambda: sink(progress_from_pyspark(event.progress)), "QueryProgress")
-
-        def onQueryIdle(self, event: Any) -> None:  # noqa: N802
-            _safe(lambda: sink(ev.QueryIdle(_ts(event.timestamp), str(event.id),
-                                            str(event.runId))), "QueryIdle")
-
-        def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
-            _safe(lambda: sink(ev.QueryTerminated(time.time(), str(event.id), str(event.runId),
-                                                  event.exception, event.errorClassOnException)),
-                  "QueryTerminated")
-
-    return QueryEventListener()
-
-
-def progress_from_pyspark(p: Any) -> ev.QueryProgress:
-    durations = p.durationMs or {}
+def progress_from_json(p: dict[str, Any]) -> ev.QueryProgress:
+    """Spark's ``StreamingQueryProgress.json`` as an event (rates Spark could not compute,
+    such as the first batch's input rate, are absent and read as 0)."""
     ops = tuple(
-        ev.StateOperatorProgress(s.operatorName, s.numRowsTotal, s.memoryUsedBytes,
-                                 s.numShufflePartitions, s.numStateStoreInstances)
-        for s in (p.stateOperators or ())
-    )
+        ev.StateOperatorProgress(str(s.get("operatorName", "")), int(s.get("numRowsTotal", 0)),
+                                 int(s.get("memoryUsedBytes", 0)),
+                                 int(s.get("numShufflePartitions", 0)),
+                                 int(s.get("numStateStoreInstances", 0)))
+        for s in p.get("stateOperators") or ())
+    sources = tuple(
+        ev.SourceProgress(
+            str(s.get("description", "")), int(s.get("numInputRows", 0)),
+            _float_or_none(s.get("inputRowsPerSecond")),
+            _float_or_none(s.get("processedRowsPerSecond")),
+            tuple((str(k), str(v)) for k, v in (s.get("metrics") or {}).items()))
+        for s in p.get("sources") or ())
+    durations = p.get("durationMs") or {}
     return ev.QueryProgress(
-        time=_ts(p.timestamp), query_id=str(p.id), run_id=str(p.runId), name=p.name,
-        batch_id=p.batchId, num_input_rows=p.numInputRows,
-        input_rows_per_second=float(p.inputRowsPerSecond or 0.0),
-        processed_rows_per_second=float(p.processedRowsPerSecond or 0.0),
-        batch_duration=p.batchDuration / 1000.0,
-        trigger_execution=durations.get("triggerExecution", 0) / 1000.0,
-        state_operators=ops,
+        time=_ts(p.get("timestamp")), query_id=str(p["id"]), run_id=str(p["runId"]),
+        name=p.get("name"), batch_id=int(p.get("batchId", -1)),
+        num_input_rows=int(p.get("numInputRows", 0)),
+        input_rows_per_second=float(p.get("inputRowsPerSecond") or 0.0),
+        processed_rows_per_second=float(p.get("processedRowsPerSecond") or 0.0),
+        batch_duration=float(p.get("batchDuration", 0)) / 1000.0,
+        trigger_execution=float(durations.get("triggerExecution", 0)) / 1000.0,
+        state_operators=ops, sources=sources,
     )
+
+
+def _float_or_none(value: Any) -> float | None:
+    try:
+        return None if value is None else float(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def _ts(text: str | None) -> float:
@@ -330,8 +350,3 @@ def live_executors(sc: SparkContext) -> list[ev.ExecutorAdded]:
     return out
 
 
-def attach_query_listener(spark: SparkSession, sink: Sink) -> Any:
-    ensure_callback_server(spark.sparkContext)
-    listener = make_query_listener(sink)
-    spark.streams.addListener(listener)
-    return listener

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
+import re
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -26,11 +28,7 @@ from spark_adaptive.rest.facade import RuntimeFacade
 from spark_adaptive.rest.server import serve
 from spark_adaptive.spark.actuator import SparkExecutorActuator
 from spark_adaptive.spark.jvm import shim_jar_path
-from spark_adaptive.spark.listener import (
-    attach_query_listener,
-    attach_spark_listener,
-    live_executors,
-)
+from spark_adaptive.spark.listener import attach_spark_listener, live_executors
 from spark_adaptive.spark.store import HadoopRequirementsStore
 from spark_adaptive.spark.warm_up import warm_up_launcher
 
@@ -54,26 +52,27 @@ class AdaptiveRuntime:
         self.bus = EventBus(self.loop.submit)
         self.actuator = SparkExecutorActuator(sc, shim_jar=settings.shim_jar)
         self.bus.subscribe(self.actuator.observe, "executor tracking")
-        self._query_listener: Any = None
-        self._query_listener_session: SparkSession | None = None
+        self._session: SparkSession | None = None
         self._closers: list[Callable[[], None]] = []
         self._closed = False
-        conf = sc.getConf()
+        conf = sc._conf
         task_cpus = int(conf.get("spark.task.cpus", "1") or 1)
         cores = conf.get("spark.executor.cores", None)
         heartbeat = parse_duration(conf.get("spark.executor.heartbeatInterval", "10s") or "10s",
                                    unit="ms")
+        self.local_slots = local_slots(str(sc.master), task_cpus)
+        """Task slots of a local-mode app (a fixed pool), None on a cluster."""
         self.scheduler = AdaptiveScheduler(
             settings, self.actuator, self.loop, self.loop.submit, task_cpus=task_cpus,
             default_slots_per_executor=int(cores) // task_cpus if cores else None,
-            heartbeat_interval=heartbeat)
+            heartbeat_interval=heartbeat, fixed_slots=self.local_slots)
         self.bus.subscribe(self.scheduler.on_event, "adaptive scheduler")
         self.warm_up: WarmUp | None = None
         if settings.warm_up_new_executors and self.actuator.supported:
             self.warm_up = WarmUp(
                 self.loop,
                 managing_streaming=lambda: any(not q.finished for q in self.scheduler.queries()),
-                launch=warm_up_launcher(lambda: self._query_listener_session,
+                launch=warm_up_launcher(lambda: self._session,
                                         lambda: self.actuator.slots, self.loop.submit))
             self.bus.subscribe(self.warm_up.on_event, "executor warm-up")
         from spark_adaptive.spark.streaming import StreamingManager, install_writer_hooks
@@ -131,12 +130,10 @@ class AdaptiveRuntime:
         """Run ``fn`` at shutdown, before the listeners are removed (last added, first run)."""
         self._closers.append(fn)
 
-    def ensure_query_listener(self, spark: SparkSession) -> None:
-        """Register the streaming query listener on ``spark`` once."""
-        with _lock:
-            if self._query_listener is None:
-                self._query_listener = attach_query_listener(spark, self.bus.post)
-                self._query_listener_session = spark
+    def remember_session(self, spark: SparkSession) -> None:
+        """A session of the app (warm-up jobs run SQL on it); the first one is kept."""
+        if self._session is None:
+            self._session = spark
 
     # -- shutdown -------------------------------------------------------------------
     def shutdown(self) -> None:
@@ -150,13 +147,23 @@ class AdaptiveRuntime:
             _quietly(fn, "a shutdown hook")
         _quietly(self.streaming.close, "the managed queries")
         _quietly(lambda: self.loop.call_sync(self.scheduler.close), "the scheduler")
-        if self._query_listener is not None and self._query_listener_session is not None:
-            session, listener = self._query_listener_session, self._query_listener
-            _quietly(lambda: session.streams.removeListener(listener), "the query listener")
         _quietly(self.listener.close, "the Spark listener")
         _quietly(self.actuator.close, "the executor actuator")
         _quietly(self.loop.stop, "the scheduler thread")
-        log.info("spark-adaptive stopped")
+        log.debug("spark-adaptive stopped")
+
+
+def local_slots(master: str, task_cpus: int = 1) -> int | None:
+    """The task slots of a local-mode master (``local``, ``local[N]``, ``local[*]``,
+    ``local[N,F]``), None for any other master (``local-cluster[...]`` included)."""
+    if master == "local":
+        cores = 1
+    else:
+        m = re.fullmatch(r"local\[(\*|\d+)(?:,\s*\d+)?\]", master.strip())
+        if m is None:
+            return None
+        cores = os.cpu_count() or 1 if m.group(1) == "*" else int(m.group(1))
+    return max(1, cores // max(1, task_cpus))
 
 
 def _quietly(fn: Callable[[], Any], what: str) -> None:

@@ -1,10 +1,12 @@
 """Every streaming query the app starts, managed by the adaptive scheduler.
 
 While spark-adaptive is active, ``DataStreamWriter.start()`` and ``toTable()``
-register the query with the scheduler instead of starting it directly: the
-scheduler decides its parallelism, then starts it through a
-:class:`~spark_adaptive.spark.driver.SparkQueryDriver`. ``start()`` returns once
-the query runs (or raises if it cannot start at all), as Spark's does.
+start the query in Spark at once, on the app's thread, as Spark's own do: Spark
+analyses it and raises its own errors right there, and the query gets Spark's
+id. The partition count of that first run is decided from the resources known
+at that moment (:meth:`AdaptiveScheduler.plan_first_start`); then the
+scheduler takes the running query over (:meth:`AdaptiveScheduler.adopt_query`)
+and rescales it from there. ``start()`` returns as soon as Spark's does.
 
 The app gets a :class:`ManagedStreamingQuery`: a PySpark ``StreamingQuery``
 that always speaks for the query's current run, so it stays valid across the
@@ -12,15 +14,20 @@ restarts of rescales and failures. ``awaitTermination()`` returns only when the
 query really ends (and raises the query's own error if it failed);
 ``stop()`` cancels it through the scheduler (Canceling, then
 Finished(CANCELED)); ``stop_with_savepoint()`` stops it between two
-micro-batches for good (StopWithSavepoint, then Finished(FINISHED)).
+micro-batches for good (StopWithSavepoint, then Finished(FINISHED));
+``recentProgress`` spans its runs.
+
+When spark-adaptive cannot take a query over (a Spark without an internal it
+reads, a failure of its own), the query runs as Spark runs it, with one
+warning: spark-adaptive never stands between the app and its query.
 
 Not covered: ``spark.streams.awaitAnyTermination()`` and ``spark.streams.active``
-speak of Spark's runs, so they see a run end at each restart.
+speak of Spark's runs, so on a cluster they see a run end at each restart
+rescale (local mode never restarts a query).
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
 from collections.abc import Callable
@@ -39,8 +46,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_keys = itertools.count(1)
 _installed = False
+#: Spark's socket source: it keeps no history, so a restarted query cannot re-read what it
+#: had not committed (Spark warns that it "does not support recovery").
+SOCKET_SOURCES = frozenset({"socket", "textsocketsourceprovider",
+                            "org.apache.spark.sql.execution.streaming.sources."
+                            "textsocketsourceprovider"})
+#: How many progress updates of earlier runs ``recentProgress`` keeps (Spark's default for
+#: spark.sql.streaming.numRecentProgressUpdates).
+RECENT_PROGRESS = 100
 
 
 def _managed_query_class() -> type:
@@ -70,7 +84,7 @@ def _managed_query_class() -> type:
 
         @property
         def key(self) -> str:
-            """spark-adaptive's name for the query before Spark gives it an id."""
+            """The query's id, as spark-adaptive's REST API and CLI name it."""
             return self._key
 
         @property
@@ -86,7 +100,8 @@ def _managed_query_class() -> type:
             """Wait until the query really ends, across rescales and restarts."""
             if timeout is not None:
                 if not isinstance(timeout, (int, float)) or timeout < 0:
-                    raise ValueError(f"timeout must be a non-negative number, got {timeout!r}")
+                    # Spark's own check and message (PySparkValueError).
+                    return super().awaitTermination(timeout)
                 if not self._finished.wait(timeout):
                     return False
             else:
@@ -94,6 +109,18 @@ def _managed_query_class() -> type:
                     pass
             self._raise_if_failed()
             return True if timeout is not None else None
+
+        def processAllAvailable(self) -> None:  # noqa: N802
+            """Spark's, on the current run; a run that a restart ends hands over to the next."""
+            while True:
+                run = self._driver.current
+                if run is None:
+                    return
+                run.processAllAvailable()
+                if self._finished.is_set() or run is self._driver.current and run.isActive:
+                    self._raise_if_failed()
+                    return
+                self._driver.wait_for_run_after(run, 1.0)
 
         def _raise_if_failed(self) -> None:
             final = self._final or {}
@@ -125,7 +152,7 @@ def _managed_query_class() -> type:
         def status(self) -> dict[str, Any]:
             state = self._manager.snapshot(self._key)["state"]
             run = self._driver.current
-            if state == "Executing" and run is not None and run.isActive:
+            if state in ("Executing", "Finished") and run is not None:
                 return run.status
             return {"message": f"spark-adaptive: {state}", "isDataAvailable": False,
                     "isTriggerActive": False}
@@ -136,6 +163,13 @@ def _managed_query_class() -> type:
                 if run is not None and run.lastProgress is not None:
                     return run.lastProgress
             return None
+
+        @property
+        def recentProgress(self) -> list[Any]:  # noqa: N802
+            run = self._driver.current
+            current = [] if run is None else list(run.recentProgress)
+            earlier = self._driver.earlier_progress
+            return (earlier + current)[-max(RECENT_PROGRESS, len(current)):]
 
         def exception(self) -> Any:
             if (self._final or {}).get("status") == "FAILED" and self._driver.current is not None:
@@ -153,56 +187,94 @@ def _managed_query_class() -> type:
 
 
 class StreamingManager:
-    """Registers the app's streaming queries with the scheduler and keeps their handles."""
+    """Starts the app's streaming queries, hands them to the scheduler, keeps their handles."""
 
     def __init__(self, runtime: AdaptiveRuntime, scheduler: AdaptiveScheduler) -> None:
         self._rt = runtime
         self._sched = scheduler
         self._handles: dict[str, Any] = {}
-        self._started: dict[str, threading.Event] = {}
         self._cls = _managed_query_class()
         scheduler.add_listener(self._on_state_change)
 
     # -- called on the app's thread -----------------------------------------------------
-    def manage(self, writer: Any, start: Callable[[Any], Any]) -> Any:
-        """Register the query the app is starting; return its handle once it runs."""
+    def manage(self, writer: Any, start: Callable[[Any], Any],
+               unmanaged: Callable[[], Any]) -> Any:
+        """Start the query the app is starting, at once, and hand it to the scheduler.
+
+        ``start(jwriter)`` starts it in Spark; Spark's exceptions reach the app untouched.
+        Should spark-adaptive itself fail before the start, ``unmanaged()`` starts the
+        query as Spark would (one warning says why); after the start, a failure to take
+        it over leaves it running as Spark runs it.
+        """
+        try:
+            driver, requirements, plan = self._prepare(writer, start)
+        except Exception as e:
+            log.warning("spark-adaptive cannot manage this streaming query (%s: %s); it runs "
+                        "as Spark runs it", type(e).__name__, e)
+            return unmanaged()
+        result = driver.start_first(plan.parallelism)  # Spark's own errors propagate
+        info = driver.info
+        try:
+            self._rt.persisted.remember(info)
+            handle = self._cls(self, info.key, driver)
+            self._handles[info.key] = handle
+            self._rt.loop.call_sync(
+                lambda: self._sched.adopt_query(driver, requirements, plan, result))
+        except Exception:
+            log.exception("spark-adaptive could not take over streaming query %s; it runs "
+                          "as Spark runs it", info.key)
+            self._handles.pop(info.key, None)
+            return driver.current
+        log.info("managing streaming query %s (%s): %d partitions (%s), checkpoint %s",
+                 info.key, info.name or "unnamed", result.parallelism, plan.reason,
+                 info.checkpoint_location or "none")
+        if info.non_replayable_sources:
+            log.info("query %s reads from %s, which cannot replay its input: spark-adaptive "
+                     "never restarts it (a restart would lose what the source sent meanwhile); "
+                     "it is rescaled live only", info.key,
+                     ", ".join(info.non_replayable_sources))
+        return handle
+
+    def _prepare(self, writer: Any, start: Callable[[Any], Any]) -> Any:
         spark = writer._spark
-        self._rt.ensure_query_listener(spark)
+        self._rt.remember_session(spark)
         jwriter = writer._jwrite
-        key = f"query-{next(_keys)}"
+        plan = writer._df._jdf.queryExecution().analyzed()
         # The memory sink cannot recover from a checkpoint: treat it as having none.
         memory_sink = _private(jwriter, "source") == "memory"
         checkpoint = None if memory_sink else _checkpoint_location(spark, jwriter)
         existing = inspect_checkpoint(spark, checkpoint) if checkpoint else None
+        settings = self._rt.settings
+        declared = {n.strip().lower() for n in settings.non_replayable_sources.split(",")
+                    if n.strip()}
+        non_replayable = tuple(sorted({
+            name for name in source_names(plan)
+            if _normalized(name) & (SOCKET_SOURCES | declared)}))
         info = QueryInfo(
-            key=key,
+            key="",  # Spark's query id, once it is started
             name=_query_name(jwriter),
             configured_partitions=int(spark.conf.get(SHUFFLE_PARTITIONS) or "200"),
             checkpoint_location=checkpoint,
             trigger_interval=_trigger_interval(jwriter),
             state_partitions=existing.shuffle_partitions
             if existing is not None and existing.has_state else None,
-            stateful=is_stateful(writer._df._jdf.queryExecution().analyzed()),
+            stateful=is_stateful(plan),
+            non_replayable_sources=non_replayable,
         )
         warm_up = self._rt.warm_up
-        driver = SparkQueryDriver(spark, jwriter, start, info,
-                                  warm_up_wait=None if warm_up is None else warm_up.wait,
-                                  shim_jar=self._rt.settings.shim_jar)
-        handle = self._cls(self, key, driver)
-        self._handles[key] = handle
-        started = self._started[key] = threading.Event()
+        driver = SparkQueryDriver(
+            spark, jwriter, start, info,
+            warm_up_wait=None if warm_up is None else warm_up.wait,
+            shim_jar=settings.shim_jar, session_checkpoint_root=checkpoint is None
+            and not memory_sink and _session_checkpoint_root(spark) is not None,
+            local_slots=self._rt.local_slots)
         # Bounds a REST PUT persisted beside the checkpoint win over the defaults.
-        requirements = self._rt.persisted.restore(info)
-        self._rt.loop.call_sync(lambda: self._sched.register_query(driver, requirements))
-        log.info("managing streaming query %s (%s): %d configured partitions, checkpoint %s",
-                 key, info.name or "unnamed", info.configured_partitions,
-                 info.checkpoint_location or "none")
-        while not started.wait(1.0):
-            pass
-        final = handle._final
-        if final is not None and final.get("status") == "FAILED":
-            handle._raise_if_failed()
-        return handle
+        requirements = (self._rt.persisted.load(info)
+                        or self._sched.default_requirements(info))
+        support = driver.repartition_support(info.stateful)
+        first = self._rt.loop.call_sync(
+            lambda: self._sched.plan_first_start(info, requirements, support))
+        return driver, requirements, first
 
     def cancel(self, key: str) -> None:
         self._rt.loop.call_sync(lambda: self._sched.cancel(key))
@@ -221,15 +293,9 @@ class StreamingManager:
             if not handle._finished.is_set():
                 handle._on_finished({"key": key, "state": "Finished", "status": "CANCELED",
                                      "error": "the SparkContext stopped"})
-        for started in self._started.values():
-            started.set()
 
     # -- on the scheduler thread ---------------------------------------------------------
     def _on_state_change(self, change: StateChange) -> None:
-        if change.new in ("Executing", "Finished"):
-            started = self._started.get(change.key)
-            if started is not None:
-                started.set()
         if change.new == "Finished":
             handle = self._handles.get(change.key)
             if handle is not None:
@@ -245,18 +311,55 @@ _STATEFUL_OPERATORS = frozenset({
 })
 
 
-def is_stateful(plan: Any) -> bool:
-    """Whether an analyzed streaming plan keeps state (a stream-static join does not)."""
-    stack = [plan]
+#: Leaves of a streaming plan that read a source; each has Spark's ``sourceName``.
+_SOURCE_RELATIONS = frozenset({"StreamingRelation", "StreamingRelationV2",
+                               "StreamingExecutionRelation"})
+
+
+def _nodes(plan: Any) -> list[Any]:
+    out, stack = [], [plan]
     while stack:
         node = stack.pop()
+        out.append(node)
+        stack.extend(seq_to_list(node.children()))
+    return out
+
+
+def is_stateful(plan: Any) -> bool:
+    """Whether an analyzed streaming plan keeps state (a stream-static join does not)."""
+    for node in _nodes(plan):
         name = node.getClass().getSimpleName()
         if name in _STATEFUL_OPERATORS and node.isStreaming():
             return True
         if name == "Join" and node.left().isStreaming() and node.right().isStreaming():
             return True
-        stack.extend(seq_to_list(node.children()))
     return False
+
+
+def source_names(plan: Any) -> set[str]:
+    """The streaming sources an analyzed plan reads: the format each was read with
+    (``socket``, ``kafka``, a class name) and, for data source V2, its provider class."""
+    names: set[str] = set()
+    for node in _nodes(plan):
+        if node.getClass().getSimpleName() not in _SOURCE_RELATIONS:
+            continue
+        try:
+            names.add(str(node.sourceName()))
+        except Exception:
+            names.add(str(node.toString()).split("[", 1)[0])
+        try:
+            provider = node.source()
+            if provider.isDefined():
+                names.add(str(provider.get().getClass().getName()))
+        except Exception:
+            pass  # a V1 relation, or a Spark without the field: the name is enough
+    return names
+
+
+def _normalized(name: str) -> set[str]:
+    """A source name as it may be declared: the name itself and a class's simple name."""
+    lower = name.strip().lower()
+    return {lower, lower.rsplit(".", 1)[-1]}
 
 
 
@@ -275,12 +378,19 @@ def _query_name(jwriter: Any) -> str | None:
     return _option(jwriter, "queryName")
 
 
+def _session_checkpoint_root(spark: Any) -> str | None:
+    return spark.conf.get("spark.sql.streaming.checkpointLocation", None) or None
+
+
 def _checkpoint_location(spark: Any, jwriter: Any) -> str | None:
-    """The query's own checkpoint, or the session-wide root plus its name (stable too)."""
+    """The query's checkpoint when it is known before the start: its own option, or the
+    session-wide root plus its name. An unnamed query under the session's root gets a
+    directory of a generated name at its start (the driver reads it from the started
+    query)."""
     explicit = _option(jwriter, "checkpointLocation")
     if explicit:
         return explicit
-    root = spark.conf.get("spark.sql.streaming.checkpointLocation", None)
+    root = _session_checkpoint_root(spark)
     name = _query_name(jwriter)
     if root and name:
         return f"{root.rstrip('/')}/{name}"
@@ -333,9 +443,13 @@ def install_writer_hooks() -> None:
             return original_start(self, path, format, outputMode, partitionBy, queryName,
                                   **options)
         _prepare(self, format, outputMode, partitionBy, queryName, options)
+
+        def unmanaged() -> Any:
+            return original_start(self, path)
+
         if path is None:
-            return manager.manage(self, lambda jw: jw.start())
-        return manager.manage(self, lambda jw: jw.start(path))
+            return manager.manage(self, lambda jw: jw.start(), unmanaged)
+        return manager.manage(self, lambda jw: jw.start(path), unmanaged)
 
     def to_table(self: Any, tableName: str, format: str | None = None,  # noqa: A002,N803
                  outputMode: str | None = None, partitionBy: Any = None,  # noqa: N803
@@ -345,7 +459,8 @@ def install_writer_hooks() -> None:
             return original_to_table(self, tableName, format, outputMode, partitionBy, queryName,
                                      **options)
         _prepare(self, format, outputMode, partitionBy, queryName, options)
-        return manager.manage(self, lambda jw: jw.toTable(tableName))
+        return manager.manage(self, lambda jw: jw.toTable(tableName),
+                              lambda: original_to_table(self, tableName))
 
     start.__doc__ = original_start.__doc__
     to_table.__doc__ = original_to_table.__doc__

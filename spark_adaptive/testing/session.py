@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -49,3 +50,21 @@ def cluster_session(cluster: LocalCluster, app_name: str = "spark-adaptive-test"
     for k, v in {**TEST_CONF, **conf}.items():
         builder = builder.config(k, v)
     return builder.getOrCreate()
+
+
+def wait_for_executors(spark: SparkSession, count: int, timeout: float = 120.0) -> None:
+    """Block until at least ``count`` executors have registered with the app's driver.
+
+    A query started before an app's executors register runs at its configured partitions
+    and is rescaled once they come; tests that assert on a first partition count wait
+    for the executors first.
+    """
+    tracker = spark.sparkContext._jsc.sc().statusTracker()
+    deadline = time.monotonic() + timeout
+    while True:
+        registered = len(tracker.getExecutorInfos()) - 1  # the driver is listed too
+        if registered >= count:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{registered} of {count} executors registered within {timeout}s")
+        time.sleep(0.2)

@@ -12,14 +12,16 @@ import spark_adaptive
 from spark_adaptive.core import events as ev
 from spark_adaptive.core.warm_up import WARM_UP_JOB_GROUP
 from spark_adaptive.testing.recorder import EventRecorder
+from spark_adaptive.testing.session import wait_for_executors
 
 pytestmark = pytest.mark.timeout(600)
 
 FAST_TIMING = {
-    # Shorter than Flink's defaults so the test stays short. The executing stabilization
-    # outlasts the seconds between the two new executors arriving, so that they lead to
-    # one rescale 1 -> 3 (desired resources) instead of 1 -> 2 -> 3.
-    "scheduler.submission.resource-stabilization-timeout": "2s",
+    # Shorter than Flink's defaults so the test stays short. The submission stabilization
+    # (which times the first run's rescale) outlasts the seconds between the two new
+    # executors arriving, so that they lead to one rescale 1 -> 3 (desired resources)
+    # instead of 1 -> 2 -> 3.
+    "scheduler.submission.resource-stabilization-timeout": "20s",
     "scheduler.executing.cooldown-after-rescaling": "4s",
     "scheduler.executing.resource-stabilization-timeout": "20s",
     "scheduler.executor-loss-grace": "3s",
@@ -59,12 +61,13 @@ def test_stateful_query_follows_workers_one_three_two_exactly_once(
     rt = spark_adaptive.enable(spark, **FAST_TIMING)
     rec = EventRecorder()
     rt.subscribe(rec, "test")
+    wait_for_executors(spark, 1)
     query = _rate_aggregation(spark, str(tmp_path / "out"), str(tmp_path / "checkpoint"))
 
     def snap() -> dict[str, Any]:
         return query._manager.snapshot(query.key)
 
-    # One worker, one slot: it starts at 1 (sufficient, after the submission stabilization).
+    # One worker, one slot: it starts at 1, at once.
     first = rec.wait_for(ev.QueryProgress, lambda e: e.state_partitions == 1, timeout=120)
     assert snap()["parallelism"] == 1 and snap()["state"] == "Executing"
     query_id = query.id
@@ -78,7 +81,7 @@ def test_stateful_query_follows_workers_one_three_two_exactly_once(
     assert (s["parallelism"], s["slots"]) == (3, 3)
     history = rt.loop.call_sync(lambda: [r.to_dict() for r in rt.scheduler.history(query.key)])
     assert [(r["trigger"], r["kind"], r["fromParallelism"], r["toParallelism"])
-            for r in history] == [("INITIAL_SCHEDULE", "restart", 0, 1),
+            for r in history] == [("INITIAL_SCHEDULE", "initial", 0, 1),
                                   ("NEW_RESOURCES", "restart", 1, 3)], history
     assert "repartition" in dict(history[-1]["timings"]), history[-1]
     assert query.id == query_id, "the same query (same checkpoint) across restarts"

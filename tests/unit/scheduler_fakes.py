@@ -156,8 +156,9 @@ class StateContext:
         self._record("CreatingExecutionGraph", reason=reason,
                      fail_without_resources=fail_without_resources)
 
-    def go_to_executing(self, result: StartResult, slots: int, reason: str) -> None:
-        self._record("Executing", result=result, slots=slots, reason=reason)
+    def go_to_executing(self, result: StartResult, slots: int, reason: str, *,
+                        initial: bool = False) -> None:
+        self._record("Executing", result=result, slots=slots, reason=reason, initial=initial)
 
     def go_to_restarting(self, reason: str, *, backoff: float, trigger: Trigger,
                          target_parallelism: int | None = None, target_slots: int | None = None,
@@ -261,6 +262,13 @@ class FakeDriver:
     def repartition_support(self, stateful: bool) -> RepartitionSupport:
         return self.support
 
+    def first_start(self, parallelism: int) -> StartResult:
+        """The app's ``start()``: the first run starts at once, outside the scheduler."""
+        self.calls.append(("start", parallelism))
+        self.run_id = f"{self.info.key}-run-{next(self._runs)}"
+        return StartResult(ok=True, parallelism=parallelism, query_id=self.query_id,
+                           run_id=self.run_id, timings=(("start", 0.5),))
+
     def start(self, parallelism: int, on_done: Callable[[StartResult], None]) -> None:
         self.calls.append(("start", parallelism))
         self.pending_starts.append((parallelism, on_done))
@@ -324,10 +332,12 @@ class FakeActuator:
 
 def query_info(key: str = "q1", *, partitions: int = 4, checkpoint: str | None = "/cp/q1",
                trigger_interval: float = 0.0, name: str | None = None,
-               state_partitions: int | None = None) -> QueryInfo:
+               state_partitions: int | None = None,
+               non_replayable_sources: tuple[str, ...] = ()) -> QueryInfo:
     return QueryInfo(key=key, name=name or key, configured_partitions=partitions,
                      checkpoint_location=checkpoint, trigger_interval=trigger_interval,
-                     state_partitions=state_partitions)
+                     state_partitions=state_partitions,
+                     non_replayable_sources=non_replayable_sources)
 
 
 class App:
@@ -373,7 +383,12 @@ class App:
                 self.scheduler.on_event(ExecutorHeartbeat(self.vt.wall(), executor_id))
 
     def register(self, driver: FakeDriver, requirements: Any = None) -> Any:
-        q = self.scheduler.register_query(driver, requirements)
+        """What the boundary does when the app starts a query: plan the first run, start it
+        at once (the driver's ``first_start``), hand the running query to the scheduler."""
+        s = self.scheduler
+        bounds = requirements or s.default_requirements(driver.info)
+        plan = s.plan_first_start(driver.info, bounds, driver.support)
+        q = s.adopt_query(driver, bounds, plan, driver.first_start(plan.parallelism))
         self.vt.run_pending()
         return q
 

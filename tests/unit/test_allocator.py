@@ -9,6 +9,7 @@ from spark_adaptive.core.allocator import (
     decide_rescale,
     desired_slots,
     determine_parallelism,
+    first_start,
 )
 from spark_adaptive.core.ports import RepartitionSupport
 from spark_adaptive.core.requirements import ResourceRequirements as R
@@ -161,3 +162,26 @@ def test_no_repartition_and_same_slots_is_nothing_with_reason() -> None:
 ])
 def test_whole_multiples(p: int, s: int, share: int, kind: str) -> None:
     assert decide(p, s, share).kind == kind
+
+
+# -- first_start --------------------------------------------------------------------------
+CAN = RepartitionSupport(True, "RocksDB")
+CANNOT = RepartitionSupport(False, "no checkpoint location")
+
+
+@pytest.mark.parametrize(("state", "share", "support", "bounds", "expected"), [
+    (None, 3, CAN, R(1, 8), (3, 3, "3 slots available within bounds [1, 8]")),
+    (None, None, CAN, R(1, 8), (6, 0, "no task slot is known yet; starts at its configured "
+                                      "6 partitions and rescales once resources settle")),
+    (None, 0, CAN, R(2, 4), (4, 0, "no task slot is known yet; starts at its configured "
+                                   "4 partitions and rescales once resources settle")),
+    (None, 3, CANNOT, R(1, 8), (6, 3, "starts at its configured 6 partitions: no checkpoint "
+                                      "location")),
+    (5, 3, CAN, R(1, 8), (5, 3, "its checkpoint holds state in 5 partitions")),
+])
+def test_first_start_never_waits(state: int | None, share: int | None,
+                                 support: RepartitionSupport, bounds: R,
+                                 expected: tuple[int, int, str]) -> None:
+    plan = first_start(configured_partitions=6, state_partitions=state, share=share,
+                       requirements=bounds, repartition=support)
+    assert (plan.parallelism, plan.slots, plan.reason) == expected

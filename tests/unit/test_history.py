@@ -60,7 +60,7 @@ def test_fail_and_supersede_without_pending_do_nothing() -> None:
 
 
 @pytest.mark.parametrize(("trigger", "kind", "expected"), [
-    (Trigger.INITIAL_SCHEDULE, "restart", Counters()),
+    (Trigger.INITIAL_SCHEDULE, "initial", Counters()),
     (Trigger.NEW_RESOURCES, "restart", Counters(restarts=1, rescales=1)),
     (Trigger.REQUIREMENTS_CHANGED, "restart", Counters(restarts=1, rescales=1)),
     (Trigger.FAILURE, "restart", Counters(restarts=1)),

@@ -10,8 +10,9 @@ from collections.abc import Callable
 import pytest
 from scheduler_fakes import PARAMS, FakeDriver, query_info
 
+from spark_adaptive.core.allocator import FirstStart
 from spark_adaptive.core.clock import Action, VirtualTime
-from spark_adaptive.core.history import LOGGER_NAME
+from spark_adaptive.core.history import LOGGER_NAME, Trigger
 from spark_adaptive.core.options import Settings
 from spark_adaptive.core.query import QueryScheduler, StateChange
 from spark_adaptive.core.requirements import ResourceRequirements
@@ -56,33 +57,36 @@ def make(vt: VirtualTime, driver: FakeDriver | None = None, post: Callable[[Acti
         timers=vt, post=post or (lambda fn: vt.call_later(0, fn)), app=app or OneQueryApp())
 
 
-def run_to_executing(vt: VirtualTime, q: QueryScheduler, driver: FakeDriver) -> None:
-    q.start_scheduling()
-    vt.advance(PARAMS.submission_stabilization)  # enough for sufficient resources, too
-    driver.complete_start()
+def run_to_executing(vt: VirtualTime, q: QueryScheduler, driver: FakeDriver,
+                     parallelism: int | None = None) -> None:
+    """The app's start(): the first run starts at once, and the scheduler takes it over."""
+    share = q.slot_share()
+    p = parallelism or share or 4
+    q.adopt_first_run(FirstStart(p, share or 0, "test"), driver.first_start(p))
     vt.run_pending()
     assert q.state.name == "Executing"
 
 
-def test_created_then_waiting(vt: VirtualTime) -> None:
-    q = make(vt)
+def test_created_then_executing_once_the_first_run_is_taken_over(vt: VirtualTime) -> None:
+    driver = FakeDriver(query_info())
+    q = make(vt, driver)
     assert q.state.name == "Created"
-    q.start_scheduling()
-    assert q.state.name == "WaitingForResources"
-    with pytest.raises(RuntimeError, match="already started"):
-        q.start_scheduling()
+    run_to_executing(vt, q, driver)
+    assert isinstance(q.state, Executing) and q.state.initial
+    with pytest.raises(RuntimeError, match="already taken over"):
+        q.adopt_first_run(FirstStart(4, 4, "again"), driver.first_start(4))
 
 
 def test_transition_into_the_same_state_is_refused(vt: VirtualTime) -> None:
-    q = make(vt, app=OneQueryApp(share=None))
-    q.start_scheduling()
+    driver = FakeDriver(query_info())
+    q = make(vt, driver)
+    run_to_executing(vt, q, driver)
     with pytest.raises(RuntimeError, match="very state"):
-        q.go_to_waiting_for_resources("again")
+        q.go_to_executing(driver.first_start(4), 4, "again")
 
 
 def test_reentrant_transition_is_refused(vt: VirtualTime) -> None:
     q = make(vt, app=OneQueryApp(share=None))
-    q.start_scheduling()
     state = q.state
 
     def leave_and_transition() -> None:
@@ -96,8 +100,9 @@ def test_reentrant_transition_is_refused(vt: VirtualTime) -> None:
 
 def test_run_if_state_drops_actions_of_a_left_state(
         vt: VirtualTime, caplog: pytest.LogCaptureFixture) -> None:
-    q = make(vt, app=OneQueryApp(share=None))
-    q.start_scheduling()
+    driver = FakeDriver(query_info())
+    q = make(vt, driver, app=OneQueryApp(share=None))
+    q.go_to_restarting("test", backoff=60.0, trigger=Trigger.FAILURE)  # stopped: waits
     old = q.state
     ran: list[int] = []
     timer = q.run_if_state(old, lambda: ran.append(1), 5)
@@ -107,15 +112,23 @@ def test_run_if_state_drops_actions_of_a_left_state(
         q._if_state(old, lambda: ran.append(2))
     vt.advance(10)
     assert ran == []
-    assert "ignoring an action of state WaitingForResources" in caplog.text
+    assert "ignoring an action of state Restarting" in caplog.text
+
+
+def _to_creating(vt: VirtualTime, q: QueryScheduler, post: Posted | None = None) -> None:
+    """A restart whose start is asked of the driver (Restarting → CreatingExecutionGraph)."""
+    q.go_to_restarting("test", backoff=0.0, trigger=Trigger.FAILURE)
+    vt.run_pending()
+    if post is not None:
+        post.run()
+    assert q.state.name == "CreatingExecutionGraph"
 
 
 def test_driver_callbacks_go_through_post_and_only_once(vt: VirtualTime) -> None:
     post = Posted()
     driver = FakeDriver(query_info())
     q = make(vt, driver, post=post)
-    q.start_scheduling()
-    vt.run_pending()
+    _to_creating(vt, q, post)
     _, on_done = driver.pending_starts[0]
     result = driver.complete_start()
     assert q.state.name == "CreatingExecutionGraph"  # nothing ran on the caller's thread
@@ -132,7 +145,7 @@ def test_a_driver_that_raises_is_a_failed_start(vt: VirtualTime) -> None:
             raise RuntimeError("py4j gateway gone")
 
     q = make(vt, Broken(query_info()))
-    q.start_scheduling()
+    q.go_to_restarting("test", backoff=0.0, trigger=Trigger.FAILURE)
     vt.run_pending()
     vt.run_pending()
     assert q.state.name == "Finished"
@@ -155,17 +168,19 @@ def test_events_of_other_runs_are_dropped(vt: VirtualTime) -> None:
 
 def test_every_transition_is_an_info_decision_and_listeners_hear_it(
         vt: VirtualTime, caplog: pytest.LogCaptureFixture) -> None:
-    q = make(vt, app=OneQueryApp(share=None))
+    driver = FakeDriver(query_info())
+    q = make(vt, driver, app=OneQueryApp(share=None))
     heard: list[StateChange] = []
     q.add_listener(heard.append)
     q.add_listener(lambda change: 1 / 0)  # a broken listener does not stop the others
     with caplog.at_level(logging.INFO, logger=LOGGER_NAME):
-        q.start_scheduling()
-    assert heard == [StateChange("q1", "Created", "WaitingForResources", "scheduling starts")]
+        q.adopt_first_run(FirstStart(4, 0, "no slot known"), driver.first_start(4))
+    why = "started at 4 partitions: no slot known"
+    assert heard == [StateChange("q1", "Created", "Executing", why)]
     lines = [r.getMessage() for r in caplog.records if r.name == LOGGER_NAME]
-    assert lines == ["query q1: Created -> WaitingForResources: scheduling starts"]
+    assert lines == [f"query q1: Created -> Executing: {why}"]
     assert q.snapshot().last_decision is not None
-    assert q.snapshot().last_decision.reason == "scheduling starts"  # type: ignore[union-attr]
+    assert q.snapshot().last_decision.reason == why  # type: ignore[union-attr]
 
 
 def test_snapshot_is_json_able_and_shows_the_running_partitions(vt: VirtualTime) -> None:
@@ -179,7 +194,7 @@ def test_snapshot_is_json_able_and_shows_the_running_partitions(vt: VirtualTime)
         "id": "qid-1", "name": "orders", "state": "Executing", "parallelism": 3, "slots": 3,
         "executors": 2}
     assert d["requirements"] == {"parallelism": {"lowerBound": 1, "upperBound": 4}}
-    assert d["lastDecision"]["action"] == "CreatingExecutionGraph -> Executing"
+    assert d["lastDecision"]["action"] == "Created -> Executing"
     assert d["counters"] == {"restarts": 0, "rescales": 0, "liveRescales": 0, "failures": 0}
 
 
@@ -208,7 +223,7 @@ def test_query_that_cannot_repartition_restarts_at_its_partitions(vt: VirtualTim
     q.on_query_event(driver.terminated("boom"))
     vt.run_pending()  # Restarting, backoff 0; 2 slots are not desired -> waiting
     vt.advance(10)  # submission stabilization
-    assert driver.calls[-1] == ("start", 4)
+    assert driver.calls[-1] == ("start", 4) and driver.pending_starts
     assert q.start_parallelism(2)[1].startswith("keeps 4 partitions (HDFS state store)")
 
 
@@ -230,7 +245,7 @@ def test_scheduling_params_from_settings() -> None:
 
 def test_fired_timers_are_forgotten_by_their_state(vt: VirtualTime) -> None:
     q = make(vt, app=OneQueryApp(share=None))
-    q.start_scheduling()
+    q.go_to_waiting_for_resources("test")
     state = q.state
     for _ in range(100):
         q.run_if_state(state, lambda: None, 1.0)

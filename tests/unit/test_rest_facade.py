@@ -31,8 +31,6 @@ class Running:
         self.persisted = PersistedRequirements(self.store, self.app.scheduler.settings)
         self.persisted.restore(self.driver.info)
         self.app.register(self.driver)
-        self.app.advance(0)
-        self.app.start(self.driver)
         self.app.event(self.driver.progress())
         # The loop is never started: call_sync runs on the caller's thread, and the
         # test makes one request at a time, so the scheduler is never used concurrently.

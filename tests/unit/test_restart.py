@@ -116,18 +116,22 @@ def test_exponential_delay_attempts_before_reset() -> None:
     assert not s.can_restart()
 
 
-@pytest.mark.parametrize(("kind", "has_checkpoint", "expected"), [
-    (None, True, ExponentialDelay),
-    (None, False, NoRestart),
+@pytest.mark.parametrize(("kind", "restartable", "expected"), [
     ("none", True, NoRestart),
-    ("fixed-delay", False, FixedDelay),
-    ("failure-rate", False, FailureRate),
-    ("exponential-delay", False, ExponentialDelay),
+    ("fixed-delay", True, FixedDelay),
+    ("failure-rate", True, FailureRate),
+    ("exponential-delay", True, ExponentialDelay),
+    # A query that cannot resume where it stopped fails as on plain Spark, whatever is set.
+    ("fixed-delay", False, NoRestart),
+    ("exponential-delay", False, NoRestart),
 ])
-def test_factory_picks_the_strategy(kind: str | None, has_checkpoint: bool,
-                                    expected: type) -> None:
+def test_factory_picks_the_strategy(kind: str, restartable: bool, expected: type) -> None:
     settings = Settings(restart_strategy=kind)
-    assert isinstance(strategy_from_settings(settings, has_checkpoint), expected)
+    assert isinstance(strategy_from_settings(settings, restartable), expected)
+
+
+def test_by_default_a_failed_query_fails_as_on_plain_spark() -> None:
+    assert isinstance(strategy_from_settings(Settings(), restartable=True), NoRestart)
 
 
 def test_factory_reads_flink_keys_from_settings() -> None:
@@ -136,13 +140,14 @@ def test_factory_reads_flink_keys_from_settings() -> None:
         "spark.adaptive.restart-strategy.fixed-delay.attempts": "3",
         "spark.adaptive.restart-strategy.fixed-delay.delay": "7s",
     }
-    s = strategy_from_settings(Settings.from_conf(conf), has_checkpoint=False)
+    s = strategy_from_settings(Settings.from_conf(conf), restartable=True)
     assert isinstance(s, FixedDelay)
     assert (s.attempts, s.delay) == (3, 7.0)
 
 
 def test_factory_exponential_defaults_are_flinks() -> None:
-    s = strategy_from_settings(Settings(), has_checkpoint=True)
+    s = strategy_from_settings(Settings(restart_strategy="exponential-delay"),
+                               restartable=True)
     assert isinstance(s, ExponentialDelay)
     assert (s.initial, s.max_backoff, s.multiplier, s.reset_threshold, s.jitter,
             s.attempts_before_reset) == (1.0, 60.0, 1.5, 3600.0, 0.1, None)

@@ -25,7 +25,7 @@ def test_scheduler_defaults_are_flinks() -> None:
     assert s.executor_loss_grace == 10.0
     assert s.failure_detection_timeout == 20.0
     assert (s.lower_bound, s.upper_bound, s.max_parallelism) == (1, None, 32768)
-    assert s.restart_strategy is None
+    assert s.restart_strategy == "none"  # a failed query fails, as on plain Spark
     assert (s.fixed_delay_attempts, s.fixed_delay_delay) == (1, 1.0)
     assert (s.failure_rate_max_failures, s.failure_rate_interval, s.failure_rate_delay) == (
         1, 60.0, 1.0)

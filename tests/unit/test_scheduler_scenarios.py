@@ -1,4 +1,9 @@
-"""End-to-end scenarios of the application's scheduler, fake driver and actuator, virtual time."""
+"""End-to-end scenarios of the application's scheduler, fake driver and actuator, virtual time.
+
+A query's first run starts at once, when the app calls ``start()`` (``App.register``
+does what the boundary does: plan, start, hand over); the scheduler rescales it from
+there. Later starts (restarts) are completed by hand with ``App.start``.
+"""
 
 from __future__ import annotations
 
@@ -9,32 +14,27 @@ from spark_adaptive.core.history import Trigger
 from spark_adaptive.core.options import Settings
 from spark_adaptive.core.ports import RepartitionSupport
 from spark_adaptive.core.requirements import ResourceRequirements
-from spark_adaptive.core.scheduler import REACTIVE_REQUIREMENTS
+from spark_adaptive.core.scheduler import LOCAL_MODE_REQUIREMENTS, REACTIVE_REQUIREMENTS
 from spark_adaptive.errors import ConflictError, RequirementsError, UnknownQueryError
 
+#: Flink's strategy for a query that can resume (a restart-strategy.type the app sets).
+EXPONENTIAL = Settings.from_conf({"spark.adaptive.restart-strategy.type": "exponential-delay"})
 
-def test_scale_up_after_executors_join_then_down_after_one_is_lost() -> None:
+
+def test_first_run_starts_at_once_then_scales_up_and_down() -> None:
     app = App()
     app.add("1")
     driver = FakeDriver(query_info("q", partitions=3))
     app.register(driver)
-    assert app.actuator.requested == [3]  # upper bound 3, one slot per executor
-
-    # One slot is sufficient, not desired: the submission stabilization (10 s) applies.
-    app.advance(9)
-    assert driver.calls == []
-    app.advance(1)
-    assert driver.calls == [("start", 1)]
-    app.start(driver)
+    assert driver.calls == [("start", 1)]  # at once, on the one slot there is
     assert app.state("q") == "Executing"
+    assert app.actuator.requested == [3]  # upper bound 3, one slot per executor
     app.event(driver.progress())
 
-    app.advance(5)  # t=15
-    app.add("2")
-    app.add("3")
-    app.advance(24.9)  # cooldown runs until 10 + 30
+    app.advance(5)
+    app.add("2")  # sufficient, not desired: the first run's stabilization starts
     assert driver.calls == [("start", 1)]
-    app.advance(0.1)
+    app.add("3")  # desired (the upper bound): at once, the first run has no cooldown
     assert driver.calls[1:] == [("stop", True)]
     assert app.state("q") == "Restarting"
     app.stop(driver)
@@ -44,11 +44,11 @@ def test_scale_up_after_executors_join_then_down_after_one_is_lost() -> None:
     snap = app.scheduler.query("q").snapshot()
     assert (snap.state, snap.parallelism, snap.slots) == ("Executing", 3, 3)
 
-    app.advance(60)  # t=100
+    app.advance(60)  # t=65
     app.remove("3")
     app.advance(9.9)  # the executor-loss grace still counts its slot
     assert app.scheduler.query("q").snapshot().slots == 3
-    app.advance(0.1)  # t=110: gone; 2 slots are sufficient, not desired: stabilization 60 s
+    app.advance(0.1)  # t=75: gone; 2 slots are sufficient, not desired: stabilization 60 s
     assert app.scheduler.query("q").snapshot().slots == 2
     app.advance(59.9)
     assert len(driver.calls) == 3
@@ -62,13 +62,51 @@ def test_scale_up_after_executors_join_then_down_after_one_is_lost() -> None:
     records = app.scheduler.history("q")
     assert [(r.trigger, r.kind, r.from_parallelism, r.to_parallelism, r.outcome)
             for r in records] == [
-        (Trigger.INITIAL_SCHEDULE, "restart", 0, 1, "completed"),
+        (Trigger.INITIAL_SCHEDULE, "initial", 0, 1, "completed"),
         (Trigger.NEW_RESOURCES, "restart", 1, 3, "completed"),
         (Trigger.RESOURCES_LOST, "restart", 3, 2, "completed"),
     ]
+    assert dict(records[0].timings) == {"start": 0.5}
     assert dict(records[1].timings) == {"stop": 0.25, "start": 0.5}
     counters = app.scheduler.query("q").history.counters
     assert (counters.restarts, counters.rescales) == (2, 2)
+
+
+def test_first_run_on_sufficient_resources_waits_the_submission_stabilization() -> None:
+    app = App()
+    app.add("1")
+    driver = FakeDriver(query_info("q", partitions=3))
+    app.register(driver)
+    app.advance(5)
+    app.add("2")  # 1 partition on 2 slots: a restart, once 2 slots held for 10 s
+    app.advance(9.9)
+    assert driver.calls == [("start", 1)]
+    app.advance(0.1)
+    assert driver.calls[-1] == ("stop", True)
+    app.stop(driver)
+    assert driver.calls[-1] == ("start", 2)
+
+
+def test_a_query_starts_before_any_executor_and_never_fails_for_lack_of_them() -> None:
+    """Spark runs a query with no executor yet (its tasks wait): so does spark-adaptive."""
+    app = App()
+    driver = FakeDriver(query_info("q", partitions=4))
+    app.register(driver)
+    assert driver.calls == [("start", 4)]  # the configured partitions: nothing is known yet
+    assert "no task slot is known yet" in app.scheduler.history("q")[0].reason
+    app.advance(3600)
+    assert app.state("q") == "Executing"
+    app.add("1")  # 4 partitions run balanced on 1 slot: it just gets its slots
+    app.event(driver.progress())
+    app.add("2")
+    app.event(driver.progress())
+    q = app.scheduler.query("q")
+    assert (q.snapshot().parallelism, q.snapshot().slots) == (4, 2)
+    assert driver.calls == [("start", 4)]
+    initial, live = app.scheduler.history("q")
+    assert (initial.kind, initial.to_slots, initial.outcome) == ("initial", 1, "completed")
+    assert (live.kind, live.from_slots, live.to_slots) == ("live", 1, 2)
+    assert q.history.counters.rescales == 1  # 0 -> 1 slot was no rescale; 1 -> 2 is one
 
 
 def test_lost_executors_are_a_live_rescale_without_a_restart() -> None:
@@ -76,8 +114,7 @@ def test_lost_executors_are_a_live_rescale_without_a_restart() -> None:
     for e in "1234":
         app.add(e)
     driver = FakeDriver(query_info("q", partitions=4))
-    app.register(driver)
-    app.start(driver)  # 4 slots = desired: at once
+    app.register(driver)  # 4 slots = desired
     app.event(driver.progress())
     app.advance(100)
     app.remove("3")
@@ -109,7 +146,6 @@ def test_executor_back_within_the_grace_changes_nothing() -> None:
         app.add(e)
     driver = FakeDriver(query_info("q", partitions=2))
     app.register(driver)
-    app.start(driver)
     app.advance(100)
     app.remove("2")
     app.advance(5)
@@ -125,7 +161,6 @@ def test_hung_executor_is_killed_and_the_query_scales_down() -> None:
         app.add(e)
     driver = FakeDriver(query_info("q", partitions=3))
     app.register(driver)
-    app.start(driver)
     app.advance(50)
     app.freeze("3")
     app.advance(20)
@@ -142,44 +177,46 @@ def test_reactive_mode_uses_everything_and_refuses_requirements() -> None:
     driver = FakeDriver(query_info("q", partitions=4))
     app.register(driver)
     assert app.actuator.requested == [16384]  # 32768 slots at 2 per executor
-    assert driver.calls == [("start", 4)]  # no submission stabilization in reactive mode
-    app.start(driver)
-    app.advance(5)
-    app.add("3", cores=2)  # first change at t=5, in the cooldown
-    app.advance(59.9)  # stabilizing from 30 (cooldown end), stabilized at 5 + 60
     assert driver.calls == [("start", 4)]
-    app.advance(0.1)
+    app.advance(5)
+    app.add("3", cores=2)  # reactive: no stabilization, and the first run has no cooldown
     assert driver.calls[-1] == ("stop", True)
     app.stop(driver)
     assert driver.calls[-1] == ("start", 6)
+    app.start(driver)
+    app.advance(5)  # t=10
+    app.add("4", cores=2)  # now the 30 s cooldown and the 60 s stabilization apply
+    app.advance(59.9)
+    assert driver.calls[-1] == ("start", 6)
+    app.advance(0.1)
+    assert driver.calls[-1] == ("stop", True)
+    app.stop(driver)
+    assert driver.calls[-1] == ("start", 8)
     with pytest.raises(RequirementsError) as e:
         app.scheduler.update_requirements("q", 1, 2)
     assert e.value.reasons == [REACTIVE_REQUIREMENTS]
     with pytest.raises(RequirementsError):
-        app.scheduler.register_query(FakeDriver(query_info("q2")), ResourceRequirements(1, 2))
+        app.register(FakeDriver(query_info("q2")), ResourceRequirements(1, 2))
 
 
-def test_reactive_waits_forever_for_resources() -> None:
-    app = App(Settings.from_conf({"spark.adaptive.scheduler.mode": "reactive"}))
-    driver = FakeDriver(query_info("q"))
-    app.register(driver)
-    app.advance(3600)
-    assert app.state("q") == "WaitingForResources"
+def test_after_a_failure_without_slots_the_resource_wait_timeout_fails_the_query() -> None:
+    app = App(EXPONENTIAL)
     app.add("1")
-    assert driver.calls == [("start", 1)]
-
-
-def test_resource_wait_timeout_without_slots_fails_the_query() -> None:
-    app = App()
-    driver = FakeDriver(query_info("q"))
+    driver = FakeDriver(query_info("q", partitions=1))
     app.register(driver)
+    app.remove("1")
+    app.advance(10)  # the loss grace is over: no slot left; the query keeps running
+    assert app.state("q") == "Executing"
+    app.event(driver.terminated("boom"))  # exponential-delay: a restart after 1 s...
+    app.advance(1)
+    assert app.state("q") == "WaitingForResources"  # ...with nothing to start on
     app.advance(299)
     assert app.state("q") == "WaitingForResources"
     app.advance(1)
     snap = app.scheduler.query("q").snapshot()
     assert (snap.state, snap.status) == ("Finished", "FAILED")
     assert snap.error is not None and "Not enough resources" in snap.error
-    assert driver.calls == []
+    assert driver.calls == [("start", 1)]
 
 
 def test_two_queries_share_the_slots_like_flinks_slot_sharing_groups() -> None:
@@ -190,16 +227,13 @@ def test_two_queries_share_the_slots_like_flinks_slot_sharing_groups() -> None:
     b = FakeDriver(query_info("B", partitions=10), query_id="qb")
     app.register(a, ResourceRequirements(1, 4))
     app.register(b, ResourceRequirements(2, 10))
-    app.advance(10)
     assert a.calls == [("start", 4)] and b.calls == [("start", 5)]
     assert app.actuator.requested[-1] == 14
     # When A finishes, its slots go to B.
-    app.start(a)
-    app.start(b)
     app.event(a.terminated(None))
     assert app.state("A") == "Finished"
     assert app.actuator.requested[-1] == 10
-    app.advance(59.9)  # 9 slots are not B's desired 10: cooldown until 40, stabilized at 70
+    app.advance(9.9)  # 9 slots are not B's desired 10: its first run stabilizes for 10 s
     assert b.calls == [("start", 5)]
     app.advance(0.1)
     assert b.calls[-1] == ("stop", True)
@@ -213,13 +247,12 @@ def test_requirements_update_rescales_the_query() -> None:
         app.add(e)
     driver = FakeDriver(query_info("q", partitions=4, name="orders"))
     app.register(driver)
-    app.start(driver)
     app.advance(40)
     assert app.actuator.requested == [4]
     new = app.scheduler.update_requirements("orders", -1, 2)
     assert new == ResourceRequirements(1, 2)
     app.vt.run_pending()
-    assert driver.calls[-1] == ("stop", True)  # desired at once: the cooldown is over
+    assert driver.calls[-1] == ("stop", True)  # desired at once
     # Its micro-batch still runs on 4 slots: releasing executors now would cost it tasks.
     assert app.actuator.requested == [4]
     app.actuator.release_next = ["3", "4"]  # the Spark actuator picks the newest two
@@ -236,12 +269,21 @@ def test_requirements_update_rescales_the_query() -> None:
     assert len(e.value.reasons) == 2
 
 
+def test_by_default_a_failed_query_fails_with_its_own_error_as_on_plain_spark() -> None:
+    app = App()
+    app.add("1")
+    driver = FakeDriver(query_info("q", partitions=1))  # it has a checkpoint, all the same
+    app.register(driver)
+    app.event(driver.terminated("boom"))
+    snap = app.scheduler.query("q").snapshot()
+    assert (snap.state, snap.status, snap.error) == ("Finished", "FAILED", "boom")
+
+
 def test_failure_with_no_restart_strategy_fails_with_the_original_error() -> None:
     app = App()
     app.add("1")
     driver = FakeDriver(query_info("q", partitions=1, checkpoint=None))
     app.register(driver)
-    app.start(driver)
     app.event(driver.terminated("org.apache.spark.SparkException: boom", "TASK_FAILED"))
     q = app.scheduler.query("q")
     snap = q.snapshot()
@@ -252,6 +294,16 @@ def test_failure_with_no_restart_strategy_fails_with_the_original_error() -> Non
     assert driver.calls == [("start", 1)]  # the query had already stopped
 
 
+def test_a_query_whose_source_cannot_replay_is_not_restarted_after_a_failure() -> None:
+    app = App(EXPONENTIAL)
+    app.add("1")
+    driver = FakeDriver(query_info("q", partitions=1, non_replayable_sources=("socket",)))
+    app.register(driver)
+    app.event(driver.terminated("boom"))
+    assert app.scheduler.query("q").snapshot().status == "FAILED"
+    assert driver.calls == [("start", 1)]
+
+
 @pytest.mark.parametrize(("conf", "backoffs"), [
     ({"spark.adaptive.restart-strategy.type": "fixed-delay",
       "spark.adaptive.restart-strategy.fixed-delay.attempts": "2",
@@ -259,7 +311,8 @@ def test_failure_with_no_restart_strategy_fails_with_the_original_error() -> Non
     ({"spark.adaptive.restart-strategy.type": "failure-rate",
       "spark.adaptive.restart-strategy.failure-rate.max-failures-per-interval": "2",
       "spark.adaptive.restart-strategy.failure-rate.delay": "3s"}, [3.0, 3.0]),
-    ({}, [1.0, 1.5]),  # exponential-delay by default with a checkpoint; jitter at mid-point
+    ({"spark.adaptive.restart-strategy.type": "exponential-delay"},
+     [1.0, 1.5]),  # jitter at mid-point
 ])
 def test_failures_restart_per_strategy_then_fail(conf: dict[str, str],
                                                  backoffs: list[float]) -> None:
@@ -269,7 +322,6 @@ def test_failures_restart_per_strategy_then_fail(conf: dict[str, str],
     app.add("1")
     driver = FakeDriver(query_info("q", partitions=1))
     app.register(driver)
-    app.start(driver)
     for backoff in backoffs:
         app.event(driver.terminated("boom"))
         assert app.state("q") == "Restarting"
@@ -285,25 +337,47 @@ def test_failures_restart_per_strategy_then_fail(conf: dict[str, str],
     assert ("stop", True) not in driver.calls
 
 
-def test_query_terminated_before_its_start_reports_is_not_lost() -> None:
+def test_events_of_the_first_run_before_it_is_handed_over_are_not_lost() -> None:
+    """Spark reports a run's first events (even its end) before ``start()`` returns."""
     app = App()
     app.add("1")
     driver = FakeDriver(query_info("q", partitions=1, checkpoint=None))
+    s = app.scheduler
+    bounds = s.default_requirements(driver.info)
+    plan = s.plan_first_start(driver.info, bounds, driver.support)
+    result = driver.first_start(plan.parallelism)
+    s.on_event(driver.progress())
+    s.on_event(driver.terminated("died at once"))
+    s.adopt_query(driver, bounds, plan, result)
+    app.vt.run_pending()
+    snap = s.query("q").snapshot()
+    assert (snap.state, snap.status, snap.error) == ("Finished", "FAILED", "died at once")
+    assert s.history("q")[0].outcome == "completed"  # the early progress was replayed too
+
+
+def test_query_terminated_before_a_restart_reports_is_not_lost() -> None:
+    app = App(EXPONENTIAL)
+    app.add("1")
+    driver = FakeDriver(query_info("q", partitions=1))
     app.register(driver)
+    app.event(driver.terminated("boom"))
+    app.advance(1)  # exponential-delay's first backoff
     driver.complete_start()  # the report is posted, not handled yet...
     app.scheduler.on_event(driver.terminated("died at once"))  # ...when the query dies
     app.vt.run_pending()
     snap = app.scheduler.query("q").snapshot()
-    assert (snap.state, snap.status, snap.error) == ("Finished", "FAILED", "died at once")
+    assert (snap.state, snap.counters.failures) == ("Restarting", 2)  # failed, restarting again
 
 
 def test_stop_with_savepoint_from_executing_and_refused_elsewhere() -> None:
-    app = App()
+    app = App(EXPONENTIAL)
+    app.add("1")
     driver = FakeDriver(query_info("q", partitions=1))
     app.register(driver)
-    with pytest.raises(ConflictError, match="WaitingForResources"):
+    app.event(driver.terminated("boom"))  # Restarting, waiting for its backoff
+    with pytest.raises(ConflictError, match="Restarting"):
         app.scheduler.stop_with_savepoint("q")
-    app.add("1")
+    app.advance(1)
     app.start(driver)
     app.scheduler.stop_with_savepoint("qid-1")  # by Spark query id
     assert driver.calls[-1] == ("stop", True)
@@ -314,43 +388,41 @@ def test_stop_with_savepoint_from_executing_and_refused_elsewhere() -> None:
         app.scheduler.update_requirements("q", 1, 1)
 
 
-def _to_waiting(app: App, driver: FakeDriver) -> None:
+def _to_executing(app: App, driver: FakeDriver) -> None:
     pass
 
 
-def _to_creating(app: App, driver: FakeDriver) -> None:
-    app.add("1")
-    app.add("2")
-
-
-def _to_executing(app: App, driver: FakeDriver) -> None:
-    _to_creating(app, driver)
-    app.start(driver)
-
-
 def _to_restarting(app: App, driver: FakeDriver) -> None:
-    app.add("1")
+    app.add("2")  # desired (2 slots), and the first run has no cooldown: restart at once
+
+
+def _to_creating(app: App, driver: FakeDriver) -> None:
+    _to_restarting(app, driver)
+    app.stop(driver)  # the restart's start is in flight
+
+
+def _to_waiting(app: App, driver: FakeDriver) -> None:
+    app.remove("1")
     app.advance(10)
-    app.start(driver)
-    app.advance(40)
-    app.add("2")  # desired, and the cooldown is over: restart rescale at once
+    app.event(driver.terminated("boom"))
+    app.advance(1)
 
 
 def _to_stop_with_savepoint(app: App, driver: FakeDriver) -> None:
-    _to_executing(app, driver)
     app.scheduler.stop_with_savepoint("q")
 
 
 @pytest.mark.parametrize(("setup", "state", "stops"), [
-    (_to_waiting, "WaitingForResources", []),
-    (_to_creating, "CreatingExecutionGraph", [("stop", False)]),
     (_to_executing, "Executing", [("stop", False)]),
     (_to_restarting, "Restarting", [("stop", True), ("stop", False)]),
+    (_to_creating, "CreatingExecutionGraph", [("stop", True), ("stop", False)]),
+    (_to_waiting, "WaitingForResources", []),
     (_to_stop_with_savepoint, "StopWithSavepoint", [("stop", True), ("stop", False)]),
 ])
 def test_cancel_from_each_state(setup: object, state: str,
                                 stops: list[tuple[str, bool]]) -> None:
-    app = App()
+    app = App(EXPONENTIAL)
+    app.add("1")
     driver = FakeDriver(query_info("q", partitions=2))
     app.register(driver)
     setup(app, driver)  # type: ignore[operator]
@@ -375,7 +447,6 @@ def test_query_that_cannot_repartition_is_only_rescaled_live() -> None:
     driver = FakeDriver(query_info("q", partitions=4),
                         support=RepartitionSupport(False, "stateful, HDFS state store"))
     app.register(driver)
-    app.start(driver)
     app.advance(100)
     app.remove("4")
     app.advance(1000)
@@ -392,9 +463,7 @@ def test_query_that_can_never_repartition_starts_at_its_configured_partitions() 
     driver = FakeDriver(query_info("q", partitions=6),
                         support=RepartitionSupport(False, "no checkpoint location"))
     app.register(driver)
-    app.advance(10)  # one slot is sufficient; after the submission stabilization it starts
     assert driver.calls == [("start", 6)]
-    app.start(driver)
     app.event(driver.progress())
     for e in "23":
         app.add(e)
@@ -412,7 +481,23 @@ def test_reactive_query_that_can_never_repartition_keeps_its_configured_partitio
     driver = FakeDriver(query_info("q", partitions=4),
                         support=RepartitionSupport(False, "stateful, HDFS state store"))
     app.register(driver)
-    app.advance(1)
+    assert driver.calls == [("start", 4)]
+
+
+def test_local_mode_is_a_fixed_pool() -> None:
+    app = App(fixed_slots=2)
+    driver = FakeDriver(query_info("q", partitions=4),
+                        support=RepartitionSupport(False, "local mode"))
+    app.register(driver)
+    assert driver.calls == [("start", 4)]
+    app.add("1")  # no executor events in local mode; any that came would change nothing
+    app.advance(1000)
+    snap = app.scheduler.query("q").snapshot()
+    assert (snap.slots, snap.executors, snap.parallelism) == (2, 1, 4)
+    assert app.actuator.requested == []  # nothing to request in a fixed pool
+    with pytest.raises(RequirementsError) as e:
+        app.scheduler.update_requirements("q", 1, 2)
+    assert e.value.reasons == [LOCAL_MODE_REQUIREMENTS]
     assert driver.calls == [("start", 4)]
 
 
@@ -421,14 +506,12 @@ def test_lookup_by_key_query_id_and_name() -> None:
     driver = FakeDriver(query_info("key-1", name="orders"), query_id="spark-id")
     app.register(driver)
     app.add("1")
-    app.advance(10)
-    app.start(driver)
     q = app.scheduler.query("key-1")
     assert app.scheduler.query("orders") is q and app.scheduler.query("spark-id") is q
     with pytest.raises(UnknownQueryError, match="no query managed"):
         app.scheduler.query("nope")
     with pytest.raises(ValueError, match="already managed"):
-        app.scheduler.register_query(FakeDriver(query_info("key-1")))
+        app.register(FakeDriver(query_info("key-1")))
     snaps = app.scheduler.snapshot()
     assert [s.id for s in snaps] == ["spark-id"]
     assert app.scheduler.app_snapshot() == {
@@ -441,3 +524,18 @@ def test_executor_requests_follow_the_executor_size() -> None:
     assert app.actuator.requested == [4]  # 8 slots at the configured 2 per executor
     app.add("1", cores=4)
     assert app.actuator.requested == [4, 2]  # now observed: 4 slots per executor
+
+
+def test_a_query_started_again_from_its_checkpoint_replaces_the_finished_one() -> None:
+    """Spark gives a query restarted by the app from the same checkpoint the same id."""
+    app = App()
+    app.add("1")
+    first = FakeDriver(query_info("q", partitions=1))
+    app.register(first)
+    app.event(first.terminated(None))
+    assert app.state("q") == "Finished"
+    second = FakeDriver(query_info("q", partitions=1))
+    app.register(second)
+    assert app.state("q") == "Executing"
+    with pytest.raises(ValueError, match="already managed"):
+        app.register(FakeDriver(query_info("q", partitions=1)))

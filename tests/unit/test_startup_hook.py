@@ -104,3 +104,48 @@ def test_heartbeat_interval_is_set_before_an_enabled_context_starts(
     plain = _Conf({})
     mod.SparkContext(conf=plain)
     assert plain.values == {}  # not enabled: nothing touched
+
+
+def _connect_module() -> Any:
+    class Builder:
+        def __init__(self) -> None:
+            self._options: dict[str, str] = {}
+
+        def config(self, key: str, value: str) -> Builder:
+            self._options[key] = value
+            return self
+
+        def getOrCreate(self) -> str:  # noqa: N802 - PySpark's name
+            return "connect session"
+
+        def create(self) -> str:
+            return "new connect session"
+
+    module = types.ModuleType("pyspark.sql.connect.session")
+    module.SparkSession = types.SimpleNamespace(Builder=Builder)  # type: ignore[attr-defined]
+    return module
+
+
+def test_a_connect_session_with_the_key_gets_one_warning(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(hook, "_connect_warned", False)
+    mod = _connect_module()
+    hook._patch(mod)
+    hook._patch(mod)  # wrapped once
+    assert mod.SparkSession.Builder().getOrCreate() == "connect session"
+    assert capsys.readouterr().err == ""  # without the key: nothing said
+    builder = mod.SparkSession.Builder().config("spark.adaptive.enabled", "true")
+    assert builder.getOrCreate() == "connect session"
+    assert builder.create() == "new connect session"
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and " WARN SparkAdaptive: " in err[0]
+    assert hook.CONNECT_MESSAGE in err[0]
+
+
+def test_enable_on_a_connect_session_says_why_it_cannot() -> None:
+    import spark_adaptive
+    from spark_adaptive.errors import ConfigurationError
+
+    connect_session = type("SparkSession", (), {"__module__": "pyspark.sql.connect.session"})()
+    with pytest.raises(ConfigurationError, match="Spark Connect session"):
+        spark_adaptive.enable(connect_session)

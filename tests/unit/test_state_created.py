@@ -6,15 +6,20 @@ import pytest
 from scheduler_fakes import StateContext
 
 from spark_adaptive.core.clock import VirtualTime
+from spark_adaptive.core.ports import StartResult
 from spark_adaptive.core.states import Created
 from spark_adaptive.errors import ConflictError
 
 
-def test_start_scheduling_goes_waiting_for_resources(vt: VirtualTime) -> None:
+def test_the_first_run_taken_over_goes_executing_with_the_submission_timing(
+        vt: VirtualTime) -> None:
     with StateContext(vt) as ctx:
         state = ctx.enter(Created)
-        ctx.expect("WaitingForResources")
-        state.start_scheduling()
+        ctx.expect("Executing")
+        result = StartResult(ok=True, parallelism=3, query_id="q", run_id="r")
+        state.adopt(result, 2, "started at 3 partitions: test")
+        assert ctx.last.args == {"result": result, "slots": 2, "initial": True,
+                                 "reason": "started at 3 partitions: test"}
 
 
 def test_cancel_finishes_canceled(vt: VirtualTime) -> None:

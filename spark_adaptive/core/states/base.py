@@ -127,7 +127,10 @@ class ToCreatingExecutionGraph(Protocol):
 
 
 class ToExecuting(Protocol):
-    def go_to_executing(self, result: StartResult, slots: int, reason: str) -> None: ...
+    def go_to_executing(self, result: StartResult, slots: int, reason: str, *,
+                        initial: bool = False) -> None:
+        """Executing; ``initial`` for the query's first run (submission timing)."""
+        ...
 
 
 class ToRestarting(Protocol):

@@ -1,17 +1,21 @@
-"""Created: the query is registered; nothing is scheduled yet.
+"""Created: the query is registered; its first run is being started.
 
-Leaves by :meth:`Created.start_scheduling` to WaitingForResources, or by
-``cancel`` straight to Finished(CANCELED) (no query runs yet).
+The app's ``start()`` starts the first run itself, at once (Spark analyses the
+query and raises its own errors without waiting for spark-adaptive), at the
+partitions :func:`~spark_adaptive.core.allocator.first_start` decided. Leaves
+by :meth:`Created.adopt` to Executing once that run is up, or by ``cancel``
+straight to Finished(CANCELED).
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from spark_adaptive.core.states.base import State, ToFinished, ToWaitingForResources
+from spark_adaptive.core.ports import StartResult
+from spark_adaptive.core.states.base import State, ToExecuting, ToFinished
 
 
-class Context(ToWaitingForResources, ToFinished, Protocol):
+class Context(ToExecuting, ToFinished, Protocol):
     pass
 
 
@@ -22,8 +26,9 @@ class Created(State):
         super().__init__()
         self._ctx = ctx
 
-    def start_scheduling(self) -> None:
-        self._ctx.go_to_waiting_for_resources("scheduling starts")
+    def adopt(self, result: StartResult, slots: int, reason: str) -> None:
+        """The first run started: Executing, with the submission timing."""
+        self._ctx.go_to_executing(result, slots, reason, initial=True)
 
     def cancel(self) -> None:
-        self._ctx.go_to_finished("CANCELED", "canceled before scheduling started")
+        self._ctx.go_to_finished("CANCELED", "canceled before the query started")

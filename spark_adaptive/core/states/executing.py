@@ -18,6 +18,12 @@ Every completed micro-batch (``QueryProgress``) and ``QueryIdle`` is an
 checkpoint, so this is Flink's FLIP-461 "rescale on a completed checkpoint".
 The first completed micro-batch also completes a pending rescale record.
 
+The query's first run (``initial``: the app's ``start()`` started it at once)
+is timed as Flink times a job waiting for resources at submission: no
+cooldown, and ``submission.resource-stabilization-timeout`` instead of the
+executing one, so that it reaches the parallelism its resources allow about
+as soon as a submission would have, while it already runs.
+
 A scale-up smaller than ``min-parallelism-increase`` is held back; with
 ``scaling-interval.max`` set, it becomes a change like any other that long
 after it was first seen (the timing machine still applies).
@@ -66,11 +72,13 @@ class Context(ToRestarting, ToFailing, ToCanceling, ToStopWithSavepoint, ToFinis
 class Executing(State):
     name = "Executing"
 
-    def __init__(self, ctx: Context, parallelism: int, slots: int) -> None:
+    def __init__(self, ctx: Context, parallelism: int, slots: int, *,
+                 initial: bool = False) -> None:
         super().__init__()
         self._ctx = ctx
         self.parallelism = parallelism
         self.slots = slots
+        self.initial = initial
         self._requirements_changed = False
         self._held_back_since: float | None = None
         self.timing = self._new_timing()
@@ -80,6 +88,10 @@ class Executing(State):
 
     def _new_timing(self) -> TransitionTiming:
         p = self._ctx.params
+        if self.initial:
+            return TransitionTiming(
+                self, self._ctx.now, cooldown=0.0, stabilization=p.submission_stabilization,
+                max_trigger_delay=p.trigger_max_delay, label="Executing (first run)")
         return TransitionTiming(
             self, self._ctx.now, cooldown=p.cooldown, stabilization=p.executing_stabilization,
             max_trigger_delay=p.trigger_max_delay, label="Executing")

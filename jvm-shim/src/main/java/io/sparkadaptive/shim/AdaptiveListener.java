@@ -22,8 +22,10 @@ import org.apache.spark.scheduler.SparkListenerJobEnd;
 import org.apache.spark.scheduler.SparkListenerJobStart;
 import org.apache.spark.scheduler.SparkListenerStageCompleted;
 import org.apache.spark.scheduler.SparkListenerStageSubmitted;
+import org.apache.spark.scheduler.SparkListenerEvent;
 import org.apache.spark.scheduler.SparkListenerTaskEnd;
 import org.apache.spark.scheduler.StageInfo;
+import org.apache.spark.sql.streaming.StreamingQueryListener;
 import org.apache.spark.storage.RDDInfo;
 
 /**
@@ -32,9 +34,11 @@ import org.apache.spark.storage.RDDInfo;
  * <p>Spark calls a listener for every task start and end. Through py4j each of
  * those calls is a round trip to Python, which made a 200-task job 40% slower.
  * This listener handles task events here (it only keeps each stage's task
- * durations, for skew reports) and hands Python just the events spark-adaptive
- * acts on: executors added, removed and heartbeating, stages submitted and
- * completed, jobs started and ended.
+ * durations, for skew reports and busy time) and hands Python just the events
+ * spark-adaptive acts on: executors added, removed and heartbeating, stages
+ * submitted and completed, jobs started and ended, and the streaming query events
+ * Spark posts on the same bus (started, progress, idle, terminated) for every
+ * session, so Python needs no StreamingQueryListener of its own.
  *
  * <p>Events are encoded as one JSON object per line and delivered in batches
  * by a daemon thread, one py4j call per batch, to a {@code Consumer<String>}
@@ -204,10 +208,40 @@ public class AdaptiveListener extends SparkListener {
     if (d != null && n != null && n > 0) {
       long[] done = Arrays.copyOf(d, n);
       Arrays.sort(done);
+      long total = 0;
+      for (long t : done) {
+        total += t;
+      }
       j.dbl("max_task_duration", done[n - 1] / 1000.0)
-          .dbl("median_task_duration", done[n / 2] / 1000.0);
+          .dbl("median_task_duration", done[n / 2] / 1000.0)
+          .dbl("task_time", total / 1000.0);
     }
     emit(j);
+  }
+
+  // -- streaming queries ------------------------------------------------------------
+  @Override
+  public void onOtherEvent(SparkListenerEvent e) {
+    if (e instanceof StreamingQueryListener.QueryProgressEvent) {
+      StreamingQueryListener.QueryProgressEvent p = (StreamingQueryListener.QueryProgressEvent) e;
+      emit(new Json("QueryProgress").num("time", now()).raw("progress", p.progress().json()));
+    } else if (e instanceof StreamingQueryListener.QueryStartedEvent) {
+      StreamingQueryListener.QueryStartedEvent s = (StreamingQueryListener.QueryStartedEvent) e;
+      emit(new Json("QueryStarted").num("time", now()).str("query_id", s.id().toString())
+          .str("run_id", s.runId().toString()).str("name", s.name()));
+    } else if (e instanceof StreamingQueryListener.QueryIdleEvent) {
+      StreamingQueryListener.QueryIdleEvent i = (StreamingQueryListener.QueryIdleEvent) e;
+      emit(new Json("QueryIdle").num("time", now()).str("query_id", i.id().toString())
+          .str("run_id", i.runId().toString()));
+    } else if (e instanceof StreamingQueryListener.QueryTerminatedEvent) {
+      StreamingQueryListener.QueryTerminatedEvent t =
+          (StreamingQueryListener.QueryTerminatedEvent) e;
+      emit(new Json("QueryTerminated").num("time", now()).str("query_id", t.id().toString())
+          .str("run_id", t.runId().toString())
+          .str("exception", t.exception().isDefined() ? t.exception().get() : null)
+          .str("error_class", t.errorClassOnException().isDefined()
+              ? t.errorClassOnException().get() : null));
+    }
   }
 
   /**
