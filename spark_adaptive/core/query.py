@@ -478,14 +478,18 @@ class QueryScheduler:
         self._decisions.decide(action, reason)
 
     def record_live_rescale(self, decision: RescaleDecision, trigger: Trigger) -> None:
-        if decision.current_slots == 0:
-            # The first slots of a query that started before any executor was known: the
-            # initial schedule gets its slots, no rescale happened.
-            pending = self.history.pending
+        pending = self.history.pending
+        if decision.current_slots == 0 or (pending is not None and pending.kind == "initial"):
+            # Executors registering while the first run has not completed a micro-batch
+            # yet (an app's executors come seconds after it starts): the initial schedule
+            # gets its slots, no rescale happened.
             if pending is not None and pending.kind == "initial":
                 self.history.update_pending(to_slots=decision.target_slots)
+            fewer = decision.target_slots < self._running_slots
             self._running_slots = decision.target_slots
             self.decide("slots available", decision.reason)
+            if fewer and self._running:
+                self._app.released_slots()
             return
         self.history.open(
             trigger, "live", from_parallelism=decision.current_parallelism,

@@ -93,14 +93,20 @@ def _wait(what: str, check: Any, timeout: float = 120.0) -> Any:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def _last_batch_total(out: Path) -> int:
-    """The total of the newest complete-mode batch written (0 before the first)."""
+def _last_batch(out: Path) -> dict[str, list[Any]]:
+    """The newest complete-mode batch written that has rows (empty before the first)."""
     import pyarrow.parquet as pq
 
     batches = sorted(glob.glob(str(out / "batch=*")), key=lambda p: int(p.split("=")[-1]))
-    if not batches:
-        return 0
-    return int(sum(pq.read_table(batches[-1]).to_pydict()["count"]))
+    for batch in reversed(batches):
+        table = pq.read_table(batch).to_pydict()
+        if table.get("count"):
+            return table
+    return {}
+
+
+def _last_batch_total(out: Path) -> int:
+    return int(sum(_last_batch(out).get("count", [])))
 
 
 def test_socket_query_with_a_checkpoint_is_rescaled_live_only_and_loses_nothing(
@@ -201,9 +207,39 @@ def test_checkpoint_under_the_session_root_is_kept_across_a_restart_rescale(
     before = query.lastProgress["batchId"]
     _wait("a batch after the restart", lambda: query.lastProgress["batchId"] > before + 1)
     query.stop()
-    import pyarrow.parquet as pq
-
-    last = max(glob.glob(str(out / "batch=*")), key=lambda p: int(p.split("=")[-1]))
-    table = pq.read_table(last).to_pydict()
+    table = _last_batch(out)
     top = max(table["top"])
     assert sum(table["count"]) == top + 1, "every row counted exactly once across the restart"
+
+
+STREAMING_APP = """
+import time
+from pyspark.sql import SparkSession, functions as F
+spark = SparkSession.builder.appName("leaves-without-stopping").getOrCreate()
+query = (spark.readStream.format("rate").option("rowsPerSecond", 50).load()
+         .groupBy((F.col("value") % 3).alias("k")).count()
+         .writeStream.outputMode("complete").format("console")
+         .option("checkpointLocation", {checkpoint!r}).start())
+time.sleep(8)
+print("APP DONE", query.id)
+# No stop(): the interpreter and the JVM end with the query running.
+"""
+
+
+def test_an_app_that_exits_with_its_query_running_leaves_nothing_in_the_log(
+        local_cluster: Any, tmp_path: Path) -> None:
+    from spark_adaptive.testing.submit import submit
+
+    app = tmp_path / "app.py"
+    app.write_text(STREAMING_APP.format(checkpoint=str(tmp_path / "cp")))
+    submitted = submit(local_cluster, app, conf={"spark.adaptive.enabled": "true"})
+    try:
+        assert submitted.wait(180) == 0, submitted.tail()
+    finally:
+        submitted.kill()
+    log = submitted.log_path.read_text()
+    assert "APP DONE" in log and "SparkAdaptiveStreaming: managing streaming query" in log
+    shutdown = log[log.index("APP DONE"):]
+    for noise in ("PythonStreamingQueryListenerWrapper", "Listener threw an exception",
+                  "Traceback", "WARN SparkAdaptive", "ERROR SparkAdaptive"):
+        assert noise not in shutdown, f"{noise!r} at shutdown:\n{shutdown[-3000:]}"

@@ -25,6 +25,7 @@ import pytest
 import spark_adaptive
 from spark_adaptive import cli
 from spark_adaptive.rest.client import ConnectionProblem, RestClient
+from spark_adaptive.testing.session import wait_for_executors
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -92,6 +93,7 @@ def test_rest_api_and_cli_on_a_live_query_and_requirements_survive_a_driver_rest
     assert rt.rest is not None
     url = rt.rest.url
     api = RestClient(url)
+    wait_for_executors(spark, 2)
     query = _start_counts(spark, str(tmp_path / "out"), str(checkpoint))
 
     # -- reading -----------------------------------------------------------------------

@@ -10,6 +10,7 @@ import spark_adaptive
 from spark_adaptive.core import events as ev
 from spark_adaptive.spark.checkpoint import inspect_checkpoint
 from spark_adaptive.testing.recorder import EventRecorder
+from spark_adaptive.testing.session import wait_for_executors
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -64,6 +65,7 @@ def test_balanced_partitions_are_rescaled_live_without_a_restart(
     rt = spark_adaptive.enable(spark, **{"scheduler.executor-loss-grace": "2s"})
     rec = EventRecorder()
     rt.subscribe(rec, "test")
+    wait_for_executors(spark, 2)
     query = (spark.readStream.format("rate").option("rowsPerSecond", 20).load()
              .groupBy((F.col("value") % 8).alias("k")).count()
              .writeStream.outputMode("update")

@@ -87,6 +87,22 @@ def test_first_run_on_sufficient_resources_waits_the_submission_stabilization() 
     assert driver.calls[-1] == ("start", 2)
 
 
+def test_executors_registering_before_the_first_batch_are_the_initial_schedule() -> None:
+    """An app's executors register one by one in the seconds after it starts: while no
+    micro-batch has completed, they complete the initial schedule; no rescale is recorded."""
+    app = App()
+    driver = FakeDriver(query_info("q", partitions=4))
+    app.register(driver)
+    app.add("1")
+    app.add("2")
+    app.add("3")  # 4 partitions on 3 slots: a restart, after the submission stabilization
+    app.add("4")  # desired before then: nothing to restart, 4 run balanced on 4
+    app.event(driver.progress())
+    (initial,) = app.scheduler.history("q")
+    assert (initial.kind, initial.to_slots, initial.outcome) == ("initial", 4, "completed")
+    assert driver.calls == [("start", 4)]
+
+
 def test_a_query_starts_before_any_executor_and_never_fails_for_lack_of_them() -> None:
     """Spark runs a query with no executor yet (its tasks wait): so does spark-adaptive."""
     app = App()
@@ -447,6 +463,7 @@ def test_query_that_cannot_repartition_is_only_rescaled_live() -> None:
     driver = FakeDriver(query_info("q", partitions=4),
                         support=RepartitionSupport(False, "stateful, HDFS state store"))
     app.register(driver)
+    app.event(driver.progress())
     app.advance(100)
     app.remove("4")
     app.advance(1000)
