@@ -3,11 +3,11 @@
 :func:`plan_read` is the step between the map and the reduce side of every
 helper in :mod:`spark_adaptive.batch.rdd`: it runs the map side, reads the
 sizes (shim) or the total (fallback), decides the plan with the pure core
-(:mod:`spark_adaptive.core.batch_shuffle`), logs it as one INFO line on the
+(:mod:`spark_adaptive.core.batch.shuffle`), logs it as one INFO line on the
 ``spark_adaptive.batch`` logger, records it in the batch report, and returns
 a function that builds the RDD reading any subset of the plan's tasks.
 :func:`plan_join_read` does the same for a join's two shuffles at once
-(:mod:`spark_adaptive.core.batch_join`); it needs the shim.
+(:mod:`spark_adaptive.core.batch.join`); it needs the shim.
 """
 
 from __future__ import annotations
@@ -23,15 +23,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spark_adaptive.core.batch_decider import format_bytes
-from spark_adaptive.core.batch_executors import LOGGER_NAME
-from spark_adaptive.core.batch_join import plan_join, plan_join_even, smaller_side_first
-from spark_adaptive.core.batch_ranges import (
+from spark_adaptive.core.batch.decider import format_bytes
+from spark_adaptive.core.batch.executors import LOGGER_NAME
+from spark_adaptive.core.batch.join import plan_join, plan_join_even, smaller_side_first
+from spark_adaptive.core.batch.ranges import (
     DEFAULT_SKEW_FACTOR,
     DEFAULT_SKEW_THRESHOLD,
     Splitting,
 )
-from spark_adaptive.core.batch_shuffle import (
+from spark_adaptive.core.batch.shuffle import (
     EVEN_BY_COUNT,
     ReadSlice,
     ShufflePlan,
@@ -39,7 +39,7 @@ from spark_adaptive.core.batch_shuffle import (
     plan_even,
     subpartition_count,
 )
-from spark_adaptive.core.batch_sources import SourcePlan
+from spark_adaptive.core.batch.sources import SourcePlan
 from spark_adaptive.core.events import PLAN_RDD_PREFIX
 from spark_adaptive.core.options import TEXT_FILE_SPLIT_BYTES, Settings, parse_size
 from spark_adaptive.errors import ShimNotAvailableError
@@ -116,7 +116,7 @@ def settings_for(sc: SparkContext, limits: dict[str, Any],
 
 
 def subpartitions(map_tasks: int, params: BatchParams, per_map_task: int = 1) -> int:
-    """Partitions a helper's map side writes (:func:`~spark_adaptive.core.batch_shuffle.
+    """Partitions a helper's map side writes (:func:`~spark_adaptive.core.batch.shuffle.
     subpartition_count`)."""
     return subpartition_count(map_tasks, max_p=params.max_p, slots=params.slots,
                               per_map_task=per_map_task)
@@ -254,9 +254,9 @@ def plan_join_read(left: RDD[Any], right: RDD[Any], how: str, params: BatchParam
     """Run the map sides of a join's two shuffles at once and plan reading both.
 
     ``left`` and ``right`` are PySpark ``partitionBy`` results with the same
-    partitioner; the plan is :func:`~spark_adaptive.core.batch_join.plan_join`'s
+    partitioner; the plan is :func:`~spark_adaptive.core.batch.join.plan_join`'s
     (left is shuffle 0) with each task's smaller side first
-    (:func:`~spark_adaptive.core.batch_join.smaller_side_first`), or even ranges
+    (:func:`~spark_adaptive.core.batch.join.smaller_side_first`), or even ranges
     over both when the sizes are lost. Each task of ``read`` yields one side's
     records, then the other's, so the sides must be told apart by the records
     themselves. Raises

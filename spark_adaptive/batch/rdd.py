@@ -5,7 +5,7 @@ These helpers take none:
 
 1. the map side writes ``batch.max-parallelism`` partitions (Flink's
    subpartitions), at most one per map task
-   (:func:`~spark_adaptive.core.batch_shuffle.subpartition_count`), with the
+   (:func:`~spark_adaptive.core.batch.shuffle.subpartition_count`), with the
    same hashing as PySpark's own operation (:func:`partition_hash`), and
    for :func:`reduce_by_key` and :func:`combine_by_key` ``ceil(S / V)`` per map
    task, ``S`` being the source split size, so that their reduce tasks can read
@@ -18,7 +18,7 @@ These helpers take none:
 3. the reduce side gets ``p = ceil(bytes / V)`` tasks within the batch bounds
    (at least one per held task slot with ``batch.use-held-slots``, as long as
    each reads 1 MiB), each reading a contiguous range of partitions balanced
-   by bytes (:func:`~spark_adaptive.core.batch_shuffle.plan_by_bytes`); the
+   by bytes (:func:`~spark_adaptive.core.batch.shuffle.plan_by_bytes`); the
    grouping ones (:func:`group_by_key`, the joins), whose tasks hold each key's
    values as Python lists, read at most ``spark.python.worker.memory / 16``
    per task (:func:`~spark_adaptive.batch.plans.for_grouping`), and the
@@ -31,7 +31,7 @@ These helpers take none:
    of each key. :func:`join` and :func:`left_outer_join` shuffle each side on
    its own and split a skewed partition of a side that may be split into
    pieces, each joined with the other side's whole partition
-   (:func:`~spark_adaptive.core.batch_join.plan_join`).
+   (:func:`~spark_adaptive.core.batch.join.plan_join`).
 
 Sizes per partition come from Spark's map output statistics through the JVM
 shim. Without the shim the helpers still work: ``p`` comes from the total
@@ -55,9 +55,9 @@ from collections.abc import Callable, Hashable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from spark_adaptive.batch import plans
-from spark_adaptive.core.batch_decider import format_bytes
-from spark_adaptive.core.batch_ranges import Splitting
-from spark_adaptive.core.batch_shuffle import ShufflePlan
+from spark_adaptive.core.batch.decider import format_bytes
+from spark_adaptive.core.batch.ranges import Splitting
+from spark_adaptive.core.batch.shuffle import ShufflePlan
 
 if TYPE_CHECKING:
     from pyspark import RDD, SparkContext
@@ -342,7 +342,7 @@ def _join(left: RDD[tuple[K, V]], right: RDD[tuple[K, Any]], how: str,
           partition_func: Callable[[Any], int] | None, limits: dict[str, Any]) -> RDD[Any]:
     """Tag each side's values (1 left, 2 right), shuffle, group each key's tagged values
     in one task, pair them. With the shim, the sides are two shuffles read per
-    :func:`~spark_adaptive.core.batch_join.plan_join`; a task yields both sides' records
+    :func:`~spark_adaptive.core.batch.join.plan_join`; a task yields both sides' records
     of its slices one after another, which the tags tell apart."""
     sc, operation = left.context, _JOIN_OPERATIONS[how]
     settings = plans.settings_for(sc, limits)

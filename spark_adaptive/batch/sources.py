@@ -4,7 +4,7 @@
 file, whatever the files hold. :func:`text_file` reads the input's size from
 the file system (Hadoop's input format, or its ``FileSystem`` without the
 shim, so any scheme Spark reads: local, HDFS, S3A, ...), decides the tasks
-with Flink's source inference (:mod:`spark_adaptive.core.batch_sources`) and
+with Flink's source inference (:mod:`spark_adaptive.core.batch.sources`) and
 makes the splits into that many tasks. With the JVM shim its lines reach
 Python in chunks of 256 KiB (:mod:`spark_adaptive.spark.lines`) instead of one
 frame per line, which takes Python as long as parsing a short line: in
@@ -21,8 +21,8 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from spark_adaptive.batch import plans
-from spark_adaptive.core.batch_executors import LOGGER_NAME
-from spark_adaptive.core.batch_sources import SourcePlan, decide_source, plan_source, split_paths
+from spark_adaptive.core.batch.executors import LOGGER_NAME
+from spark_adaptive.core.batch.sources import SourcePlan, decide_source, plan_source, split_paths
 from spark_adaptive.spark.shuffle import shim_shuffles
 
 if TYPE_CHECKING:

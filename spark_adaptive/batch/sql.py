@@ -101,8 +101,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from spark_adaptive.core.batch_decider import format_bytes
-from spark_adaptive.core.batch_shuffle import min_task_bytes
+from spark_adaptive.core.batch.decider import format_bytes
+from spark_adaptive.core.batch.shuffle import min_task_bytes
 from spark_adaptive.core.options import Settings
 from spark_adaptive.spark.jvm import add_to_spark_class_loader, shim_jar_path
 

@@ -7,9 +7,9 @@
 * steers Spark SQL with the ``batch.*`` settings (:mod:`spark_adaptive.batch.sql`);
 * subscribes :class:`BatchScheduler` to the event bus: every completed stage is
   explained against the rule and logged, every job is summarized when it ends
-  (:class:`~spark_adaptive.core.batch_stages.BatchTracker`), and executors
+  (:class:`~spark_adaptive.core.batch.stages.BatchTracker`), and executors
   follow the submitted stages' tasks while spark-adaptive controls them
-  (:class:`~spark_adaptive.core.batch_executors.ExecutorFollower`).
+  (:class:`~spark_adaptive.core.batch.executors.ExecutorFollower`).
 
 Who controls the executors: the batch part declares executors only while no
 managed streaming query runs, and only where Spark can add and remove them
@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING
 
 from spark_adaptive.batch.sql import apply_sql_confs
 from spark_adaptive.core import events as ev
-from spark_adaptive.core.batch_executors import LOGGER_NAME, ExecutorFollower
-from spark_adaptive.core.batch_stages import BatchLimits, BatchTracker, JobReport
-from spark_adaptive.core.warm_up import WARM_UP_JOB_GROUP
+from spark_adaptive.core.batch.executors import LOGGER_NAME, ExecutorFollower
+from spark_adaptive.core.batch.stages import BatchLimits, BatchTracker, JobReport
+from spark_adaptive.core.streaming.warm_up import WARM_UP_JOB_GROUP
 from spark_adaptive.spark.activation import on_activation
 
 if TYPE_CHECKING:

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-from spark_adaptive.core import requirements as req
+from spark_adaptive.core.streaming import requirements as req
 from spark_adaptive.errors import (
     ConflictError,
     PersistenceError,

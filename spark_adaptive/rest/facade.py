@@ -27,9 +27,9 @@ from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar
 
 from spark_adaptive.core.loop import EventLoop
-from spark_adaptive.core.persistence import PersistedRequirements, Undo
-from spark_adaptive.core.requirements import ResourceRequirements
-from spark_adaptive.core.scheduler import AdaptiveScheduler
+from spark_adaptive.core.streaming.persistence import PersistedRequirements, Undo
+from spark_adaptive.core.streaming.requirements import ResourceRequirements
+from spark_adaptive.core.streaming.scheduler import AdaptiveScheduler
 from spark_adaptive.errors import ConflictError
 
 T = TypeVar("T")

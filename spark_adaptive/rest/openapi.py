@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from spark_adaptive import __version__
-from spark_adaptive.core.history import Trigger
+from spark_adaptive.core.streaming.history import Trigger
 
 STATES = ["Created", "WaitingForResources", "CreatingExecutionGraph", "Executing",
           "Restarting", "StopWithSavepoint", "Canceling", "Failing", "Finished"]

@@ -82,7 +82,7 @@ class SparkQueryDriver:
         """``start(jwriter)`` starts the query (``jwriter.start()``, ``start(path)`` or
         ``toTable(name)``, as the app asked) and returns the JVM ``StreamingQuery``.
         ``warm_up_wait(timeout)`` blocks while executors that joined are being warmed up
-        (:class:`~spark_adaptive.core.warm_up.WarmUp`); a restart calls it first.
+        (:class:`~spark_adaptive.core.streaming.warm_up.WarmUp`); a restart calls it first.
         ``session_checkpoint_root``: the query has no checkpoint of its own but the
         session's ``spark.sql.streaming.checkpointLocation`` gives it one under a name
         Spark generates at the first start; the driver reads it from the started query

@@ -21,9 +21,9 @@ from spark_adaptive.core.bus import EventBus, Handler
 from spark_adaptive.core.events import Event
 from spark_adaptive.core.loop import EventLoop
 from spark_adaptive.core.options import Settings, parse_duration
-from spark_adaptive.core.persistence import PersistedRequirements
-from spark_adaptive.core.scheduler import AdaptiveScheduler
-from spark_adaptive.core.warm_up import WarmUp
+from spark_adaptive.core.streaming.persistence import PersistedRequirements
+from spark_adaptive.core.streaming.scheduler import AdaptiveScheduler
+from spark_adaptive.core.streaming.warm_up import WarmUp
 from spark_adaptive.rest.facade import RuntimeFacade
 from spark_adaptive.rest.server import serve
 from spark_adaptive.spark.actuator import SparkExecutorActuator

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from spark_adaptive.core.batch_shuffle import ShufflePlan, ShuffleSizes, parse_sizes
+from spark_adaptive.core.batch.shuffle import ShufflePlan, ShuffleSizes, parse_sizes
 from spark_adaptive.errors import ShimNotAvailableError
 from spark_adaptive.spark.jvm import gateway, jvm, seq_to_list, shim_class
 

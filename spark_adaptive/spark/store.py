@@ -1,7 +1,7 @@
 """The requirements file beside a checkpoint, through Hadoop's FileSystem (any store Spark uses).
 
 :class:`HadoopRequirementsStore` implements
-:class:`~spark_adaptive.core.persistence.RequirementsStore` with the same
+:class:`~spark_adaptive.core.streaming.persistence.RequirementsStore` with the same
 py4j access to ``org.apache.hadoop.fs.FileSystem`` as
 :mod:`spark_adaptive.spark.checkpoint`, so a checkpoint on HDFS, S3 or local
 disk works alike, with the app's own Hadoop configuration (credentials
@@ -24,8 +24,8 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from spark_adaptive.core.persistence import RELATIVE_PATH, decode, encode
-from spark_adaptive.core.requirements import ResourceRequirements
+from spark_adaptive.core.streaming.persistence import RELATIVE_PATH, decode, encode
+from spark_adaptive.core.streaming.requirements import ResourceRequirements
 from spark_adaptive.errors import PersistenceError
 from spark_adaptive.spark.jvm import jvm
 

@@ -34,14 +34,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from spark_adaptive.core.ports import QueryInfo
-from spark_adaptive.core.query import StateChange
+from spark_adaptive.core.streaming.query import StateChange
 from spark_adaptive.errors import QueryFailedError
 from spark_adaptive.spark.checkpoint import inspect_checkpoint
 from spark_adaptive.spark.driver import SHUFFLE_PARTITIONS, SparkQueryDriver
 from spark_adaptive.spark.jvm import seq_to_list
 
 if TYPE_CHECKING:
-    from spark_adaptive.core.scheduler import AdaptiveScheduler
+    from spark_adaptive.core.streaming.scheduler import AdaptiveScheduler
     from spark_adaptive.spark.runtime import AdaptiveRuntime
 
 log = logging.getLogger(__name__)

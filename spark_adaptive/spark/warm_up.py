@@ -1,4 +1,4 @@
-"""The warm-up job: what :class:`~spark_adaptive.core.warm_up.WarmUp` runs on new executors.
+"""The warm-up job that :class:`~spark_adaptive.core.streaming.warm_up.WarmUp` runs.
 
 A small aggregation with a shuffle, written to Spark's ``noop`` sink: it loads
 Spark SQL's classes, compiles generated code and exercises the shuffle on
@@ -6,7 +6,7 @@ every executor it reaches. It has twice as many tasks as the application has
 task slots (at least 4, at most 512), none with a preferred location, so
 Spark's scheduler spreads them over every executor, the new ones included (on
 the ones already warm they take milliseconds). It runs on a thread of its own
-in the job group :data:`~spark_adaptive.core.warm_up.WARM_UP_JOB_GROUP`, so the
+in the job group :data:`~spark_adaptive.core.streaming.warm_up.WARM_UP_JOB_GROUP`, so the
 Spark UI shows it as "spark-adaptive: warm up executor(s) ...", and a failure
 is logged and otherwise ignored: a warm-up is an optimization only.
 """
@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from spark_adaptive.core.warm_up import WARM_UP_JOB_GROUP
+from spark_adaptive.core.streaming.warm_up import WARM_UP_JOB_GROUP
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -32,7 +32,7 @@ def warm_up_launcher(
     session: Callable[[], SparkSession | None], slots: Callable[[], int],
     post: Callable[[Callable[[], None]], None],
 ) -> Callable[[Sequence[str], Callable[[], None]], None]:
-    """``launch(executor_ids, done)`` for :class:`~spark_adaptive.core.warm_up.WarmUp`.
+    """``launch(executor_ids, done)`` for :class:`~spark_adaptive.core.streaming.warm_up.WarmUp`.
 
     ``session()`` is the session of the managed queries (None: nothing to run with),
     ``slots()`` the application's task slots now, ``post`` puts ``done`` back on the

@@ -10,7 +10,7 @@ import pytest
 
 import spark_adaptive
 from spark_adaptive.core import events as ev
-from spark_adaptive.core.warm_up import WARM_UP_JOB_GROUP
+from spark_adaptive.core.streaming.warm_up import WARM_UP_JOB_GROUP
 from spark_adaptive.testing.recorder import EventRecorder
 from spark_adaptive.testing.session import wait_for_executors
 

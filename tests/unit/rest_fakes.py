@@ -1,8 +1,8 @@
 """Hand-written fakes for the REST API's unit tests (no mocking library).
 
 * :class:`FakeScheduler` implements :class:`~spark_adaptive.rest.facade.SchedulerFacade`
-  with Flink's validation (the real :func:`~spark_adaptive.core.requirements.from_body`)
-  and the real :class:`~spark_adaptive.core.persistence.PersistedRequirements`
+  with Flink's validation (the real :func:`~spark_adaptive.core.streaming.requirements.from_body`)
+  and the real :class:`~spark_adaptive.core.streaming.persistence.PersistedRequirements`
   over a store of the test's choosing; it records what was applied.
 * :class:`BlockingStore` holds every ``save`` until the test releases it, so
   that a second PUT arrives while the first is in flight.
@@ -22,15 +22,15 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from spark_adaptive.core import requirements as req
 from spark_adaptive.core.options import Settings
-from spark_adaptive.core.persistence import (
+from spark_adaptive.core.ports import QueryInfo
+from spark_adaptive.core.streaming import requirements as req
+from spark_adaptive.core.streaming.persistence import (
     MemoryRequirementsStore,
     PersistedRequirements,
     Undo,
 )
-from spark_adaptive.core.ports import QueryInfo
-from spark_adaptive.core.scheduler import REACTIVE_REQUIREMENTS
+from spark_adaptive.core.streaming.scheduler import REACTIVE_REQUIREMENTS
 from spark_adaptive.errors import (
     ConflictError,
     PersistenceError,

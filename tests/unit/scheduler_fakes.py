@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from spark_adaptive.core.allocator import RescaleDecision
 from spark_adaptive.core.clock import Action, Cancellable, VirtualTime
 from spark_adaptive.core.events import (
     ExecutorAdded,
@@ -28,7 +27,6 @@ from spark_adaptive.core.events import (
     QueryProgress,
     QueryTerminated,
 )
-from spark_adaptive.core.history import RescaleHistory, Trigger
 from spark_adaptive.core.options import Settings
 from spark_adaptive.core.ports import (
     QueryInfo,
@@ -36,10 +34,12 @@ from spark_adaptive.core.ports import (
     StartResult,
     StopResult,
 )
-from spark_adaptive.core.requirements import ResourceRequirements
-from spark_adaptive.core.restart import Failure, FailureResult
-from spark_adaptive.core.scheduler import AdaptiveScheduler
-from spark_adaptive.core.states import SchedulingParams, State
+from spark_adaptive.core.streaming.allocator import RescaleDecision
+from spark_adaptive.core.streaming.history import RescaleHistory, Trigger
+from spark_adaptive.core.streaming.requirements import ResourceRequirements
+from spark_adaptive.core.streaming.restart import Failure, FailureResult
+from spark_adaptive.core.streaming.scheduler import AdaptiveScheduler
+from spark_adaptive.core.streaming.states import SchedulingParams, State
 
 PARAMS = SchedulingParams(
     resource_wait_timeout=300.0, submission_stabilization=10.0, cooldown=30.0,

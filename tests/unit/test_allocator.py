@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from spark_adaptive.core.allocator import (
+from spark_adaptive.core.ports import RepartitionSupport
+from spark_adaptive.core.streaming.allocator import (
     RescaleDecision,
     decide_rescale,
     desired_slots,
     determine_parallelism,
     first_start,
 )
-from spark_adaptive.core.ports import RepartitionSupport
-from spark_adaptive.core.requirements import ResourceRequirements as R
+from spark_adaptive.core.streaming.requirements import ResourceRequirements as R
 
 OK = RepartitionSupport(True, "RocksDB state store")
 NO = RepartitionSupport(False, "stateful query on the HDFS state store")

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from spark_adaptive.core.batch_decider import (
+from spark_adaptive.core.batch.decider import (
     BLOG_BROADCAST_RATIO_CAP,
     MIN_SPLIT_BYTES,
     ParallelismDecision,

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from spark_adaptive.core.batch_executors import ExecutorFollower, executors_for_tasks
+from spark_adaptive.core.batch.executors import ExecutorFollower, executors_for_tasks
 from spark_adaptive.core.clock import VirtualTime
 
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from spark_adaptive.core.batch_join import (
+from spark_adaptive.core.batch.join import (
     LEFT,
     RIGHT,
     cut_side,
@@ -18,8 +18,8 @@ from spark_adaptive.core.batch_join import (
     plan_join_even,
     smaller_side_first,
 )
-from spark_adaptive.core.batch_ranges import Splitting
-from spark_adaptive.core.batch_shuffle import (
+from spark_adaptive.core.batch.ranges import Splitting
+from spark_adaptive.core.batch.shuffle import (
     BY_BYTES,
     EVEN_BY_COUNT,
     ReadSlice,

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from spark_adaptive.core.batch_ranges import (
+from spark_adaptive.core.batch.ranges import (
     BISECTION,
     EVEN,
     GREEDY,

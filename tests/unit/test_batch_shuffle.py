@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from spark_adaptive.core.batch_ranges import Splitting
-from spark_adaptive.core.batch_shuffle import (
+from spark_adaptive.core.batch.ranges import Splitting
+from spark_adaptive.core.batch.shuffle import (
     BY_BYTES,
     EVEN_BY_COUNT,
     ReadSlice,
@@ -145,7 +145,7 @@ def test_held_slots_raise_the_count_while_each_task_reads_a_mebibyte() -> None:
 
 
 def test_subpartitions_follow_max_parallelism_but_at_most_one_per_map_task() -> None:
-    from spark_adaptive.core.batch_shuffle import subpartition_count
+    from spark_adaptive.core.batch.shuffle import subpartition_count
 
     assert subpartition_count(2, max_p=128, slots=2) == 4  # a 10 MB text file's 2 splits
     assert subpartition_count(34, max_p=128, slots=2) == 34  # a 1 GB one's: as PySpark

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_adaptive.core.batch_sources import decide_source, plan_source, split_paths
+from spark_adaptive.core.batch.sources import decide_source, plan_source, split_paths
 
 MiB = 1 << 20
 V = 64 * MiB

@@ -6,9 +6,9 @@ import dataclasses
 import json
 
 from spark_adaptive.core import events as ev
-from spark_adaptive.core.batch_shuffle import plan_even
-from spark_adaptive.core.batch_sources import SourcePlan
-from spark_adaptive.core.batch_stages import (
+from spark_adaptive.core.batch.shuffle import plan_even
+from spark_adaptive.core.batch.sources import SourcePlan
+from spark_adaptive.core.batch.stages import (
     OTHER,
     SHUFFLE,
     SOURCE,

@@ -9,7 +9,7 @@ import pytest
 from rest_fakes import QUERY_ID, FailingStore, FakeQuery, FakeScheduler, serving
 
 from spark_adaptive import cli
-from spark_adaptive.core.requirements import ResourceRequirements
+from spark_adaptive.core.streaming.requirements import ResourceRequirements
 from spark_adaptive.rest import tables
 
 

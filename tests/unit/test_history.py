@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from spark_adaptive.core.clock import VirtualTime
-from spark_adaptive.core.history import (
+from spark_adaptive.core.streaming.history import (
     LOGGER_NAME,
     Counters,
     DecisionLog,

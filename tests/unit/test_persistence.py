@@ -8,14 +8,14 @@ import logging
 import pytest
 
 from spark_adaptive.core.options import Settings
-from spark_adaptive.core.persistence import (
+from spark_adaptive.core.ports import QueryInfo
+from spark_adaptive.core.streaming.persistence import (
     MemoryRequirementsStore,
     PersistedRequirements,
     decode,
     encode,
 )
-from spark_adaptive.core.ports import QueryInfo
-from spark_adaptive.core.requirements import ResourceRequirements
+from spark_adaptive.core.streaming.requirements import ResourceRequirements
 from spark_adaptive.errors import PersistenceError
 
 CP = "hdfs:///checkpoints/orders"
@@ -49,7 +49,7 @@ def test_restore_returns_what_was_persisted(caplog: pytest.LogCaptureFixture) ->
     store = MemoryRequirementsStore()
     store.save(CP, ResourceRequirements(1, 2))
     persisted = PersistedRequirements(store, Settings())
-    with caplog.at_level(logging.INFO, "spark_adaptive.core.persistence"):
+    with caplog.at_level(logging.INFO, "spark_adaptive.core.streaming.persistence"):
         assert persisted.restore(info()) == ResourceRequirements(1, 2)
     assert f"query orders: requirements [1, 2] restored from {CP}" in caplog.text
     assert persisted.checkpoint("query-1") == CP
@@ -73,7 +73,7 @@ def test_restore_ignores_bounds_that_no_longer_apply(caplog: pytest.LogCaptureFi
 def test_restore_ignores_them_in_reactive_mode(caplog: pytest.LogCaptureFixture) -> None:
     store = MemoryRequirementsStore()
     store.save(CP, ResourceRequirements(1, 2))
-    with caplog.at_level(logging.INFO, "spark_adaptive.core.persistence"):
+    with caplog.at_level(logging.INFO, "spark_adaptive.core.streaming.persistence"):
         assert PersistedRequirements(store, Settings(mode="reactive")).restore(info()) is None
     assert "reactive mode" in caplog.text
 

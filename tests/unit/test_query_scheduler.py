@@ -10,14 +10,14 @@ from collections.abc import Callable
 import pytest
 from scheduler_fakes import PARAMS, FakeDriver, query_info
 
-from spark_adaptive.core.allocator import FirstStart
 from spark_adaptive.core.clock import Action, VirtualTime
-from spark_adaptive.core.history import LOGGER_NAME, Trigger
 from spark_adaptive.core.options import Settings
-from spark_adaptive.core.query import QueryScheduler, StateChange
-from spark_adaptive.core.requirements import ResourceRequirements
-from spark_adaptive.core.restart import FixedDelay, NoRestart
-from spark_adaptive.core.states import Executing, SchedulingParams
+from spark_adaptive.core.streaming.allocator import FirstStart
+from spark_adaptive.core.streaming.history import LOGGER_NAME, Trigger
+from spark_adaptive.core.streaming.query import QueryScheduler, StateChange
+from spark_adaptive.core.streaming.requirements import ResourceRequirements
+from spark_adaptive.core.streaming.restart import FixedDelay, NoRestart
+from spark_adaptive.core.streaming.states import Executing, SchedulingParams
 
 
 class OneQueryApp:
@@ -108,7 +108,7 @@ def test_run_if_state_drops_actions_of_a_left_state(
     timer = q.run_if_state(old, lambda: ran.append(1), 5)
     q.cancel()  # → Finished(CANCELED), which cancels old's timers
     assert timer.cancelled
-    with caplog.at_level(logging.DEBUG, logger="spark_adaptive.core.query"):
+    with caplog.at_level(logging.DEBUG, logger="spark_adaptive.core.streaming.query"):
         q._if_state(old, lambda: ran.append(2))
     vt.advance(10)
     assert ran == []

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from spark_adaptive.core.requirements import (
+from spark_adaptive.core.streaming.requirements import (
     EMPTY_BODY,
     ResourceRequirements,
     from_body,

@@ -6,7 +6,7 @@ import pytest
 
 from spark_adaptive.core.clock import VirtualTime
 from spark_adaptive.core.events import ExecutorAdded, ExecutorHeartbeat, ExecutorRemoved, JobEnded
-from spark_adaptive.core.resources import ResourceTracker, SlotChange
+from spark_adaptive.core.streaming.resources import ResourceTracker, SlotChange
 
 
 class Recorder:

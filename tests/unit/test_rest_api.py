@@ -19,8 +19,8 @@ from rest_fakes import (
     serving,
 )
 
-from spark_adaptive.core.requirements import EMPTY_BODY, ResourceRequirements
-from spark_adaptive.core.scheduler import REACTIVE_REQUIREMENTS
+from spark_adaptive.core.streaming.requirements import EMPTY_BODY, ResourceRequirements
+from spark_adaptive.core.streaming.scheduler import REACTIVE_REQUIREMENTS
 
 REQ = "/queries/orders/resource-requirements"
 

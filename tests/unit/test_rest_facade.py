@@ -10,9 +10,9 @@ from scheduler_fakes import App, FakeDriver, query_info
 
 from spark_adaptive.core.loop import EventLoop
 from spark_adaptive.core.options import Settings
-from spark_adaptive.core.persistence import MemoryRequirementsStore, PersistedRequirements
-from spark_adaptive.core.requirements import ResourceRequirements
-from spark_adaptive.core.scheduler import REACTIVE_REQUIREMENTS
+from spark_adaptive.core.streaming.persistence import MemoryRequirementsStore, PersistedRequirements
+from spark_adaptive.core.streaming.requirements import ResourceRequirements
+from spark_adaptive.core.streaming.scheduler import REACTIVE_REQUIREMENTS
 from spark_adaptive.errors import ConflictError
 from spark_adaptive.rest.facade import InFlight, RuntimeFacade
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from spark_adaptive.core.options import Settings
-from spark_adaptive.core.restart import (
+from spark_adaptive.core.streaming.restart import (
     ExponentialDelay,
     Failure,
     FailureRate,

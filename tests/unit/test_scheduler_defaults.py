@@ -63,7 +63,7 @@ def test_the_core_imports_neither_pyspark_nor_py4j() -> None:
 
 def test_failure_detection_never_below_three_heartbeat_intervals(
         caplog: pytest.LogCaptureFixture) -> None:
-    from spark_adaptive.core.scheduler import failure_detection_timeout
+    from spark_adaptive.core.streaming.scheduler import failure_detection_timeout
 
     assert failure_detection_timeout(20.0, 3.0) == 20.0  # 3 s heartbeats: 20 s is safe
     with caplog.at_level("WARNING"):

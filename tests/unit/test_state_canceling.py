@@ -5,7 +5,7 @@ from __future__ import annotations
 from scheduler_fakes import StateContext
 
 from spark_adaptive.core.clock import VirtualTime
-from spark_adaptive.core.states import Canceling
+from spark_adaptive.core.streaming.states import Canceling
 
 
 def test_stops_at_once_then_finishes_canceled(vt: VirtualTime) -> None:

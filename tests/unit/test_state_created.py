@@ -7,7 +7,7 @@ from scheduler_fakes import StateContext
 
 from spark_adaptive.core.clock import VirtualTime
 from spark_adaptive.core.ports import StartResult
-from spark_adaptive.core.states import Created
+from spark_adaptive.core.streaming.states import Created
 from spark_adaptive.errors import ConflictError
 
 

@@ -6,10 +6,10 @@ import pytest
 from scheduler_fakes import StateContext, ok
 
 from spark_adaptive.core.clock import VirtualTime
-from spark_adaptive.core.history import Trigger
 from spark_adaptive.core.ports import StartResult
-from spark_adaptive.core.restart import Failure, FailureResult
-from spark_adaptive.core.states import CreatingExecutionGraph
+from spark_adaptive.core.streaming.history import Trigger
+from spark_adaptive.core.streaming.restart import Failure, FailureResult
+from spark_adaptive.core.streaming.states import CreatingExecutionGraph
 from spark_adaptive.errors import ConflictError
 
 FAILED_START = StartResult(ok=False, error="java.io.IOException: checkpoint unreachable")

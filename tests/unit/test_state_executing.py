@@ -8,11 +8,11 @@ from scheduler_fakes import PARAMS, StateContext
 
 from spark_adaptive.core.clock import VirtualTime
 from spark_adaptive.core.events import QueryIdle, QueryProgress, QueryTerminated
-from spark_adaptive.core.history import Trigger
 from spark_adaptive.core.ports import RepartitionSupport
-from spark_adaptive.core.requirements import ResourceRequirements
-from spark_adaptive.core.restart import Failure, FailureResult
-from spark_adaptive.core.states import Executing
+from spark_adaptive.core.streaming.history import Trigger
+from spark_adaptive.core.streaming.requirements import ResourceRequirements
+from spark_adaptive.core.streaming.restart import Failure, FailureResult
+from spark_adaptive.core.streaming.states import Executing
 
 BOUNDS_3 = ResourceRequirements(1, 3)
 BOUNDS_4 = ResourceRequirements(1, 4)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from scheduler_fakes import StateContext
 
 from spark_adaptive.core.clock import VirtualTime
-from spark_adaptive.core.restart import Failure
-from spark_adaptive.core.states import Failing
+from spark_adaptive.core.streaming.restart import Failure
+from spark_adaptive.core.streaming.states import Failing
 
 FAILURE = Failure("org.apache.spark.SparkException: Job aborted", "STREAM_FAILED", "query")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from spark_adaptive.core.events import QueryTerminated
-from spark_adaptive.core.restart import Failure
-from spark_adaptive.core.states import Finished
+from spark_adaptive.core.streaming.restart import Failure
+from spark_adaptive.core.streaming.states import Finished
 from spark_adaptive.errors import ConflictError
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from scheduler_fakes import StateContext
 
 from spark_adaptive.core.clock import VirtualTime
-from spark_adaptive.core.history import Trigger
 from spark_adaptive.core.ports import StopResult
-from spark_adaptive.core.requirements import ResourceRequirements
-from spark_adaptive.core.states import Restarting
+from spark_adaptive.core.streaming.history import Trigger
+from spark_adaptive.core.streaming.requirements import ResourceRequirements
+from spark_adaptive.core.streaming.states import Restarting
 
 BOUNDS = ResourceRequirements(1, 4)
 

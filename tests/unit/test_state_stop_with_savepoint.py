@@ -6,8 +6,8 @@ from scheduler_fakes import StateContext
 
 from spark_adaptive.core.clock import VirtualTime
 from spark_adaptive.core.ports import StopResult
-from spark_adaptive.core.restart import Failure, FailureResult
-from spark_adaptive.core.states import StopWithSavepoint
+from spark_adaptive.core.streaming.restart import Failure, FailureResult
+from spark_adaptive.core.streaming.states import StopWithSavepoint
 
 
 def test_clean_stop_finishes(vt: VirtualTime) -> None:

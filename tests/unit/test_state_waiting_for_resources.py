@@ -8,8 +8,8 @@ import pytest
 from scheduler_fakes import PARAMS, StateContext
 
 from spark_adaptive.core.clock import VirtualTime
-from spark_adaptive.core.requirements import ResourceRequirements
-from spark_adaptive.core.states import SchedulingParams, WaitingForResources
+from spark_adaptive.core.streaming.requirements import ResourceRequirements
+from spark_adaptive.core.streaming.states import SchedulingParams, WaitingForResources
 from spark_adaptive.errors import ConflictError
 
 REACTIVE = SchedulingParams(resource_wait_timeout=math.inf, submission_stabilization=0.0,

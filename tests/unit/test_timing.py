@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from spark_adaptive.core.clock import Action, Cancellable, VirtualTime
-from spark_adaptive.core.timing import (
+from spark_adaptive.core.streaming.timing import (
     Cooldown,
     Idling,
     Stabilized,

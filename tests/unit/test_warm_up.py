@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 
 from spark_adaptive.core.clock import VirtualTime
 from spark_adaptive.core.events import ExecutorAdded, ExecutorRemoved
-from spark_adaptive.core.warm_up import WarmUp
+from spark_adaptive.core.streaming.warm_up import WarmUp
 
 
 class FakeLauncher:

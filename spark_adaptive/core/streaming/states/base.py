@@ -21,14 +21,14 @@ from typing import ClassVar, Literal, Protocol
 
 from spark_adaptive.core.clock import Action, Cancellable
 from spark_adaptive.core.events import Event
-from spark_adaptive.core.history import RescaleHistory, Trigger
 from spark_adaptive.core.options import Settings
 from spark_adaptive.core.ports import RepartitionSupport, StartResult, StopResult
-from spark_adaptive.core.requirements import ResourceRequirements
-from spark_adaptive.core.restart import Failure, FailureResult
+from spark_adaptive.core.streaming.history import RescaleHistory, Trigger
+from spark_adaptive.core.streaming.requirements import ResourceRequirements
+from spark_adaptive.core.streaming.restart import Failure, FailureResult
 from spark_adaptive.errors import ConflictError
 
-log = logging.getLogger("spark_adaptive.core.states")
+log = logging.getLogger("spark_adaptive.core.streaming.states")
 
 FinishedStatus = Literal["FINISHED", "CANCELED", "FAILED"]
 

@@ -2,10 +2,10 @@
 
 :class:`AdaptiveScheduler` is thin on purpose: the states decide. It
 
-* counts executors and slots (:class:`~spark_adaptive.core.resources.ResourceTracker`,
+* counts executors and slots (:class:`~spark_adaptive.core.streaming.resources.ResourceTracker`,
   with the executor-loss grace and hang detection);
 * shares the slots among the managed queries
-  (:func:`~spark_adaptive.core.allocator.determine_parallelism`) and tells each
+  (:func:`~spark_adaptive.core.streaming.allocator.determine_parallelism`) and tells each
   query whose share changed;
 * declares the executors the queries want through
   :meth:`ExecutorActuator.request_total_executors`: the sum of the active
@@ -31,16 +31,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from spark_adaptive.core import requirements as req
-from spark_adaptive.core.allocator import (
-    FirstStart,
-    desired_slots,
-    determine_parallelism,
-    first_start,
-)
 from spark_adaptive.core.clock import Timers
 from spark_adaptive.core.events import QUERY_EVENTS, Event
-from spark_adaptive.core.history import LOGGER_NAME, RescaleRecord
 from spark_adaptive.core.options import Settings
 from spark_adaptive.core.ports import (
     ExecutorActuator,
@@ -49,15 +41,23 @@ from spark_adaptive.core.ports import (
     RepartitionSupport,
     StartResult,
 )
-from spark_adaptive.core.query import (
+from spark_adaptive.core.streaming import requirements as req
+from spark_adaptive.core.streaming.allocator import (
+    FirstStart,
+    desired_slots,
+    determine_parallelism,
+    first_start,
+)
+from spark_adaptive.core.streaming.history import LOGGER_NAME, RescaleRecord
+from spark_adaptive.core.streaming.query import (
     Post,
     QueryScheduler,
     QuerySnapshot,
     StateChange,
 )
-from spark_adaptive.core.resources import ResourceTracker, SlotChange
-from spark_adaptive.core.restart import strategy_from_settings
-from spark_adaptive.core.states import SchedulingParams
+from spark_adaptive.core.streaming.resources import ResourceTracker, SlotChange
+from spark_adaptive.core.streaming.restart import strategy_from_settings
+from spark_adaptive.core.streaming.states import SchedulingParams
 from spark_adaptive.errors import ConflictError, RequirementsError, UnknownQueryError
 
 log = logging.getLogger(__name__)

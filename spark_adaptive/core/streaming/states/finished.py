@@ -1,14 +1,14 @@
 """Finished: terminal. The query ended FINISHED, CANCELED or FAILED.
 
 Every event is ignored; cancelling again does nothing. A FAILED query keeps
-its original :class:`~spark_adaptive.core.restart.Failure` (Spark's own error
+its original :class:`~spark_adaptive.core.streaming.restart.Failure` (Spark's own error
 text and class) so the application's ``awaitTermination()`` can raise it.
 """
 
 from __future__ import annotations
 
-from spark_adaptive.core.restart import Failure
-from spark_adaptive.core.states.base import FinishedStatus, State
+from spark_adaptive.core.streaming.restart import Failure
+from spark_adaptive.core.streaming.states.base import FinishedStatus, State
 
 
 class Finished(State):

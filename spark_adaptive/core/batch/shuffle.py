@@ -32,8 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spark_adaptive.core.batch_decider import decide_parallelism, format_bytes
-from spark_adaptive.core.batch_ranges import (
+from spark_adaptive.core.batch.decider import decide_parallelism, format_bytes
+from spark_adaptive.core.batch.ranges import (
     DEFAULT_SKEW_FACTOR,
     DEFAULT_SKEW_THRESHOLD,
     Splitting,

@@ -40,9 +40,9 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from spark_adaptive.core import requirements as req
 from spark_adaptive.core.options import Settings
 from spark_adaptive.core.ports import QueryInfo
+from spark_adaptive.core.streaming import requirements as req
 from spark_adaptive.errors import RequirementsError
 
 log = logging.getLogger(__name__)

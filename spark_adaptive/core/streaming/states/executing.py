@@ -1,7 +1,7 @@
 """Executing: the query runs; rescale it when its share changes, handle its end.
 
 Resource and requirement changes feed the rescale rule
-(:func:`~spark_adaptive.core.allocator.decide_rescale`):
+(:func:`~spark_adaptive.core.streaming.allocator.decide_rescale`):
 
 * a **live** rescale (the partitions stay, the slots change) is carried out at
   once: it is recorded and the query keeps running. Live rescales are free (no
@@ -9,7 +9,7 @@ Resource and requirement changes feed the rescale rule
   stabilization timeout; gating them would only leave the query on stale slot
   accounting;
 * a **restart** rescale goes through this state's
-  :class:`~spark_adaptive.core.timing.TransitionTiming` (cooldown after
+  :class:`~spark_adaptive.core.streaming.timing.TransitionTiming` (cooldown after
   rescaling, executing stabilization timeout, rescale-trigger max delay) and
   then → Restarting(backoff 0, target parallelism).
 
@@ -38,12 +38,12 @@ from __future__ import annotations
 import logging
 from typing import Protocol
 
-from spark_adaptive.core.allocator import RescaleDecision, decide_rescale
 from spark_adaptive.core.clock import Action, Cancellable
 from spark_adaptive.core.events import Event, QueryIdle, QueryProgress, QueryTerminated
-from spark_adaptive.core.history import Trigger
-from spark_adaptive.core.restart import Failure
-from spark_adaptive.core.states.base import (
+from spark_adaptive.core.streaming.allocator import RescaleDecision, decide_rescale
+from spark_adaptive.core.streaming.history import Trigger
+from spark_adaptive.core.streaming.restart import Failure
+from spark_adaptive.core.streaming.states.base import (
     HandlesFailures,
     HasHistory,
     HasParams,
@@ -57,7 +57,7 @@ from spark_adaptive.core.states.base import (
     ToStopWithSavepoint,
     restart_or_fail,
 )
-from spark_adaptive.core.timing import TransitionTiming
+from spark_adaptive.core.streaming.timing import TransitionTiming
 
 log = logging.getLogger(__name__)
 

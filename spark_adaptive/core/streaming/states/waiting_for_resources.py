@@ -1,7 +1,7 @@
 """WaitingForResources: the query does not run; wait until its share is worth starting.
 
 Entered at submission and after a restart whose target parallelism is no
-longer available. Driven by its own :class:`~spark_adaptive.core.timing.TransitionTiming`
+longer available. Driven by its own :class:`~spark_adaptive.core.streaming.timing.TransitionTiming`
 with the submission parameters: no cooldown, ``submission.resource-stabilization-timeout``,
 no trigger delay. So:
 
@@ -23,7 +23,7 @@ import math
 from typing import Protocol
 
 from spark_adaptive.core.clock import Action, Cancellable
-from spark_adaptive.core.states.base import (
+from spark_adaptive.core.streaming.states.base import (
     HasParams,
     RunsIfState,
     SeesResources,
@@ -31,7 +31,7 @@ from spark_adaptive.core.states.base import (
     ToCreatingExecutionGraph,
     ToFinished,
 )
-from spark_adaptive.core.timing import TransitionTiming
+from spark_adaptive.core.streaming.timing import TransitionTiming
 
 
 class Context(ToCreatingExecutionGraph, ToFinished, RunsIfState, SeesResources, HasParams,

@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from spark_adaptive.core.ports import StopResult
-from spark_adaptive.core.restart import Failure
-from spark_adaptive.core.states.base import (
+from spark_adaptive.core.streaming.restart import Failure
+from spark_adaptive.core.streaming.states.base import (
     HandlesFailures,
     State,
     StopsQuery,

@@ -1,6 +1,6 @@
 """The scheduler of one streaming query: its current state and the one way to change it.
 
-:class:`QueryScheduler` holds the query's :mod:`state <spark_adaptive.core.states>`
+:class:`QueryScheduler` holds the query's :mod:`state <spark_adaptive.core.streaming.states>`
 and implements every state's ``Context``. The states decide; this class
 carries out, and enforces the rules of the state machine (Flink's
 ``AdaptiveScheduler.transitionToState`` / ``runIfState``):
@@ -27,15 +27,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from spark_adaptive.core import restart
-from spark_adaptive.core.allocator import FirstStart, RescaleDecision
 from spark_adaptive.core.clock import Action, Cancellable, Timers
 from spark_adaptive.core.events import Event, QueryProgress, QueryTerminated
-from spark_adaptive.core.history import Counters, Decision, DecisionLog, RescaleHistory, Trigger
 from spark_adaptive.core.ports import QueryDriver, RepartitionSupport, StartResult, StopResult
-from spark_adaptive.core.requirements import ResourceRequirements
-from spark_adaptive.core.restart import Failure, FailureResult, RestartBackoffStrategy
-from spark_adaptive.core.states import (
+from spark_adaptive.core.streaming import restart
+from spark_adaptive.core.streaming.allocator import FirstStart, RescaleDecision
+from spark_adaptive.core.streaming.history import (
+    Counters,
+    Decision,
+    DecisionLog,
+    RescaleHistory,
+    Trigger,
+)
+from spark_adaptive.core.streaming.requirements import ResourceRequirements
+from spark_adaptive.core.streaming.restart import Failure, FailureResult, RestartBackoffStrategy
+from spark_adaptive.core.streaming.states import (
     Canceling,
     Created,
     CreatingExecutionGraph,

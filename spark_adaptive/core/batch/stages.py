@@ -33,13 +33,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spark_adaptive.core import events as ev
-from spark_adaptive.core.batch_decider import (
+from spark_adaptive.core.batch.decider import (
     decide_parallelism,
     format_bytes,
     infer_source_parallelism,
 )
-from spark_adaptive.core.batch_shuffle import ShufflePlan, slot_floor
-from spark_adaptive.core.batch_sources import SourcePlan
+from spark_adaptive.core.batch.shuffle import ShufflePlan, slot_floor
+from spark_adaptive.core.batch.sources import SourcePlan
 
 SHUFFLE, SOURCE, OTHER = "shuffle", "source", "other"
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from spark_adaptive.core.ports import StopResult
-from spark_adaptive.core.states.base import RunsIfState, State, StopsQuery, ToFinished
+from spark_adaptive.core.streaming.states.base import RunsIfState, State, StopsQuery, ToFinished
 
 
 class Context(ToFinished, StopsQuery, RunsIfState, Protocol):

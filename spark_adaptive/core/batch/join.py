@@ -40,8 +40,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
-from spark_adaptive.core.batch_decider import decide_parallelism, format_bytes
-from spark_adaptive.core.batch_ranges import (
+from spark_adaptive.core.batch.decider import decide_parallelism, format_bytes
+from spark_adaptive.core.batch.ranges import (
     DEFAULT_SKEW_FACTOR,
     DEFAULT_SKEW_THRESHOLD,
     Splitting,
@@ -49,7 +49,7 @@ from spark_adaptive.core.batch_ranges import (
     join_side_splitting,
     split_skewed,
 )
-from spark_adaptive.core.batch_shuffle import (
+from spark_adaptive.core.batch.shuffle import (
     BY_BYTES,
     ReadSlice,
     ShufflePlan,

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from spark_adaptive.core.ports import StopResult
-from spark_adaptive.core.states.base import (
+from spark_adaptive.core.streaming.states.base import (
     HasHistory,
     RunsIfState,
     SeesResources,

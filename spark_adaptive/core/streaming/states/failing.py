@@ -1,6 +1,6 @@
 """Failing: the query failed for good; stop what still runs → Finished(FAILED).
 
-The :class:`~spark_adaptive.core.restart.Failure` that caused it is kept
+The :class:`~spark_adaptive.core.streaming.restart.Failure` that caused it is kept
 unchanged all the way into Finished, so the application's
 ``awaitTermination()`` raises the query's own error. ``cancel`` → Canceling
 (as in Flink, the query then ends CANCELED).
@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from spark_adaptive.core.ports import StopResult
-from spark_adaptive.core.restart import Failure
-from spark_adaptive.core.states.base import (
+from spark_adaptive.core.streaming.restart import Failure
+from spark_adaptive.core.streaming.states.base import (
     RunsIfState,
     State,
     StopsQuery,

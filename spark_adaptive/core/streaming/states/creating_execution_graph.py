@@ -26,10 +26,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from spark_adaptive.core.history import Trigger
 from spark_adaptive.core.ports import StartResult
-from spark_adaptive.core.restart import Failure
-from spark_adaptive.core.states.base import (
+from spark_adaptive.core.streaming.history import Trigger
+from spark_adaptive.core.streaming.restart import Failure
+from spark_adaptive.core.streaming.states.base import (
     HandlesFailures,
     HasHistory,
     RunsIfState,

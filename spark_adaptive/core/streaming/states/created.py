@@ -2,7 +2,7 @@
 
 The app's ``start()`` starts the first run itself, at once (Spark analyses the
 query and raises its own errors without waiting for spark-adaptive), at the
-partitions :func:`~spark_adaptive.core.allocator.first_start` decided. Leaves
+partitions :func:`~spark_adaptive.core.streaming.allocator.first_start` decided. Leaves
 by :meth:`Created.adopt` to Executing once that run is up, or by ``cancel``
 straight to Finished(CANCELED).
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from spark_adaptive.core.ports import StartResult
-from spark_adaptive.core.states.base import State, ToExecuting, ToFinished
+from spark_adaptive.core.streaming.states.base import State, ToExecuting, ToFinished
 
 
 class Context(ToExecuting, ToFinished, Protocol):

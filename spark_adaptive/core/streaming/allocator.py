@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 from spark_adaptive.core.ports import RepartitionSupport
-from spark_adaptive.core.requirements import ResourceRequirements
+from spark_adaptive.core.streaming.requirements import ResourceRequirements
 
 K = TypeVar("K", bound=Hashable)
 

@@ -41,7 +41,7 @@ from enum import Enum
 from itertools import accumulate
 from types import MappingProxyType
 
-from spark_adaptive.core.batch_decider import decide_parallelism, format_bytes
+from spark_adaptive.core.batch.decider import decide_parallelism, format_bytes
 
 #: ``RangeAssignment.method`` values.
 GREEDY, BISECTION, EVEN = "greedy", "bisection", "even"

@@ -24,8 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from spark_adaptive.core.batch_decider import ParallelismDecision, infer_source_parallelism
-from spark_adaptive.core.batch_shuffle import slot_floor
+from spark_adaptive.core.batch.decider import ParallelismDecision, infer_source_parallelism
+from spark_adaptive.core.batch.shuffle import slot_floor
 
 
 @dataclass(frozen=True)
