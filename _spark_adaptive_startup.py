@@ -107,7 +107,7 @@ def _patch(module):
         _prepare(args, kwargs)
         original(self, *args, **kwargs)
         if _enabled(self):
-            from spark_adaptive.spark.activation import activate_context
+            from spark_adaptive.activation import activate_context
 
             try:
                 activate_context(self)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from spark_adaptive.version import __version__
+
 __all__ = ["enable", "__version__"]
 
 if TYPE_CHECKING:
@@ -22,6 +23,8 @@ def enable(spark: Any, **conf: str) -> AdaptiveRuntime:
     ``enable(spark, **{"scheduler.mode": "reactive"})``. Returns the runtime.
     Raises :class:`~spark_adaptive.errors.ConfigurationError` naming any bad key.
     """
-    from spark_adaptive.spark.activation import enable as _enable
+    # Imported on use: ``import spark_adaptive`` (the CLI, the REST client) stays free of
+    # pyspark and of the driver-side modules.
+    from spark_adaptive.activation import enable as _enable
 
     return _enable(spark, **conf)

@@ -39,6 +39,7 @@ from spark_adaptive.batch.rdd import (
     sort_by_key,
 )
 from spark_adaptive.batch.sources import source_decision_of, text_file
+from spark_adaptive.batch.wiring import batch_scheduler_for
 
 __all__ = ["combine_by_key", "decision_of", "group_by_key", "join", "left_outer_join",
            "reduce_by_key", "report", "sort_by_key", "source_decision_of", "text_file"]
@@ -56,8 +57,6 @@ def report(spark: Any, path: str | os.PathLike[str] | None = None) -> dict[str, 
     ``RuntimeError`` when the batch part is not running
     (``spark.adaptive.batch.enabled`` is false or spark-adaptive is off).
     """
-    from spark_adaptive.batch.wiring import batch_scheduler_for
-
     sc = getattr(spark, "sparkContext", spark)
     part = batch_scheduler_for(sc)
     if part is None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spark_adaptive.batch.wiring import batch_scheduler_for
 from spark_adaptive.core.batch.decider import format_bytes
 from spark_adaptive.core.batch.executors import LOGGER_NAME
 from spark_adaptive.core.batch.join import plan_join, plan_join_even, smaller_side_first
@@ -43,7 +44,7 @@ from spark_adaptive.core.batch.sources import SourcePlan
 from spark_adaptive.core.events import PLAN_RDD_PREFIX
 from spark_adaptive.core.options import TEXT_FILE_SPLIT_BYTES, Settings, parse_size
 from spark_adaptive.errors import ShimNotAvailableError
-from spark_adaptive.spark.jvm import shim_jar_path
+from spark_adaptive.spark.jvm import shim_jar_path, spark_conf
 from spark_adaptive.spark.shuffle import SparkShuffles, shim_shuffles, shuffle_dependency
 
 if TYPE_CHECKING:
@@ -82,13 +83,11 @@ def settings_for(sc: SparkContext, limits: dict[str, Any],
     Raises ``TypeError`` on a limit not ``accepted`` and ``ValueError`` on inconsistent
     bounds.
     """
-    from spark_adaptive.spark.runtime import runtime_for
-
     unknown = set(limits) - set(accepted)
     if unknown:
         raise TypeError(f"unknown keyword(s) {sorted(unknown)}; accepted: {', '.join(accepted)}")
-    rt = runtime_for(sc)
-    s = rt.settings if rt is not None else Settings.from_conf(dict(sc.getConf().getAll()))
+    part = batch_scheduler_for(sc)
+    s = part.settings if part is not None else Settings.from_conf(spark_conf(sc))
     def given(name: str, default: int) -> int:  # None: the setting; 0 is refused below
         value = limits.get(name)
         if value is None:
@@ -319,8 +318,6 @@ _plan_numbers_lock = threading.Lock()
 def record(sc: SparkContext, plan: ShufflePlan | SourcePlan) -> str:
     """Add a helper's decision to the batch report, when the batch scheduler runs; returns
     the plan's id (``reduceByKey#3``, ``textFile#1``), unique within the process."""
-    from spark_adaptive.batch.wiring import batch_scheduler_for
-
     with _plan_numbers_lock:
         number = next(_plan_numbers)
     kind = "textFile" if isinstance(plan, SourcePlan) else plan.operation

@@ -1,7 +1,6 @@
 """The batch part of a running spark-adaptive: started at activation when ``batch.enabled``.
 
-:func:`start_batch` is registered with
-:func:`spark_adaptive.spark.activation.on_activation`. For a runtime whose
+:func:`start_batch` is called by activation. For a runtime whose
 ``spark.adaptive.batch.enabled`` is true it
 
 * steers Spark SQL with the ``batch.*`` settings (:mod:`spark_adaptive.batch.sql`);
@@ -29,8 +28,8 @@ from spark_adaptive.batch.sql import apply_sql_confs
 from spark_adaptive.core import events as ev
 from spark_adaptive.core.batch.executors import LOGGER_NAME, ExecutorFollower
 from spark_adaptive.core.batch.stages import BatchLimits, BatchTracker, JobReport
+from spark_adaptive.core.options import Settings
 from spark_adaptive.core.streaming.warm_up import WARM_UP_JOB_GROUP
-from spark_adaptive.spark.activation import on_activation
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -60,6 +59,11 @@ class BatchScheduler:
             on_declared=self._declared)
         self._warm_up_stages: set[int] = set()
         self._unsubscribe = rt.subscribe(self.on_event, "batch scheduler", replay_executors=False)
+
+    @property
+    def settings(self) -> Settings:
+        """The running spark-adaptive's settings (``enable()``'s overrides included)."""
+        return self._rt.settings
 
     def _declared(self, released: Sequence[str]) -> None:
         self._rt.scheduler.forget_declared_executors()
@@ -130,5 +134,3 @@ def batch_scheduler_for(sc: SparkContext) -> BatchScheduler | None:
     with _lock:
         return _parts.get(id(sc))
 
-
-on_activation(start_batch)

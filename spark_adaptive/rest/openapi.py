@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from spark_adaptive import __version__
 from spark_adaptive.core.streaming.history import Trigger
+from spark_adaptive.version import __version__
 
 STATES = ["Created", "WaitingForResources", "CreatingExecutionGraph", "Executing",
           "Restarting", "StopWithSavepoint", "Canceling", "Failing", "Finished"]

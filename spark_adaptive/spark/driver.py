@@ -148,9 +148,7 @@ class SparkQueryDriver:
             cp = inspect_checkpoint(self._spark, loc)
             if cp.state_provider:
                 return cp.state_provider
-        from spark_adaptive.spark.jvm import jvm as _jvm
-
-        default = _jvm(self._spark.sparkContext).org.apache.spark.sql.internal.SQLConf \
+        default = jvm(self._spark.sparkContext).org.apache.spark.sql.internal.SQLConf \
             .STATE_STORE_PROVIDER_CLASS().defaultValueString()
         return str(self._spark.conf.get(PROVIDER_KEY, default))
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_adaptive.core import events as ev
+from spark_adaptive.errors import ShimNotAvailableError
 from spark_adaptive.spark.jvm import ensure_callback_server, jvm, new_shim_object, seq_to_list
 
 if TYPE_CHECKING:
@@ -326,8 +327,6 @@ def attach_spark_listener(
                 raise
             log.warning("the JVM shim did not load (%s); using the py4j listener", e)
     elif mode == "shim":
-        from spark_adaptive.errors import ShimNotAvailableError
-
         raise ShimNotAvailableError(
             "spark.adaptive.listener=shim but no shim jar was found; build it with "
             "jvm-shim/build.sh or set spark.adaptive.shim.jar")

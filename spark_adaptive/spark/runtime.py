@@ -30,6 +30,7 @@ from spark_adaptive.spark.actuator import SparkExecutorActuator
 from spark_adaptive.spark.jvm import shim_jar_path
 from spark_adaptive.spark.listener import attach_spark_listener, live_executors
 from spark_adaptive.spark.store import HadoopRequirementsStore
+from spark_adaptive.spark.streaming import StreamingManager, install_writer_hooks
 from spark_adaptive.spark.warm_up import warm_up_launcher
 
 if TYPE_CHECKING:
@@ -75,8 +76,6 @@ class AdaptiveRuntime:
                 launch=warm_up_launcher(lambda: self._session,
                                         lambda: self.actuator.slots, self.loop.submit))
             self.bus.subscribe(self.warm_up.on_event, "executor warm-up")
-        from spark_adaptive.spark.streaming import StreamingManager, install_writer_hooks
-
         self.streaming = StreamingManager(self, self.scheduler)
         # Every subscriber above exists before the first event is posted.
         self.loop.start()
@@ -85,7 +84,7 @@ class AdaptiveRuntime:
             sc, self.bus.post, settings.listener, jar)
         for event in live_executors(sc):
             self.bus.post(event)
-        install_writer_hooks()
+        install_writer_hooks(streaming_manager_for)
         log.info("listening to Spark through the %s (%s)",
                  "JVM shim" if self.listener_path == "shim" else "pure-py4j listener",
                  jar if self.listener_path == "shim" else "no per-task filtering in the JVM")
@@ -174,7 +173,13 @@ def _quietly(fn: Callable[[], Any], what: str) -> None:
 
 
 def runtime_for(sc: SparkContext) -> AdaptiveRuntime | None:
+    """The runtime of ``sc``; this module's registry is the one place runtimes are kept."""
     return _runtimes.get(id(sc))
+
+
+def streaming_manager_for(sc: SparkContext) -> StreamingManager | None:
+    rt = _runtimes.get(id(sc))
+    return None if rt is None else rt.streaming
 
 
 def start_runtime(sc: SparkContext, settings: Settings) -> AdaptiveRuntime:

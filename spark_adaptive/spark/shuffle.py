@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from spark_adaptive.core.batch.shuffle import ShufflePlan, ShuffleSizes, parse_sizes
 from spark_adaptive.errors import ShimNotAvailableError
 from spark_adaptive.spark.jvm import gateway, jvm, seq_to_list, shim_class
+from spark_adaptive.spark.lines import CHUNK_BYTES, LineChunks
 
 if TYPE_CHECKING:
     from pyspark import RDD, SparkContext
@@ -92,8 +93,6 @@ class ShimShuffles:
         chunks (:mod:`spark_adaptive.spark.lines`). Raises py4j's error when ``rdd`` is
         not ``sc.textFile``'s map over a ``HadoopRDD``."""
         from pyspark import RDD as PyRDD
-
-        from spark_adaptive.spark.lines import CHUNK_BYTES, LineChunks
 
         self._ship_jar()
         jrdd = self._static(self._jchunks, "of", rdd._jrdd.rdd(), CHUNK_BYTES)

@@ -31,18 +31,19 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from spark_adaptive.core.loop import EventLoop
+from spark_adaptive.core.options import Settings
 from spark_adaptive.core.ports import QueryInfo
+from spark_adaptive.core.streaming.persistence import PersistedRequirements
 from spark_adaptive.core.streaming.query import StateChange
+from spark_adaptive.core.streaming.scheduler import AdaptiveScheduler
+from spark_adaptive.core.streaming.warm_up import WarmUp
 from spark_adaptive.errors import QueryFailedError
 from spark_adaptive.spark.checkpoint import inspect_checkpoint
 from spark_adaptive.spark.driver import SHUFFLE_PARTITIONS, SparkQueryDriver
 from spark_adaptive.spark.jvm import seq_to_list
-
-if TYPE_CHECKING:
-    from spark_adaptive.core.streaming.scheduler import AdaptiveScheduler
-    from spark_adaptive.spark.runtime import AdaptiveRuntime
 
 log = logging.getLogger(__name__)
 
@@ -186,10 +187,22 @@ def _managed_query_class() -> type:
     return ManagedStreamingQuery
 
 
+class ManagingRuntime(Protocol):
+    """What the manager uses of the runtime it belongs to."""
+
+    settings: Settings
+    loop: EventLoop
+    persisted: PersistedRequirements
+    warm_up: WarmUp | None
+    local_slots: int | None
+
+    def remember_session(self, spark: Any) -> None: ...
+
+
 class StreamingManager:
     """Starts the app's streaming queries, hands them to the scheduler, keeps their handles."""
 
-    def __init__(self, runtime: AdaptiveRuntime, scheduler: AdaptiveScheduler) -> None:
+    def __init__(self, runtime: ManagingRuntime, scheduler: AdaptiveScheduler) -> None:
         self._rt = runtime
         self._sched = scheduler
         self._handles: dict[str, Any] = {}
@@ -406,8 +419,10 @@ def _trigger_interval(jwriter: Any) -> float:
 
 
 # -- the writer hooks --------------------------------------------------------------------
-def install_writer_hooks() -> None:
-    """Route ``DataStreamWriter.start`` and ``toTable`` to the scheduler where it is active."""
+def install_writer_hooks(manager_for: Callable[[Any], StreamingManager | None]) -> None:
+    """Route ``DataStreamWriter.start`` and ``toTable`` to the manager of the writer's
+    SparkContext (``manager_for(sc)``; None: spark-adaptive is not active there). Once per
+    process: every SparkContext's runtime is found through the same ``manager_for``."""
     global _installed
     if _installed:
         return
@@ -417,10 +432,7 @@ def install_writer_hooks() -> None:
     original_to_table = DataStreamWriter.toTable
 
     def _manager_for(writer: Any) -> StreamingManager | None:
-        from spark_adaptive.spark.runtime import runtime_for
-
-        rt = runtime_for(writer._spark.sparkContext)
-        return None if rt is None else rt.streaming
+        return manager_for(writer._spark.sparkContext)
 
     def _prepare(writer: Any, fmt: Any, output_mode: Any, partition_by: Any, query_name: Any,
                  options: dict[str, Any]) -> None:

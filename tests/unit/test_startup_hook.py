@@ -41,9 +41,9 @@ def _module(values: dict[str, str]) -> Any:
 
 def test_absent_key_never_imports_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[Any] = []
-    fake = types.ModuleType("spark_adaptive.spark.activation")
+    fake = types.ModuleType("spark_adaptive.activation")
     fake.activate_context = calls.append  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "spark_adaptive.spark.activation", fake)
+    monkeypatch.setitem(sys.modules, "spark_adaptive.activation", fake)
     for conf in ({}, {"spark.adaptive.enabled": "false"}):
         mod = _module(conf)
         hook._patch(mod)
@@ -53,9 +53,9 @@ def test_absent_key_never_imports_the_package(monkeypatch: pytest.MonkeyPatch) -
 
 def test_enabled_key_activates_right_after_init(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[Any] = []
-    fake = types.ModuleType("spark_adaptive.spark.activation")
+    fake = types.ModuleType("spark_adaptive.activation")
     fake.activate_context = calls.append  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "spark_adaptive.spark.activation", fake)
+    monkeypatch.setitem(sys.modules, "spark_adaptive.activation", fake)
     mod = _module({"spark.adaptive.enabled": " True "})
     hook._patch(mod)
     hook._patch(mod)  # patching twice wraps once
@@ -64,13 +64,13 @@ def test_enabled_key_activates_right_after_init(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_a_bad_setting_stops_the_context_and_raises(monkeypatch: pytest.MonkeyPatch) -> None:
-    fake = types.ModuleType("spark_adaptive.spark.activation")
+    fake = types.ModuleType("spark_adaptive.activation")
 
     def refuse(sc: Any) -> None:
         raise ValueError("spark.adaptive.foo is not a spark-adaptive option")
 
     fake.activate_context = refuse  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "spark_adaptive.spark.activation", fake)
+    monkeypatch.setitem(sys.modules, "spark_adaptive.activation", fake)
     mod = _module({"spark.adaptive.enabled": "true"})
     stopped: list[Any] = []
     mod.SparkContext.stop = lambda self: stopped.append(self)
@@ -90,9 +90,9 @@ def test_interpreter_start_up_is_cheap_and_loads_nothing_of_ours() -> None:
 
 def test_heartbeat_interval_is_set_before_an_enabled_context_starts(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    fake = types.ModuleType("spark_adaptive.spark.activation")
+    fake = types.ModuleType("spark_adaptive.activation")
     fake.activate_context = lambda sc: None  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "spark_adaptive.spark.activation", fake)
+    monkeypatch.setitem(sys.modules, "spark_adaptive.activation", fake)
     mod = _module({})
     hook._patch(mod)
     enabled = _Conf({"spark.adaptive.enabled": "true"})

@@ -22,10 +22,10 @@ unmanaged.
 
 from __future__ import annotations
 
-import importlib
 import logging
 from typing import TYPE_CHECKING, Any
 
+from spark_adaptive.batch.wiring import start_batch
 from spark_adaptive.core.options import Settings
 from spark_adaptive.errors import ConfigurationError
 from spark_adaptive.spark import logs
@@ -37,12 +37,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
-
-_activation_hooks: list[Any] = []
-#: Parts that start through an activation hook; imported at the first activation only, so an
-#: app that never enables spark-adaptive loads none of them.
-_PARTS = ("spark_adaptive.batch.wiring",)
-
 
 def conf_dict(sc: SparkContext) -> dict[str, str]:
     return spark_conf(sc)
@@ -69,10 +63,7 @@ def activate_context(sc: SparkContext, overrides: dict[str, str] | None = None,
     logs.configure(sc)
     rt = start_runtime(sc, settings)
     _install_context_hooks()
-    for part in _PARTS:
-        importlib.import_module(part)  # registers its hook below, once
-    for hook in _activation_hooks:
-        hook(rt)
+    start_batch(rt)
     if rt.local_slots is not None:
         log.info("spark-adaptive enabled in local mode (%s): a fixed pool of %d task slot(s). "
                  "Streaming queries start at once and keep their partitions; no executor is "
@@ -82,11 +73,6 @@ def activate_context(sc: SparkContext, overrides: dict[str, str] | None = None,
     else:
         log.info("spark-adaptive enabled (mode %s)", settings.mode)
     return rt
-
-
-def on_activation(hook: Any) -> None:
-    """Call ``hook(runtime)`` for every runtime activated from now on (used by the scheduler)."""
-    _activation_hooks.append(hook)
 
 
 def enable(spark: SparkSession | SparkContext, **conf: str) -> AdaptiveRuntime:
@@ -162,4 +148,4 @@ def _install_context_hooks() -> None:
     _context_hooks_installed = True
 
 
-__all__ = ["ConfigurationError", "activate_context", "enable", "on_activation"]
+__all__ = ["ConfigurationError", "activate_context", "enable"]
