@@ -58,6 +58,7 @@ from spark_adaptive.batch import plans
 from spark_adaptive.core.batch.decider import format_bytes
 from spark_adaptive.core.batch.ranges import Splitting
 from spark_adaptive.core.batch.shuffle import ShufflePlan
+from spark_adaptive.spark.shuffle import python_partitioned
 
 if TYPE_CHECKING:
     from pyspark import RDD, SparkContext
@@ -543,27 +544,13 @@ def _reduce(rdd: RDD[Any], operation: str, splitting: Splitting,
 def _written_shuffle(rdd: RDD[Any], partitions: int, hashing: Callable[[Any], int],
                      write: _Writer) -> RDD[Any]:
     """``rdd.partitionBy(partitions, hashing)`` whose map tasks write their shuffle records
-    with ``write(split, records)``: PySpark's own wiring (a ``PairwiseRDD`` of partition
-    numbers and pickled batches, shuffled by a ``PythonPartitioner``), with the same
-    partitioner. Its elements are the pickled batches themselves (lists of records),
-    which the reduce side merges a list at a time (:func:`_merge_batches`), where
-    ``partitionBy``'s result yields their records one by one."""
-    from pyspark.rdd import RDD as PyRDD
-    from pyspark.rdd import Partitioner
-    from pyspark.traceback_utils import SCCallSiteSync
-
-    sc = rdd.context
+    with ``write(split, records)`` (:func:`~spark_adaptive.spark.shuffle.python_partitioned`:
+    PySpark's own wiring and partitioner). Its elements are the pickled batches themselves
+    (lists of records), which the reduce side merges a list at a time
+    (:func:`_merge_batches`), where ``partitionBy``'s result yields their records one by
+    one."""
     keyed = rdd.mapPartitionsWithIndex(write, preservesPartitioning=True)
-    keyed._bypass_serializer = True  # type: ignore[attr-defined]
-    jvm = sc._jvm
-    assert jvm is not None
-    with SCCallSiteSync(sc):  # type: ignore[no-untyped-call]
-        pairs = jvm.PairwiseRDD(keyed._jrdd.rdd()).asJavaPairRDD()
-        partitioner = jvm.PythonPartitioner(partitions, id(hashing))
-    jrdd = jvm.PythonRDD.valueOfPair(pairs.partitionBy(partitioner))
-    out: RDD[Any] = PyRDD(jrdd, sc, sc._unbatched_serializer)
-    out.partitioner = Partitioner(partitions, hashing)
-    return out
+    return python_partitioned(keyed, partitions, hashing)
 
 
 def _remember(rdd: RDD[Any], plan: ShufflePlan | None) -> None:

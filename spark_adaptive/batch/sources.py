@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from spark_adaptive.batch import plans
 from spark_adaptive.core.batch.executors import LOGGER_NAME
 from spark_adaptive.core.batch.sources import SourcePlan, decide_source, plan_source, split_paths
+from spark_adaptive.spark.files import hadoop_conf_get, listed_bytes
 from spark_adaptive.spark.shuffle import shim_shuffles
 
 if TYPE_CHECKING:
@@ -34,7 +35,6 @@ decision_log = logging.getLogger(LOGGER_NAME)
 log = logging.getLogger(__name__)
 
 _SOURCE_LIMITS = ("source_split_size", "min_parallelism", "max_parallelism")
-_RECURSIVE = "mapreduce.input.fileinputformat.input.dir.recursive"
 _DELIMITER = "textinputformat.record.delimiter"
 _plans: weakref.WeakKeyDictionary[Any, SourcePlan] = weakref.WeakKeyDictionary()
 
@@ -55,34 +55,7 @@ def input_bytes(sc: SparkContext, path: str) -> int | None:
 
 def _listed_bytes(sc: SparkContext, path: str) -> int | None:
     """:func:`input_bytes` without the shim: Hadoop's ``FileSystem`` over py4j."""
-    try:
-        jvm = sc._jvm
-        assert jvm is not None
-        conf = sc._jsc.hadoopConfiguration()
-        recursive = str(conf.get(_RECURSIVE, "false")).lower() == "true"
-        total = 0
-        for one in split_paths(path):
-            hpath = jvm.org.apache.hadoop.fs.Path(one)
-            fs = hpath.getFileSystem(conf)
-            matches = fs.globStatus(hpath)
-            if matches is None or len(matches) == 0:
-                return None
-            for status in matches:
-                if not status.isDirectory():
-                    total += int(status.getLen())
-                    continue
-                for child in fs.listStatus(status.getPath()):
-                    name = str(child.getPath().getName())
-                    if name.startswith(("_", ".")):
-                        continue
-                    if not child.isDirectory():
-                        total += int(child.getLen())
-                    elif recursive:
-                        total += int(fs.getContentSummary(child.getPath()).getLength())
-        return total
-    except Exception as e:  # noqa: BLE001 - any failure leaves the source as Spark makes it
-        log.debug("size of %s unknown: %s", path, e)
-        return None
+    return listed_bytes(sc, split_paths(path))
 
 
 def _sized_text_file(sc: SparkContext, path: str, jar: Path | None, use_unicode: bool
@@ -152,7 +125,7 @@ def _in_chunks(sc: SparkContext, rdd: RDD[str], jar: Path | None, use_unicode: b
     itself without the shim or with a record delimiter of the user's, whose records may
     hold the ``'\n'`` that separates lines in a chunk."""
     shim = shim_shuffles(sc, jar)
-    if shim is None or sc._jsc.hadoopConfiguration().get(_DELIMITER) is not None:
+    if shim is None or hadoop_conf_get(sc, _DELIMITER) is not None:
         return rdd
     try:
         return shim.line_chunks(rdd, use_unicode)

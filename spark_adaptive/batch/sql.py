@@ -99,12 +99,18 @@ and only source stages are steered; activation warns about it.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from spark_adaptive.core.batch.decider import format_bytes
 from spark_adaptive.core.batch.shuffle import min_task_bytes
 from spark_adaptive.core.options import Settings
 from spark_adaptive.spark.jvm import add_to_spark_class_loader, shim_jar_path
+from spark_adaptive.spark.sqlconf import (
+    append_to_list_conf,
+    byte_string_as_bytes,
+    live_conf_get,
+    set_everywhere,
+)
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -173,14 +179,12 @@ def sql_confs(settings: Settings, max_partition_bytes: int = SPARK_MAX_PARTITION
 
 def max_partition_bytes(sc: SparkContext) -> int:
     """``spark.sql.files.maxPartitionBytes`` of ``sc``'s live conf (Spark's default if unset)."""
-    live = sc._jsc.sc().conf()
-    if not live.contains(FILES + "maxPartitionBytes"):
+    text = live_conf_get(sc, FILES + "maxPartitionBytes")
+    if text is None:
         return SPARK_MAX_PARTITION_BYTES
-    text = str(live.get(FILES + "maxPartitionBytes"))
-    jvm: Any = sc._jvm
     try:
-        return int(jvm.org.apache.spark.network.util.JavaUtils.byteStringAsBytes(text))
-    except Exception:  # noqa: BLE001 - Spark itself rejects it when a scan is planned
+        return byte_string_as_bytes(sc, text)
+    except ValueError:  # Spark itself rejects it when a scan is planned
         log.warning("batch: %smaxPartitionBytes=%r is not a size; open cost sized for %s",
                     FILES, text, format_bytes(SPARK_MAX_PARTITION_BYTES))
         return SPARK_MAX_PARTITION_BYTES
@@ -193,22 +197,8 @@ def apply_sql_confs(sc: SparkContext, settings: Settings) -> dict[str, str]:
     """
     scan_split = max_partition_bytes(sc)  # one py4j read (and one warning if it is bad)
     confs = sql_confs(settings, scan_split)
-    live = sc._jsc.sc().conf()  # the SparkContext's own conf; getConf() would be a copy
-    replaced = {k: live.get(k) for k in confs if live.contains(k) and live.get(k) != confs[k]}
-    for k, v in confs.items():
-        live.set(k, v)
-    session = _default_session(sc)
-    aqe_on = str(live.get(AQE + "enabled", "true")).lower() == "true"
-    if session is not None:
-        shared = session.sharedState().conf()
-        runtime = session.conf()
-        for k, v in confs.items():
-            shared.set(k, v)
-            old = runtime.get(k, None)
-            if old is not None and old != v:
-                replaced.setdefault(k, old)
-            runtime.set(k, v)
-        aqe_on = str(runtime.get(AQE + "enabled", "true")).lower() == "true"
+    applied = set_everywhere(sc, confs)
+    replaced = applied.replaced
     split = settings.batch_source_split_size
     log.info("batch: Spark SQL steered to %s per shuffle-reading task within [%d, %d] tasks; "
              "scans in splits of at most %s, at most %d of them: %s%s",
@@ -219,8 +209,8 @@ def apply_sql_confs(sc: SparkContext, settings: Settings) -> dict[str, str]:
              source_upper_bound(settings), ", ".join(f"{k}={v}" for k, v in confs.items()),
              f"; replaced {replaced}" if replaced else "")
     if settings.batch_shuffle_partitions_from_estimate:
-        register_extensions(sc, settings, session is not None)
-    if not aqe_on:
+        register_extensions(sc, settings, applied.session_exists)
+    if not applied.aqe_on:
         log.warning("batch: spark.sql.adaptive.enabled=false, so shuffle stages of DataFrame jobs "
                     "run spark.sql.shuffle.partitions tasks; only source splits follow "
                     "spark.adaptive.batch.*. Turn adaptive execution on to steer shuffles.")
@@ -238,25 +228,10 @@ def register_extensions(sc: SparkContext, settings: Settings, session_exists: bo
         log.info("batch: DataFrame shuffles are written in batch.max-parallelism (%d) partitions "
                  "whatever their size: %s", settings.batch_max_parallelism, why)
         return False
-    live = sc._jsc.sc().conf()
-    named = [c.strip() for c in str(live.get(EXTENSIONS, "")).split(",") if c.strip()]
-    if SHIM_EXTENSIONS not in named:
-        live.set(EXTENSIONS, ",".join([*named, SHIM_EXTENSIONS]))
+    append_to_list_conf(sc, EXTENSIONS, SHIM_EXTENSIONS)
     log.info("batch: %s added to %s: DataFrame shuffles are written in %d partitions per planned "
              "task, at most %d%s", SHIM_EXTENSIONS, EXTENSIONS, PARTITIONS_PER_TASK,
              settings.batch_max_parallelism,
              "; the session that already exists keeps the extensions it was created with"
              if session_exists else "")
     return True
-
-
-def _default_session(sc: SparkContext) -> Any:
-    """The JVM's default SparkSession of ``sc``, or None (the zero-code path: not created yet)."""
-    try:
-        cls = getattr(sc._jvm, "org.apache.spark.sql.classic.SparkSession")
-        opt = cls.getDefaultSession()
-        if opt.isDefined() and not opt.get().sparkContext().isStopped():
-            return opt.get()
-    except Exception as e:  # a pyspark without the classic session class
-        log.debug("no default SparkSession to steer: %s", e)
-    return None

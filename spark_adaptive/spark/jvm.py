@@ -61,6 +61,11 @@ def parse_conf_dump(text: str) -> dict[str, str]:
     return conf
 
 
+def registered_executors(sc: SparkContext) -> int:
+    """Executors registered with the driver now (the driver itself not counted)."""
+    return len(sc._jsc.sc().statusTracker().getExecutorInfos()) - 1
+
+
 def scala_string_seq(sc: SparkContext, items: list[str]) -> Any:
     return jvm(sc).PythonUtils.toSeq(list(items))
 

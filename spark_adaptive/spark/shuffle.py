@@ -60,6 +60,28 @@ def shuffle_dependency(rdd: RDD[Any]) -> Any:
     raise ValueError(f"{rdd} reads no shuffle")
 
 
+def python_partitioned(keyed: RDD[Any], partitions: int, hashing: Any) -> RDD[Any]:
+    """``keyed``'s records shuffled into ``partitions`` as PySpark's ``partitionBy`` does:
+    ``keyed`` yields what PySpark's own map side yields (``pack_long(partition)`` and a
+    pickled batch, alternately), which goes through a ``PairwiseRDD`` and a
+    ``PythonPartitioner`` keyed by ``id(hashing)``; the result's elements are the pickled
+    batches, and it carries PySpark's ``Partitioner(partitions, hashing)``."""
+    from pyspark.rdd import RDD as PyRDD
+    from pyspark.rdd import Partitioner
+    from pyspark.traceback_utils import SCCallSiteSync
+
+    sc = keyed.context
+    keyed._bypass_serializer = True  # type: ignore[attr-defined]
+    j = jvm(sc)
+    with SCCallSiteSync(sc):  # type: ignore[no-untyped-call]
+        pairs = j.PairwiseRDD(keyed._jrdd.rdd()).asJavaPairRDD()
+        partitioner = j.PythonPartitioner(partitions, id(hashing))
+    jrdd = j.PythonRDD.valueOfPair(pairs.partitionBy(partitioner))
+    out: RDD[Any] = PyRDD(jrdd, sc, sc._unbatched_serializer)
+    out.partitioner = Partitioner(partitions, hashing)
+    return out
+
+
 class ShimShuffles:
     """Shuffle sizes and range reads through the JVM shim."""
 

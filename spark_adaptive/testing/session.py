@@ -7,6 +7,8 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from spark_adaptive.spark.jvm import registered_executors
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -59,10 +61,9 @@ def wait_for_executors(spark: SparkSession, count: int, timeout: float = 120.0) 
     and is rescaled once they come; tests that assert on a first partition count wait
     for the executors first.
     """
-    tracker = spark.sparkContext._jsc.sc().statusTracker()
     deadline = time.monotonic() + timeout
     while True:
-        registered = len(tracker.getExecutorInfos()) - 1  # the driver is listed too
+        registered = registered_executors(spark.sparkContext)
         if registered >= count:
             return
         if time.monotonic() > deadline:

@@ -1,0 +1,54 @@
+"""Input files as Hadoop's ``FileSystem`` lists them, read in the driver JVM (py4j)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+
+log = logging.getLogger(__name__)
+
+RECURSIVE = "mapreduce.input.fileinputformat.input.dir.recursive"
+
+
+def hadoop_conf_get(sc: SparkContext, key: str) -> str | None:
+    """``key`` of the SparkContext's Hadoop configuration, None when unset."""
+    value = sc._jsc.hadoopConfiguration().get(key)
+    return None if value is None else str(value)
+
+
+def listed_bytes(sc: SparkContext, paths: Iterable[str]) -> int | None:
+    """The bytes of ``paths`` as Hadoop's ``FileInputFormat`` lists them: each a glob; a
+    directory contributes its files but not hidden ones (names starting with ``_`` or
+    ``.``), and its subdirectories only with :data:`RECURSIVE`. None when a path matches
+    nothing or the file system cannot say (a few py4j calls per file)."""
+    try:
+        jvm: Any = sc._jvm
+        conf = sc._jsc.hadoopConfiguration()
+        recursive = str(conf.get(RECURSIVE, "false")).lower() == "true"
+        total = 0
+        for one in paths:
+            hpath = jvm.org.apache.hadoop.fs.Path(one)
+            fs = hpath.getFileSystem(conf)
+            matches = fs.globStatus(hpath)
+            if matches is None or len(matches) == 0:
+                return None
+            for status in matches:
+                if not status.isDirectory():
+                    total += int(status.getLen())
+                    continue
+                for child in fs.listStatus(status.getPath()):
+                    name = str(child.getPath().getName())
+                    if name.startswith(("_", ".")):
+                        continue
+                    if not child.isDirectory():
+                        total += int(child.getLen())
+                    elif recursive:
+                        total += int(fs.getContentSummary(child.getPath()).getLength())
+        return total
+    except Exception as e:  # noqa: BLE001 - any failure leaves the source as Spark makes it
+        log.debug("size of %s unknown: %s", list(paths), e)
+        return None

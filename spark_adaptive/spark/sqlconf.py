@@ -1,0 +1,89 @@
+"""Spark SQL settings where sessions read them: the SparkContext's live conf, the shared
+state of the default session, and its runtime conf (py4j).
+
+:mod:`spark_adaptive.batch.sql` decides what to set; this module only reads and writes
+it in the driver JVM.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+
+log = logging.getLogger(__name__)
+
+AQE_ENABLED = "spark.sql.adaptive.enabled"
+
+
+def live_conf_get(sc: SparkContext, key: str) -> str | None:
+    """``key`` in the SparkContext's own conf (not a copy of it), None when unset."""
+    live = sc._jsc.sc().conf()
+    return str(live.get(key)) if live.contains(key) else None
+
+
+def byte_string_as_bytes(sc: SparkContext, text: str) -> int:
+    """A size written as Spark writes it (``128m``, ``1g``), read by Spark's own parser;
+    raises ``ValueError`` when Spark does not take it."""
+    jvm: Any = sc._jvm
+    try:
+        return int(jvm.org.apache.spark.network.util.JavaUtils.byteStringAsBytes(text))
+    except Exception as e:  # py4j's error carries Spark's NumberFormatException
+        raise ValueError(f"{text!r} is not a size") from e
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What :func:`set_everywhere` did: the values it replaced, whether adaptive query
+    execution is on where sessions read it, whether a session existed already."""
+
+    replaced: dict[str, str]
+    aqe_on: bool
+    session_exists: bool
+
+
+def set_everywhere(sc: SparkContext, confs: Mapping[str, str]) -> Applied:
+    """Set ``confs`` in the SparkContext's live conf (sessions created later copy it) and in
+    the default session's shared state and runtime conf, if one exists already."""
+    live = sc._jsc.sc().conf()
+    replaced = {k: str(live.get(k)) for k in confs
+                if live.contains(k) and live.get(k) != confs[k]}
+    for k, v in confs.items():
+        live.set(k, v)
+    session = _default_session(sc)
+    aqe_on = str(live.get(AQE_ENABLED, "true")).lower() == "true"
+    if session is not None:
+        shared = session.sharedState().conf()
+        runtime = session.conf()
+        for k, v in confs.items():
+            shared.set(k, v)
+            old = runtime.get(k, None)
+            if old is not None and old != v:
+                replaced.setdefault(k, str(old))
+            runtime.set(k, v)
+        aqe_on = str(runtime.get(AQE_ENABLED, "true")).lower() == "true"
+    return Applied(replaced, aqe_on, session is not None)
+
+
+def append_to_list_conf(sc: SparkContext, key: str, value: str) -> None:
+    """Add ``value`` to the comma-separated list ``key`` of the live conf, once."""
+    live = sc._jsc.sc().conf()
+    named = [c.strip() for c in str(live.get(key, "")).split(",") if c.strip()]
+    if value not in named:
+        live.set(key, ",".join([*named, value]))
+
+
+def _default_session(sc: SparkContext) -> Any:
+    """The JVM's default SparkSession of ``sc``, or None (the zero-code path: not created yet)."""
+    try:
+        cls = getattr(sc._jvm, "org.apache.spark.sql.classic.SparkSession")
+        opt = cls.getDefaultSession()
+        if opt.isDefined() and not opt.get().sparkContext().isStopped():
+            return opt.get()
+    except Exception as e:  # a pyspark without the classic session class
+        log.debug("no default SparkSession to steer: %s", e)
+    return None
