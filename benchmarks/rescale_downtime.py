@@ -41,6 +41,7 @@ from spark_adaptive.core import events as ev
 from spark_adaptive.testing.cluster import LocalCluster
 from spark_adaptive.testing.recorder import EventRecorder
 from spark_adaptive.testing.session import cluster_session
+from spark_adaptive.testing.streaming import history
 
 RESULTS = Path(__file__).parent / "results"
 TRIGGER = 1.0
@@ -78,8 +79,6 @@ def _write(path: Path, keys: np.ndarray, payload_bytes: int) -> None:
     os.rename(tmp, path)  # the file source must never see a half-written file
 
 
-def _history(rt: Any, key: str) -> list[dict[str, Any]]:
-    return rt.loop.call_sync(lambda: [r.to_dict() for r in rt.scheduler.history(key)])
 
 
 def _du(path: Path) -> int:
@@ -124,17 +123,17 @@ def restart_case(cluster: LocalCluster, work: Path, state_keys: int, rounds: int
     for i in range(rounds):
         for upper in (1, 2):
             rec.wait_for(ev.QueryProgress, since=rec.mark(), timeout=60)  # running steadily
-            before = len(_history(rt, query.key))
+            before = len(history(rt, query.key))
             rt.loop.call_sync(lambda u=upper: rt.scheduler.update_requirements(query.key, 1, u))
-            rec.wait_until(lambda b=before: len(_history(rt, query.key)) > b and
-                           _history(rt, query.key)[-1]["outcome"] == "completed",
+            rec.wait_until(lambda b=before: len(history(rt, query.key)) > b and
+                           history(rt, query.key)[-1]["outcome"] == "completed",
                            timeout=300, what=f"rescale to {upper}")
-            r = _history(rt, query.key)[-1]
+            r = history(rt, query.key)[-1]
             print(f"  round {i + 1}: {r['fromParallelism']} -> {r['toParallelism']} "
                   f"{r['kind']}: {r['duration']:.2f}s "
                   f"({', '.join(f'{k} {v:.2f}s' for k, v in r['timings'].items())})", flush=True)
     trickle.stopped.set()
-    records = [r for r in _history(rt, query.key) if r["trigger"] == "REQUIREMENTS_CHANGED"]
+    records = [r for r in history(rt, query.key) if r["trigger"] == "REQUIREMENTS_CHANGED"]
     query.stop()
     spark.stop()
     return {"state_keys": state_keys, "state_memory_bytes": state_bytes,
@@ -161,16 +160,16 @@ def live_case(cluster: LocalCluster, work: Path, rounds: int) -> dict[str, Any]:
     run = query.runId
     for i in range(rounds):
         for change in ("kill", "add"):
-            before = len(_history(rt, query.key))
+            before = len(history(rt, query.key))
             cluster.kill_worker() if change == "kill" else cluster.add_worker()
-            rec.wait_until(lambda b=before: len(_history(rt, query.key)) > b and
-                           _history(rt, query.key)[-1]["outcome"] == "completed",
+            rec.wait_until(lambda b=before: len(history(rt, query.key)) > b and
+                           history(rt, query.key)[-1]["outcome"] == "completed",
                            timeout=300, what=f"live rescale after {change}")
-            r = _history(rt, query.key)[-1]
+            r = history(rt, query.key)[-1]
             print(f"  round {i + 1}: {r['fromSlots']} -> {r['toSlots']} slots, "
                   f"{r['toParallelism']} partitions, {r['kind']}: {r['duration']:.2f}s",
                   flush=True)
-    records = [r for r in _history(rt, query.key) if r["kind"] == "live"]
+    records = [r for r in history(rt, query.key) if r["kind"] == "live"]
     restarted = query.runId != run
     query.stop()
     spark.stop()

@@ -43,13 +43,14 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-from spark_adaptive.core.streaming import requirements as req
+from spark_adaptive.core.streaming.requirements import ResourceRequirements
 from spark_adaptive.errors import (
     ConflictError,
     PersistenceError,
     RequirementsError,
     UnknownQueryError,
 )
+from spark_adaptive.rest import wire
 from spark_adaptive.rest.facade import InFlight, SchedulerFacade
 
 log = logging.getLogger(__name__)
@@ -114,16 +115,19 @@ class RestApi:
 
     # -- routes ---------------------------------------------------------------------
     def _list_queries(self, _ident: str, _body: bytes) -> Response:
-        return Response(200, self._facade.queries())
+        return Response(200, [wire.query_json(q) for q in self._facade.queries()])
 
     def _get_query(self, ident: str, _body: bytes) -> Response:
-        return Response(200, self._facade.query(ident))
+        return Response(200, wire.query_json(self._facade.query(ident)))
 
     def _get_requirements(self, ident: str, _body: bytes) -> Response:
-        return Response(200, self._facade.requirements(self._facade.key_of(ident)).to_dict())
+        key = self._facade.key_of(ident)
+        return Response(200, wire.requirements_json(self._facade.requirements(key)))
 
     def _get_rescales(self, ident: str, _body: bytes) -> Response:
-        return Response(200, self._facade.rescales(self._facade.key_of(ident)))
+        view = self._facade.rescales(self._facade.key_of(ident))
+        return Response(200, wire.rescales_json(view.query_id, view.key, view.records,
+                                                view.counters))
 
     def _get_openapi(self, _ident: str, _body: bytes) -> Response:
         return Response(200, self._openapi())
@@ -131,10 +135,10 @@ class RestApi:
     def _put_requirements(self, ident: str, raw: bytes) -> Response:
         body = decode_body(raw)
         if body is None or body == "" or body == {}:
-            raise RequirementsError([req.EMPTY_BODY])
+            raise RequirementsError([wire.EMPTY_BODY])
         key = self._facade.key_of(ident)
         with self.in_flight.claim(key, ident):
-            new = self._facade.check_requirements(key, body)
+            new = self._check(key, body)
             try:
                 undo = self._facade.persist_requirements(key, new)
             except PersistenceError as e:
@@ -153,6 +157,11 @@ class RestApi:
                 raise
         persisted = "true" if undo is not None else "false"
         return Response(200, {}, ((PERSISTED_HEADER, persisted),))
+
+    def _check(self, key: str, body: Any) -> ResourceRequirements:
+        """Every reason the body is refused at once: how it is written, then the bounds."""
+        return wire.requirements_from_body(
+            body, lambda lower, upper: self._facade.check_requirements(key, lower, upper))
 
     # -- errors ---------------------------------------------------------------------
     @staticmethod

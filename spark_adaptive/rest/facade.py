@@ -1,7 +1,8 @@
 """What the REST API asks of the scheduler, and the one implementation that asks it.
 
 :class:`SchedulerFacade` is the whole contract between the HTTP layer and the
-rest of spark-adaptive: plain JSON-ready values and the core's own errors
+rest of spark-adaptive: the core's typed values (the JSON is built in
+:mod:`spark_adaptive.rest.wire`) and the core's own errors
 (:class:`~spark_adaptive.errors.UnknownQueryError`,
 :class:`~spark_adaptive.errors.RequirementsError`,
 :class:`~spark_adaptive.errors.ConflictError`,
@@ -24,10 +25,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Protocol, TypeVar
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 from spark_adaptive.core.loop import EventLoop
+from spark_adaptive.core.streaming.history import Counters, RescaleRecord
 from spark_adaptive.core.streaming.persistence import PersistedRequirements, Undo
+from spark_adaptive.core.streaming.query import QuerySnapshot
 from spark_adaptive.core.streaming.requirements import ResourceRequirements
 from spark_adaptive.core.streaming.scheduler import AdaptiveScheduler
 from spark_adaptive.errors import ConflictError
@@ -35,14 +39,25 @@ from spark_adaptive.errors import ConflictError
 T = TypeVar("T")
 
 
+@dataclass(frozen=True)
+class RescaleView:
+    """A query's rescale history as ``GET /queries/{id}/rescales`` shows it."""
+
+    query_id: str
+    key: str
+    records: tuple[RescaleRecord, ...]
+    """Newest last."""
+    counters: Counters
+
+
 class SchedulerFacade(Protocol):
     """The scheduler as the REST API sees it. ``ident``: a key, Spark query id or name."""
 
-    def queries(self) -> list[dict[str, Any]]:
-        """Every managed query's snapshot (``QuerySnapshot.to_dict()``)."""
+    def queries(self) -> list[QuerySnapshot]:
+        """Every managed query."""
         ...
 
-    def query(self, ident: str) -> dict[str, Any]: ...
+    def query(self, ident: str) -> QuerySnapshot: ...
 
     def key_of(self, ident: str) -> str:
         """The query's key (stable for the app's lifetime): what in-flight updates are keyed by."""
@@ -50,12 +65,12 @@ class SchedulerFacade(Protocol):
 
     def requirements(self, key: str) -> ResourceRequirements: ...
 
-    def rescales(self, key: str) -> dict[str, Any]:
-        """``{"id", "key", "rescales": [record, ...] (newest last), "counters"}``."""
-        ...
+    def rescales(self, key: str) -> RescaleView: ...
 
-    def check_requirements(self, key: str, body: Any) -> ResourceRequirements:
-        """Validate a JSON-decoded PUT body with every rule, changing nothing."""
+    def check_requirements(self, key: str, lower: int | None,
+                           upper: int | None) -> ResourceRequirements:
+        """Validate new bounds with every rule, changing nothing (``None``: a bound the
+        body did not give as an integer)."""
         ...
 
     def persist_requirements(self, key: str, requirements: ResourceRequirements) -> Undo | None:
@@ -81,11 +96,11 @@ class RuntimeFacade:
         # call_sync is typed ``object``; the value is whatever fn returned.
         return self._loop.call_sync(fn, self._timeout)  # type: ignore[return-value]
 
-    def queries(self) -> list[dict[str, Any]]:
-        return self._call(lambda: [s.to_dict() for s in self._sched.snapshot()])
+    def queries(self) -> list[QuerySnapshot]:
+        return self._call(self._sched.snapshot)
 
-    def query(self, ident: str) -> dict[str, Any]:
-        return self._call(lambda: self._sched.query(ident).snapshot().to_dict())
+    def query(self, ident: str) -> QuerySnapshot:
+        return self._call(lambda: self._sched.query(ident).snapshot())
 
     def key_of(self, ident: str) -> str:
         return self._call(lambda: self._sched.query(ident).key)
@@ -93,25 +108,25 @@ class RuntimeFacade:
     def requirements(self, key: str) -> ResourceRequirements:
         return self._call(lambda: self._sched.requirements(key))
 
-    def rescales(self, key: str) -> dict[str, Any]:
-        def read() -> dict[str, Any]:
+    def rescales(self, key: str) -> RescaleView:
+        def read() -> RescaleView:
             q = self._sched.query(key)
-            return {"id": q.query_id or q.key, "key": q.key,
-                    "rescales": [r.to_dict() for r in q.history.records()],
-                    "counters": q.history.counters.to_dict()}
+            return RescaleView(q.query_id or q.key, q.key, q.history.records(),
+                               q.history.counters)
 
         return self._call(read)
 
-    def check_requirements(self, key: str, body: Any) -> ResourceRequirements:
-        return self._call(lambda: self._sched.check_requirements_from_body(key, body))
+    def check_requirements(self, key: str, lower: int | None,
+                           upper: int | None) -> ResourceRequirements:
+        return self._call(lambda: self._sched.check_requirements(key, lower, upper))
 
     def persist_requirements(self, key: str, requirements: ResourceRequirements) -> Undo | None:
         return self._persisted.persist(key, requirements)
 
     def apply_requirements(self, key: str, requirements: ResourceRequirements) -> None:
-        # Already validated and resolved (no -1 left): the scheduler checks again, so a
-        # query that finished in the meantime is still refused (ConflictError).
-        self._call(lambda: self._sched.update_requirements_from_body(key, requirements.to_dict()))
+        # The scheduler checks again, so a query that finished in the meantime is still
+        # refused (ConflictError).
+        self._call(lambda: self._sched.apply_requirements(key, requirements))
 
 
 class InFlight:

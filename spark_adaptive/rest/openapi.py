@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from spark_adaptive.core.streaming.history import Trigger
+from spark_adaptive.core.streaming.states import StateName
 from spark_adaptive.version import __version__
 
-STATES = ["Created", "WaitingForResources", "CreatingExecutionGraph", "Executing",
-          "Restarting", "StopWithSavepoint", "Canceling", "Failing", "Finished"]
+STATES = [str(name) for name in StateName]
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -112,7 +112,7 @@ def _schemas() -> dict[str, Any]:
                 "id": _int("Sequence number within the query.", 1),
                 "time": {"type": "number", "description": "Epoch seconds of the decision."},
                 "trigger": {"type": "string", "enum": [t.value for t in Trigger]},
-                "kind": {"type": "string", "enum": ["live", "restart"]},
+                "kind": {"type": "string", "enum": ["initial", "live", "restart"]},
                 "fromParallelism": _int("Partitions before."),
                 "toParallelism": _int("Partitions after."),
                 "fromSlots": _int("Slots before."),

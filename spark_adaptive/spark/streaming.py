@@ -37,8 +37,9 @@ from spark_adaptive.core.loop import EventLoop
 from spark_adaptive.core.options import Settings
 from spark_adaptive.core.ports import QueryInfo
 from spark_adaptive.core.streaming.persistence import PersistedRequirements
-from spark_adaptive.core.streaming.query import StateChange
+from spark_adaptive.core.streaming.query import QuerySnapshot, StateChange
 from spark_adaptive.core.streaming.scheduler import AdaptiveScheduler
+from spark_adaptive.core.streaming.states import StateName
 from spark_adaptive.core.streaming.warm_up import WarmUp
 from spark_adaptive.errors import QueryFailedError
 from spark_adaptive.spark.checkpoint import inspect_checkpoint
@@ -69,7 +70,8 @@ def _managed_query_class() -> type:
             self._key = key
             self._driver = driver
             self._finished = threading.Event()
-            self._final: dict[str, Any] | None = None
+            self._final: tuple[str | None, str | None] | None = None
+            """The query's (status, error) once it finished for good."""
 
         # Every inherited method talks to the run going on now.
         @property
@@ -91,7 +93,7 @@ def _managed_query_class() -> type:
         @property
         def scheduler_state(self) -> str:
             """The adaptive scheduler's state of the query (Executing, Restarting, ...)."""
-            return str(self._manager.snapshot(self._key)["state"])
+            return str(self._manager.snapshot(self._key).state)
 
         @property
         def isActive(self) -> bool:  # noqa: N802 - PySpark's name
@@ -124,12 +126,12 @@ def _managed_query_class() -> type:
                 self._driver.wait_for_run_after(run, 1.0)
 
         def _raise_if_failed(self) -> None:
-            final = self._final or {}
-            if final.get("status") == "FAILED":
+            status, error = self._final or (None, None)
+            if status == "FAILED":
                 run = self._driver.current
                 if run is not None and run._jsq.exception().isDefined():
                     run.awaitTermination()  # raises Spark's own StreamingQueryException
-                raise QueryFailedError(f"query {self._key} failed: {final.get('error')}")
+                raise QueryFailedError(f"query {self._key} failed: {error}")
 
         def stop(self) -> None:
             """Cancel the query: Canceling, then Finished(CANCELED)."""
@@ -151,9 +153,9 @@ def _managed_query_class() -> type:
 
         @property
         def status(self) -> dict[str, Any]:
-            state = self._manager.snapshot(self._key)["state"]
+            state = self._manager.snapshot(self._key).state
             run = self._driver.current
-            if state in ("Executing", "Finished") and run is not None:
+            if state in (StateName.EXECUTING, StateName.FINISHED) and run is not None:
                 return run.status
             return {"message": f"spark-adaptive: {state}", "isDataAvailable": False,
                     "isTriggerActive": False}
@@ -173,12 +175,13 @@ def _managed_query_class() -> type:
             return (earlier + current)[-max(RECENT_PROGRESS, len(current)):]
 
         def exception(self) -> Any:
-            if (self._final or {}).get("status") == "FAILED" and self._driver.current is not None:
+            if self._final is not None and self._final[0] == "FAILED" \
+                    and self._driver.current is not None:
                 return self._driver.current.exception()
             return None
 
-        def _on_finished(self, snapshot: dict[str, Any]) -> None:
-            self._final = snapshot
+        def _on_finished(self, status: str | None, error: str | None) -> None:
+            self._final = (status, error)
             self._finished.set()
 
         def __repr__(self) -> str:
@@ -295,24 +298,24 @@ class StreamingManager:
     def stop_with_savepoint(self, key: str) -> None:
         self._rt.loop.call_sync(lambda: self._sched.stop_with_savepoint(key))
 
-    def snapshot(self, key: str) -> dict[str, Any]:
-        result = self._rt.loop.call_sync(lambda: self._sched.query(key).snapshot().to_dict())
-        assert isinstance(result, dict)
+    def snapshot(self, key: str) -> QuerySnapshot:
+        result = self._rt.loop.call_sync(lambda: self._sched.query(key).snapshot())
+        assert isinstance(result, QuerySnapshot)
         return result
 
     def close(self) -> None:
         """The SparkContext is stopping: every handle still waiting is released."""
-        for key, handle in self._handles.items():
+        for handle in self._handles.values():
             if not handle._finished.is_set():
-                handle._on_finished({"key": key, "state": "Finished", "status": "CANCELED",
-                                     "error": "the SparkContext stopped"})
+                handle._on_finished("CANCELED", "the SparkContext stopped")
 
     # -- on the scheduler thread ---------------------------------------------------------
     def _on_state_change(self, change: StateChange) -> None:
-        if change.new == "Finished":
+        if change.new is StateName.FINISHED:
             handle = self._handles.get(change.key)
             if handle is not None:
-                handle._on_finished(self._sched.query(change.key).snapshot().to_dict())
+                snap = self._sched.query(change.key).snapshot()
+                handle._on_finished(snap.status, snap.error)
 
 
 # -- reading the app's JVM DataStreamWriter ------------------------------------------------

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import glob
-import time
 from typing import Any
 
 import pytest
@@ -13,6 +12,7 @@ from spark_adaptive.core import events as ev
 from spark_adaptive.core.streaming.warm_up import WARM_UP_JOB_GROUP
 from spark_adaptive.testing.recorder import EventRecorder
 from spark_adaptive.testing.session import wait_for_executors
+from spark_adaptive.testing.streaming import rate_aggregation
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -29,30 +29,8 @@ FAST_TIMING = {
 }
 
 
-def _rate_aggregation(spark: Any, out: str, checkpoint: str, trigger: str = "1 second") -> Any:
-    from pyspark.sql import functions as F
-
-    counts = (spark.readStream.format("rate").option("rowsPerSecond", 40).load()
-              .groupBy((F.col("value") % 10).alias("key"))
-              .agg(F.count("*").alias("n"), F.sum("value").alias("total"),
-                   F.max("value").alias("top")))
-
-    def write(df: Any, batch_id: int) -> None:
-        # Overwrite by batch id: a re-run batch replaces its own output (idempotent sink).
-        df.write.mode("overwrite").parquet(f"{out}/batch={batch_id}")
-
-    return (counts.writeStream.outputMode("complete").foreachBatch(write)
-            .option("checkpointLocation", checkpoint).trigger(processingTime=trigger).start())
 
 
-def _wait(what: str, check: Any, timeout: float = 180.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_stateful_query_follows_workers_one_three_two_exactly_once(
@@ -62,7 +40,7 @@ def test_stateful_query_follows_workers_one_three_two_exactly_once(
     rec = EventRecorder()
     rt.subscribe(rec, "test")
     wait_for_executors(spark, 1)
-    query = _rate_aggregation(spark, str(tmp_path / "out"), str(tmp_path / "checkpoint"))
+    query = rate_aggregation(spark, str(tmp_path / "out"), str(tmp_path / "checkpoint"))
 
     def snap() -> dict[str, Any]:
         return query._manager.snapshot(query.key)

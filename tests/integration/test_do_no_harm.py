@@ -14,6 +14,7 @@ import pytest
 
 import spark_adaptive
 from spark_adaptive.testing.session import wait_for_executors
+from spark_adaptive.testing.streaming import history, snapshot, wait_until
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -75,22 +76,10 @@ class WordServer:
             c.close()
 
 
-def _history(rt: Any, key: str) -> list[dict[str, Any]]:
-    return rt.loop.call_sync(lambda: [r.to_dict() for r in rt.scheduler.history(key)])
 
 
-def _snap(rt: Any, key: str) -> dict[str, Any]:
-    return rt.loop.call_sync(lambda: rt.scheduler.query(key).snapshot().to_dict())
 
 
-def _wait(what: str, check: Any, timeout: float = 120.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _last_batch(out: Path) -> dict[str, list[Any]]:
@@ -130,21 +119,22 @@ def test_socket_query_with_a_checkpoint_is_rescaled_live_only_and_loses_nothing(
                  .option("checkpointLocation", str(tmp_path / "cp"))
                  .trigger(processingTime="1 second").start())
         server.send(True)
-        first = _history(rt, query.key)[0]
+        first = history(rt, query.key)[0]
         assert first["toParallelism"] == 3 and "cannot replay" in first["reason"]
         local_cluster.add_worker()
         local_cluster.add_worker()
         # Three partitions on three slots: the query follows its executors live.
-        _wait("3 slots", lambda: _snap(rt, query.key)["slots"] == 3)
+        wait_until(what="3 slots", check=lambda: snapshot(rt, query.key)["slots"] == 3)
         time.sleep(3)
         server.send(False)
         sent = server.words_sent
-        _wait(f"all {sent} words counted", lambda: _last_batch_total(out) == sent, timeout=60)
-        snap = _snap(rt, query.key)
+        wait_until(lambda: _last_batch_total(out) == sent, timeout=60,
+                   what=f"all {sent} words counted")
+        snap = snapshot(rt, query.key)
         assert (snap["state"], snap["parallelism"]) == ("Executing", 3)
         assert snap["counters"]["restarts"] == 0 and snap["counters"]["failures"] == 0
-        assert [r["kind"] for r in _history(rt, query.key)][0] == "initial"
-        assert all(r["kind"] != "restart" for r in _history(rt, query.key))
+        assert [r["kind"] for r in history(rt, query.key)][0] == "initial"
+        assert all(r["kind"] != "restart" for r in history(rt, query.key))
         assert server.connections == 1, "the query never reconnected: it never restarted"
         query.stop()
     finally:
@@ -191,21 +181,23 @@ def test_checkpoint_under_the_session_root_is_kept_across_a_restart_rescale(
              .agg(F.count("*").alias("count"), F.max("value").alias("top"))
              .writeStream.outputMode("complete").foreachBatch(write)
              .trigger(processingTime="1 second").start())
-    snap = _wait("a batch", lambda: (s := _snap(rt, query.key))["lastProgress"] and s)
+    snap = wait_until(lambda: (s := snapshot(rt, query.key))["lastProgress"] and s,
+                      what="a batch")
     (checkpoint,) = [p for p in root.iterdir() if p.is_dir()]
     assert (snap["parallelism"], rt.persisted.checkpoint(query.key)) == (
         2, f"file:{checkpoint}")
     query_id = query.id
     rt.loop.call_sync(lambda: rt.scheduler.update_requirements(query.key, 1, 1))
-    _wait("a restart onto 1 partition", lambda: any(
-        r["kind"] == "restart" and r["outcome"] == "completed" for r in _history(rt, query.key)))
-    restart = [r for r in _history(rt, query.key) if r["kind"] == "restart"][-1]
+    wait_until(what="a restart onto 1 partition", check=lambda: any(
+        r["kind"] == "restart" and r["outcome"] == "completed" for r in history(rt, query.key)))
+    restart = [r for r in history(rt, query.key) if r["kind"] == "restart"][-1]
     assert (restart["fromParallelism"], restart["toParallelism"]) == (2, 1)
     assert "repartition" in restart["timings"]  # the state moved with it
     assert [p for p in root.iterdir() if p.is_dir()] == [checkpoint], "no second checkpoint"
     assert query.id == query_id
     before = query.lastProgress["batchId"]
-    _wait("a batch after the restart", lambda: query.lastProgress["batchId"] > before + 1)
+    wait_until(lambda: query.lastProgress["batchId"] > before + 1,
+               what="a batch after the restart")
     query.stop()
     table = _last_batch(out)
     top = max(table["top"])

@@ -12,6 +12,7 @@ import pytest
 from spark_adaptive.core import events as ev
 from spark_adaptive.spark.runtime import runtime_for
 from spark_adaptive.testing.recorder import EventRecorder
+from spark_adaptive.testing.streaming import wait_until
 from spark_adaptive.testing.submit import SubmittedApp, submit
 
 pytestmark = pytest.mark.timeout(420)
@@ -19,15 +20,15 @@ APP = Path(__file__).resolve().parents[2] / "examples" / "reactive_demo.py"
 
 
 def _until(app: SubmittedApp, what: str, check: Any, timeout: float = 180.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def query() -> dict[str, Any] | None:
         assert app.running(), f"the app ended early:\n{app.tail()}"
         q = app.queries()[0]
-        if check(q):
-            return q
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}; last seen {app.queries()}\n"
-                         f"{app.tail()}")
+        return q if check(q) else None
+
+    try:
+        return wait_until(query, timeout, what=what, interval=0.5)
+    except AssertionError as e:
+        raise AssertionError(f"{e}; last seen {app.queries()}\n{app.tail()}") from None
 
 
 def test_unmodified_app_in_reactive_mode_follows_workers_exactly_once(local_cluster, tmp_path):

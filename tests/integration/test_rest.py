@@ -15,7 +15,6 @@ import logging
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -26,6 +25,7 @@ import spark_adaptive
 from spark_adaptive import cli
 from spark_adaptive.rest.client import ConnectionProblem, RestClient
 from spark_adaptive.testing.session import wait_for_executors
+from spark_adaptive.testing.streaming import rate_aggregation, wait_until
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -38,29 +38,8 @@ FAST = {
 TOKEN = "integration-s3cret"
 
 
-def _start_counts(spark: Any, out: str, checkpoint: str) -> Any:
-    from pyspark.sql import functions as F
-
-    counts = (spark.readStream.format("rate").option("rowsPerSecond", 20).load()
-              .groupBy((F.col("value") % 5).alias("key")).agg(F.count("*").alias("n")))
-
-    def write(df: Any, batch_id: int) -> None:
-        df.write.mode("overwrite").parquet(f"{out}/batch={batch_id}")
-
-    return (counts.writeStream.queryName("counts").outputMode("complete").foreachBatch(write)
-            .option("checkpointLocation", checkpoint).trigger(processingTime="1 second")
-            .start())
 
 
-def _wait(what: str, check: Any, timeout: float = 120.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
 
 
 def _request(url: str, method: str, path: str, raw: bytes | None = None,
@@ -76,6 +55,10 @@ def _request(url: str, method: str, path: str, raw: bytes | None = None,
         return resp.status, json.loads(resp.read() or b"null")
     finally:
         conn.close()
+
+
+def _start_counts(spark: Any, out: Path, checkpoint: Path) -> Any:
+    return rate_aggregation(spark, out, checkpoint, rows_per_second=20, keys=5, name="counts")
 
 
 def _bounds(lower: int, upper: int) -> dict[str, Any]:
@@ -94,10 +77,10 @@ def test_rest_api_and_cli_on_a_live_query_and_requirements_survive_a_driver_rest
     url = rt.rest.url
     api = RestClient(url)
     wait_for_executors(spark, 2)
-    query = _start_counts(spark, str(tmp_path / "out"), str(checkpoint))
+    query = _start_counts(spark, tmp_path / "out", checkpoint)
 
     # -- reading -----------------------------------------------------------------------
-    snap = _wait("counts to run at parallelism 2", lambda: next(
+    snap = wait_until(what="counts to run at parallelism 2", check=lambda: next(
         (q for q in api.get("/queries")
          if q["state"] == "Executing" and q["parallelism"] == 2), None))
     assert snap["name"] == "counts" and snap["id"] == query.id and snap["slots"] == 2
@@ -179,7 +162,7 @@ def test_rest_api_and_cli_on_a_live_query_and_requirements_survive_a_driver_rest
     assert "persisted beside the query's checkpoint" in capsys.readouterr().out
     assert json.loads(persisted_file.read_text())["parallelism"] == {
         "lowerBound": 1, "upperBound": 1}
-    _wait("the rescale to 1 to complete", lambda: any(
+    wait_until(what="the rescale to 1 to complete", check=lambda: any(
         r["trigger"] == "REQUIREMENTS_CHANGED" and r["outcome"] == "completed"
         for r in api.get(api.query_path("counts", "rescales"))["rescales"]))
     last = api.get(api.query_path("counts", "rescales"))["rescales"][-1]
@@ -203,7 +186,7 @@ def test_rest_api_and_cli_on_a_live_query_and_requirements_survive_a_driver_rest
         rt = spark_adaptive.enable(spark, **FAST, **{"rest.token": TOKEN})
         assert rt.rest is not None
         url = rt.rest.url
-        query = _start_counts(spark, str(tmp_path / "out"), str(checkpoint))
+        query = _start_counts(spark, tmp_path / "out", checkpoint)
     assert "requirements [1, 2]" not in caplog.text
     assert f"query counts: requirements [1, 1] restored from {checkpoint}" in caplog.text
     assert _request(url, "GET", "/queries")[0] == 401
@@ -211,7 +194,7 @@ def test_rest_api_and_cli_on_a_live_query_and_requirements_survive_a_driver_rest
     assert _request(url, "PUT", req_path, json.dumps(_bounds(1, 2)).encode())[0] == 401
     authed = RestClient(url, TOKEN)
     assert authed.get(authed.query_path("counts", "resource-requirements")) == _bounds(1, 1)
-    snap = _wait("counts to run again", lambda: next(
+    snap = wait_until(what="counts to run again", check=lambda: next(
         (q for q in authed.get("/queries") if q["state"] == "Executing"), None))
     assert (snap["id"], snap["parallelism"], snap["requirements"]) == (
         query.id, 1, _bounds(1, 1))

@@ -11,18 +11,15 @@ from spark_adaptive.core import events as ev
 from spark_adaptive.spark.checkpoint import inspect_checkpoint
 from spark_adaptive.testing.recorder import EventRecorder
 from spark_adaptive.testing.session import wait_for_executors
+from spark_adaptive.testing.streaming import history, snapshot
 
 pytestmark = pytest.mark.timeout(400)
 
 HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 
 
-def _history(rt: Any, key: str) -> list[dict[str, Any]]:
-    return rt.loop.call_sync(lambda: [r.to_dict() for r in rt.scheduler.history(key)])
 
 
-def _snap(rt: Any, key: str) -> dict[str, Any]:
-    return rt.loop.call_sync(lambda: rt.scheduler.query(key).snapshot().to_dict())
 
 
 def test_failing_query_restarts_per_strategy_then_raises_its_own_error(
@@ -47,13 +44,13 @@ def test_failing_query_restarts_per_strategy_then_raises_its_own_error(
              .trigger(processingTime="1 second").start())
     with pytest.raises(StreamingQueryException, match="sink rejected batch"):
         query.awaitTermination()
-    snap = _snap(rt, query.key)
+    snap = snapshot(rt, query.key)
     assert (snap["state"], snap["status"]) == ("Finished", "FAILED")
     assert "sink rejected batch" in snap["error"]
     assert snap["counters"]["failures"] == 2  # the first failure restarted it, the second ended it
     assert snap["counters"]["restarts"] == 1
     assert not query.isActive
-    assert [r["trigger"] for r in _history(rt, query.key)] == ["INITIAL_SCHEDULE", "FAILURE"]
+    assert [r["trigger"] for r in history(rt, query.key)] == ["INITIAL_SCHEDULE", "FAILURE"]
 
 
 def test_balanced_partitions_are_rescaled_live_without_a_restart(
@@ -74,30 +71,30 @@ def test_balanced_partitions_are_rescaled_live_without_a_restart(
              .option("checkpointLocation", str(tmp_path / "cp"))
              .trigger(processingTime="1 second").start())
     rec.wait_for(ev.QueryProgress, lambda e: e.state_partitions == 4, timeout=120)
-    assert (_snap(rt, query.key)["parallelism"], _snap(rt, query.key)["slots"]) == (4, 4)
+    assert (snapshot(rt, query.key)["parallelism"], snapshot(rt, query.key)["slots"]) == (4, 4)
     first_run = query.runId
 
     cluster.kill_worker()  # 4 partitions on 2 slots: balanced, so nothing restarts
     mark = rec.mark()
     rec.wait_for(ev.QueryProgress, lambda e: e.state_partitions == 4, since=mark, timeout=60)
     def lives() -> int:
-        return sum(r["kind"] == "live" for r in _history(rt, query.key))
+        return sum(r["kind"] == "live" for r in history(rt, query.key))
 
     rec.wait_until(lambda: lives() == 1, timeout=60, what="a live rescale 4 -> 2 slots")
     cluster.add_worker(cores=2)  # and back on 4 slots, live again
     rec.wait_until(lambda: lives() == 2, timeout=120, what="a live rescale 2 -> 4 slots")
     mark = rec.mark()
     rec.wait_for(ev.QueryProgress, since=mark, timeout=60)
-    records = [r for r in _history(rt, query.key) if r["kind"] == "live"]
+    records = [r for r in history(rt, query.key) if r["kind"] == "live"]
     assert [(r["fromSlots"], r["toSlots"], r["fromParallelism"], r["toParallelism"])
             for r in records] == [(4, 2, 4, 4), (2, 4, 4, 4)]
     assert [r["trigger"] for r in records] == ["RESOURCES_LOST", "NEW_RESOURCES"]
     assert all(r["outcome"] == "completed" and r["duration"] is not None for r in records)
     assert query.runId == first_run, "a live rescale never restarts the query"
-    snap = _snap(rt, query.key)
+    snap = snapshot(rt, query.key)
     assert (snap["parallelism"], snap["slots"], snap["counters"]["restarts"]) == (4, 4, 0)
     query.stop_with_savepoint()  # for good, between two micro-batches
-    snap = _snap(rt, query.key)
+    snap = snapshot(rt, query.key)
     assert (snap["state"], snap["status"]) == ("Finished", "FINISHED")
     assert inspect_checkpoint(spark, str(tmp_path / "cp")).complete
     assert query.awaitTermination(1) is True
@@ -126,14 +123,14 @@ def test_state_that_cannot_be_repartitioned_keeps_its_partitions_and_says_why(
              .trigger(processingTime="1 second").start())
     # One slot, but this query's first partition count is final: it starts at its upper bound.
     rec.wait_for(ev.QueryProgress, lambda e: e.state_partitions == 3, timeout=120)
-    start = _history(rt, query.key)[0]
+    start = history(rt, query.key)[0]
     assert start["toParallelism"] == 3  # the app's spark.sql.shuffle.partitions
     assert "only for the RocksDB provider" in start["reason"]
     run = query.runId
     local_cluster.add_worker()  # 3 partitions on 2 slots would want a restart; it cannot
-    rec.wait_until(lambda: any(r["kind"] == "live" for r in _history(rt, query.key)),
+    rec.wait_until(lambda: any(r["kind"] == "live" for r in history(rt, query.key)),
                    timeout=120, what="a live-only rescale")
-    live = [r for r in _history(rt, query.key) if r["kind"] == "live"][-1]
+    live = [r for r in history(rt, query.key) if r["kind"] == "live"][-1]
     assert "only for the RocksDB provider" in live["reason"]
-    assert query.runId == run and _snap(rt, query.key)["parallelism"] == 3
+    assert query.runId == run and snapshot(rt, query.key)["parallelism"] == 3
     query.stop()

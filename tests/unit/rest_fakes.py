@@ -25,12 +25,15 @@ from urllib.parse import urlsplit
 from spark_adaptive.core.options import Settings
 from spark_adaptive.core.ports import QueryInfo
 from spark_adaptive.core.streaming import requirements as req
+from spark_adaptive.core.streaming.history import Counters, Decision, RescaleRecord, Trigger
 from spark_adaptive.core.streaming.persistence import (
     MemoryRequirementsStore,
     PersistedRequirements,
     Undo,
 )
+from spark_adaptive.core.streaming.query import QuerySnapshot
 from spark_adaptive.core.streaming.scheduler import REACTIVE_REQUIREMENTS
+from spark_adaptive.core.streaming.states import StateName
 from spark_adaptive.errors import (
     ConflictError,
     PersistenceError,
@@ -39,9 +42,11 @@ from spark_adaptive.errors import (
 )
 from spark_adaptive.rest import openapi
 from spark_adaptive.rest.api import RestApi
+from spark_adaptive.rest.facade import RescaleView
 from spark_adaptive.rest.server import RestServer
 
 QUERY_ID = "0f9c8b1e-4d2a-4e6b-9a51-2b7c0d3e8f14"
+COUNTERS = Counters(restarts=1, rescales=1, live_rescales=0, failures=0)
 CHECKPOINT = "/checkpoints/orders"
 
 
@@ -56,16 +61,14 @@ class FakeQuery:
     finished: bool = False
     applied: list[req.ResourceRequirements] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "key": self.key, "name": self.name,
-                "state": "Finished" if self.finished else "Executing",
-                "parallelism": 2, "slots": 2, "executors": 2,
-                "requirements": self.requirements.to_dict(),
-                "lastDecision": {"time": 1.7e9, "action": "CreatingExecutionGraph -> Executing",
-                                 "reason": "started at parallelism 2"},
-                "counters": {"restarts": 1, "rescales": 1, "liveRescales": 0, "failures": 0},
-                "runId": "run-1", "status": "CANCELED" if self.finished else None,
-                "error": None, "errorClass": None}
+    def snapshot(self) -> QuerySnapshot:
+        return QuerySnapshot(
+            id=self.id, key=self.key, name=self.name,
+            state=StateName.FINISHED if self.finished else StateName.EXECUTING,
+            parallelism=2, slots=2, executors=2, requirements=self.requirements,
+            last_decision=Decision(1.7e9, "CreatingExecutionGraph -> Executing",
+                                   "started at parallelism 2"),
+            counters=COUNTERS, run_id="run-1", status="CANCELED" if self.finished else None)
 
 
 class FakeScheduler:
@@ -91,11 +94,11 @@ class FakeScheduler:
         raise UnknownQueryError(ident)
 
     # -- SchedulerFacade --------------------------------------------------------------
-    def queries(self) -> list[dict[str, Any]]:
-        return [q.to_dict() for q in self.queries_by_key.values()]
+    def queries(self) -> list[QuerySnapshot]:
+        return [q.snapshot() for q in self.queries_by_key.values()]
 
-    def query(self, ident: str) -> dict[str, Any]:
-        return self._find(ident).to_dict()
+    def query(self, ident: str) -> QuerySnapshot:
+        return self._find(ident).snapshot()
 
     def key_of(self, ident: str) -> str:
         return self._find(ident).key
@@ -103,22 +106,23 @@ class FakeScheduler:
     def requirements(self, key: str) -> req.ResourceRequirements:
         return self._find(key).requirements
 
-    def rescales(self, key: str) -> dict[str, Any]:
+    def rescales(self, key: str) -> RescaleView:
         q = self._find(key)
-        return {"id": q.id, "key": q.key, "counters": q.to_dict()["counters"], "rescales": [
-            {"id": 1, "time": 1.7e9, "trigger": "INITIAL_SCHEDULE", "kind": "restart",
-             "fromParallelism": 0, "toParallelism": 2, "fromSlots": 0, "toSlots": 2,
-             "duration": 3.25, "outcome": "completed", "timings": {"start": 1.5},
-             "reason": "sufficient resources"}]}
+        record = RescaleRecord(
+            1, 1.7e9, Trigger.INITIAL_SCHEDULE, "initial", from_parallelism=0,
+            to_parallelism=2, from_slots=0, to_slots=2, reason="sufficient resources",
+            started=0.0, duration=3.25, outcome="completed", timings=(("start", 1.5),))
+        return RescaleView(q.id, q.key, (record,), COUNTERS)
 
-    def check_requirements(self, key: str, body: Any) -> req.ResourceRequirements:
+    def check_requirements(self, key: str, lower: int | None,
+                           upper: int | None) -> req.ResourceRequirements:
         q = self._find(key)
         if self.settings.mode == "reactive":
             raise RequirementsError([REACTIVE_REQUIREMENTS])
         if q.finished:
             raise ConflictError(f"query {key} has finished; its requirements cannot change")
-        return req.from_body(body, max_parallelism=self.settings.max_parallelism,
-                             default_upper=q.partitions)
+        return req.validate(lower, upper, max_parallelism=self.settings.max_parallelism,
+                            default_upper=q.partitions)
 
     def persist_requirements(self, key: str, requirements: req.ResourceRequirements
                              ) -> Undo | None:

@@ -127,7 +127,7 @@ def test_history_table(url: str, capsys: pytest.CaptureFixture[str]) -> None:
         f"query {QUERY_ID}",
         "TIME".ljust(len(when)) + "  TRIGGER           KIND     PARALLELISM  SLOTS   DURATION"
         "  OUTCOME    REASON",
-        f"{when}  INITIAL_SCHEDULE  restart  0 -> 2       0 -> 2  3.2s      completed  "
+        f"{when}  INITIAL_SCHEDULE  initial  0 -> 2       0 -> 2  3.2s      completed  "
         "sufficient resources",
         "restarts 1, rescales 1 (live 0), failures 0",
     ]

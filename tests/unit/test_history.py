@@ -15,6 +15,7 @@ from spark_adaptive.core.streaming.history import (
     RescaleHistory,
     Trigger,
 )
+from spark_adaptive.rest.wire import counters_json, decision_json, record_json
 
 
 def open_record(h: RescaleHistory, trigger: Trigger = Trigger.NEW_RESOURCES,
@@ -33,13 +34,13 @@ def test_record_lifecycle_and_duration() -> None:
     vt.advance(2)
     done = h.complete_pending()
     assert done is not None and h.pending is None
-    assert done.to_dict() == {
+    assert record_json(done) == {
         "id": 1, "time": 1_100.0, "trigger": "NEW_RESOURCES", "kind": "restart",
         "fromParallelism": 2, "toParallelism": 4, "fromSlots": 2, "toSlots": 4,
         "duration": 5.0, "outcome": "completed",
         "timings": {"stop": 0.5, "repartition": 2.0, "start": 0.5}, "reason": "more slots",
     }
-    json.dumps(done.to_dict())  # JSON-able
+    json.dumps(record_json(done))  # JSON-able
 
 
 def test_a_new_record_supersedes_the_pending_one() -> None:
@@ -75,7 +76,7 @@ def test_counters_follow_flink(trigger: Trigger, kind: str, expected: Counters) 
 def test_failures_are_counted_separately() -> None:
     h = RescaleHistory(VirtualTime())
     h.count_failure()
-    assert h.counters.to_dict() == {"restarts": 0, "rescales": 0, "liveRescales": 0,
+    assert counters_json(h.counters) == {"restarts": 0, "rescales": 0, "liveRescales": 0,
                                     "failures": 1}
 
 
@@ -94,7 +95,7 @@ def test_every_decision_is_one_info_line_with_its_reason(
     with caplog.at_level(logging.INFO, logger=LOGGER_NAME):
         d = log.decide("live rescale", "4 partitions run balanced on 2 slots")
     assert log.last == d
-    assert d.to_dict() == {"time": 50.0, "action": "live rescale",
+    assert decision_json(d) == {"time": 50.0, "action": "live rescale",
                            "reason": "4 partitions run balanced on 2 slots"}
     records = [r for r in caplog.records if r.name == LOGGER_NAME]
     assert len(records) == 1 and records[0].levelno == logging.INFO

@@ -18,6 +18,7 @@ from spark_adaptive.core.streaming.query import QueryScheduler, StateChange
 from spark_adaptive.core.streaming.requirements import ResourceRequirements
 from spark_adaptive.core.streaming.restart import FixedDelay, NoRestart
 from spark_adaptive.core.streaming.states import Executing, SchedulingParams
+from spark_adaptive.rest.wire import query_json
 
 
 class OneQueryApp:
@@ -188,7 +189,7 @@ def test_snapshot_is_json_able_and_shows_the_running_partitions(vt: VirtualTime)
     q = make(vt, driver, app=OneQueryApp(share=3, executors=2))
     assert q.snapshot().parallelism == 0
     run_to_executing(vt, q, driver)
-    d = q.snapshot().to_dict()
+    d = query_json(q.snapshot())
     json.dumps(d)
     assert {k: d[k] for k in ("id", "name", "state", "parallelism", "slots", "executors")} == {
         "id": "qid-1", "name": "orders", "state": "Executing", "parallelism": 3, "slots": 3,

@@ -19,8 +19,9 @@ from rest_fakes import (
     serving,
 )
 
-from spark_adaptive.core.streaming.requirements import EMPTY_BODY, ResourceRequirements
+from spark_adaptive.core.streaming.requirements import ResourceRequirements
 from spark_adaptive.core.streaming.scheduler import REACTIVE_REQUIREMENTS
+from spark_adaptive.rest.wire import EMPTY_BODY
 
 REQ = "/queries/orders/resource-requirements"
 

@@ -16,6 +16,7 @@ from spark_adaptive.core.streaming.history import Trigger
 from spark_adaptive.core.streaming.requirements import ResourceRequirements
 from spark_adaptive.core.streaming.scheduler import LOCAL_MODE_REQUIREMENTS, REACTIVE_REQUIREMENTS
 from spark_adaptive.errors import ConflictError, RequirementsError, UnknownQueryError
+from spark_adaptive.rest.wire import requirements_from_body
 
 #: Flink's strategy for a query that can resume (a restart-strategy.type the app sets).
 EXPONENTIAL = Settings.from_conf({"spark.adaptive.restart-strategy.type": "exponential-delay"})
@@ -280,8 +281,9 @@ def test_requirements_update_rescales_the_query() -> None:
     assert app.scheduler.history("q")[-1].trigger is Trigger.REQUIREMENTS_CHANGED
     assert app.actuator.requested[-1] == 2
     with pytest.raises(RequirementsError) as e:
-        app.scheduler.update_requirements_from_body(
-            "orders", {"parallelism": {"lowerBound": 0, "upperBound": True}})
+        requirements_from_body(
+            {"parallelism": {"lowerBound": 0, "upperBound": True}},
+            lambda lower, upper: app.scheduler.check_requirements("orders", lower, upper))
     assert len(e.value.reasons) == 2
 
 

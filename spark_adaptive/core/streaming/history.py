@@ -75,22 +75,6 @@ class RescaleRecord:
     outcome: Outcome = "pending"
     timings: tuple[tuple[str, float], ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
-        """The REST form (camelCase)."""
-        return {
-            "id": self.id,
-            "time": self.time,
-            "trigger": self.trigger.value,
-            "kind": self.kind,
-            "fromParallelism": self.from_parallelism,
-            "toParallelism": self.to_parallelism,
-            "fromSlots": self.from_slots,
-            "toSlots": self.to_slots,
-            "duration": self.duration,
-            "outcome": self.outcome,
-            "timings": dict(self.timings),
-            "reason": self.reason,
-        }
 
 
 @dataclass(frozen=True)
@@ -99,10 +83,6 @@ class Counters:
     rescales: int = 0
     live_rescales: int = 0
     failures: int = 0
-
-    def to_dict(self) -> dict[str, int]:
-        return {"restarts": self.restarts, "rescales": self.rescales,
-                "liveRescales": self.live_rescales, "failures": self.failures}
 
 
 class RescaleHistory:
@@ -214,9 +194,6 @@ class Decision:
     """Wall-clock epoch seconds."""
     action: str
     reason: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"time": self.time, "action": self.action, "reason": self.reason}
 
 
 class DecisionLog:

@@ -55,9 +55,12 @@ Undo = Callable[[], None]
 
 
 def encode(requirements: req.ResourceRequirements, updated: float | None = None) -> str:
-    """The file's content: the REST body plus a format version and the wall time of the write."""
-    doc: dict[str, Any] = {"version": FORMAT_VERSION, **requirements.to_dict()}
-    doc["updated"] = time.time() if updated is None else updated
+    """The file's content: the bounds in the REST API's shape, a format version and the wall
+    time of the write."""
+    doc: dict[str, Any] = {
+        "version": FORMAT_VERSION,
+        "parallelism": {"lowerBound": requirements.lower, "upperBound": requirements.upper},
+        "updated": time.time() if updated is None else updated}
     return json.dumps(doc, sort_keys=True) + "\n"
 
 
@@ -71,11 +74,15 @@ def decode(text: str) -> req.ResourceRequirements:
         raise ValueError("not a JSON object")
     if doc.get("version") != FORMAT_VERSION:
         raise ValueError(f"unsupported format version {doc.get('version')!r}")
-    lower, upper, reasons = req.parse_body({"parallelism": doc.get("parallelism")})
-    if reasons or lower is None or upper is None:
-        raise ValueError(" ".join(reasons) or "incomplete bounds")
+    bounds = doc.get("parallelism")
+    if not isinstance(bounds, dict):
+        raise ValueError("'parallelism' must be a JSON object")
+    lower, upper = bounds.get("lowerBound"), bounds.get("upperBound")
+    for name, value in (("lowerBound", lower), ("upperBound", upper)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"'parallelism.{name}' is not an integer: {value!r}")
     try:
-        return req.ResourceRequirements(lower, upper)
+        return req.ResourceRequirements(lower, upper)  # type: ignore[arg-type]
     except RequirementsError as e:
         raise ValueError(str(e)) from None
 

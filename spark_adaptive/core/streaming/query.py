@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from spark_adaptive.core.clock import Action, Cancellable, Timers
 from spark_adaptive.core.events import Event, QueryProgress, QueryTerminated
@@ -52,6 +52,7 @@ from spark_adaptive.core.streaming.states import (
     Restarting,
     SchedulingParams,
     State,
+    StateName,
     StopWithSavepoint,
     WaitingForResources,
 )
@@ -84,8 +85,8 @@ class StateChange:
     """A query moved from state ``old`` to state ``new`` (public state names)."""
 
     key: str
-    old: str
-    new: str
+    old: StateName
+    new: StateName
     reason: str
 
 
@@ -96,7 +97,7 @@ class QuerySnapshot:
     id: str
     key: str
     name: str | None
-    state: str
+    state: StateName
     parallelism: int
     """Partitions of the running query; 0 while none runs."""
     slots: int
@@ -111,23 +112,6 @@ class QuerySnapshot:
     error_class: str | None = None
     progress: QueryProgress | None = None
     """The query's last completed micro-batch (of any run)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id, "key": self.key, "name": self.name, "state": self.state,
-            "parallelism": self.parallelism, "slots": self.slots, "executors": self.executors,
-            "requirements": self.requirements.to_dict(),
-            "lastDecision": None if self.last_decision is None else self.last_decision.to_dict(),
-            "counters": self.counters.to_dict(), "runId": self.run_id,
-            "lastProgress": None if self.progress is None else {
-                "batchId": self.progress.batch_id, "time": self.progress.time,
-                "numInputRows": self.progress.num_input_rows,
-                "inputRowsPerSecond": self.progress.input_rows_per_second,
-                "processedRowsPerSecond": self.progress.processed_rows_per_second,
-                "batchDuration": self.progress.batch_duration,
-                "statePartitions": self.progress.state_partitions},
-            "status": self.status, "error": self.error, "errorClass": self.error_class,
-        }
 
 
 class QueryScheduler:

@@ -57,7 +57,7 @@ from spark_adaptive.core.streaming.query import (
 )
 from spark_adaptive.core.streaming.resources import ResourceTracker, SlotChange
 from spark_adaptive.core.streaming.restart import strategy_from_settings
-from spark_adaptive.core.streaming.states import SchedulingParams
+from spark_adaptive.core.streaming.states import SchedulingParams, StateName
 from spark_adaptive.errors import ConflictError, RequirementsError, UnknownQueryError
 
 log = logging.getLogger(__name__)
@@ -162,10 +162,10 @@ class AdaptiveScheduler:
 
     def _on_state_change(self, change: StateChange) -> None:
         q = self._queries[change.key]
-        if change.new == "Executing" and q.run_id is not None and q.run_id in self._early:
+        if change.new is StateName.EXECUTING and q.run_id is not None and q.run_id in self._early:
             for early in self._early.pop(q.run_id):
                 self._post(functools.partial(self.on_event, early))
-        if change.new == "Finished":
+        if change.new is StateName.FINISHED:
             self._post(lambda: self._reallocate(f"query {change.key} finished"))
         for listener in list(self._listeners):
             try:
@@ -330,20 +330,21 @@ class AdaptiveScheduler:
             lower, upper, max_parallelism=self.settings.max_parallelism, default_upper=default))
         return self._apply(q, new)
 
-    def update_requirements_from_body(self, ident: str, body: Any) -> req.ResourceRequirements:
-        """The REST ``PUT /queries/{id}/resource-requirements`` body, JSON-decoded."""
+    def check_requirements(self, ident: str, lower: int | None,
+                           upper: int | None) -> req.ResourceRequirements:
+        """Validate new bounds as :meth:`update_requirements` does, changing nothing (``None``:
+        a bound the caller could not read). The REST API persists the result before it
+        applies it (Flink's order), so it needs the validation on its own. Raises the same
+        errors."""
         q = self.query(ident)
-        return self._apply(q, self.check_requirements_from_body(ident, body))
+        return self._validate(q, lambda default: req.validate(
+            lower, upper, max_parallelism=self.settings.max_parallelism, default_upper=default))
 
-    def check_requirements_from_body(self, ident: str, body: Any) -> req.ResourceRequirements:
-        """Validate a PUT body as :meth:`update_requirements_from_body` does, changing nothing.
-
-        The REST API persists the result before it applies it (Flink's order), so it
-        needs the validation on its own. Raises the same errors.
-        """
-        q = self.query(ident)
-        return self._validate(q, lambda default: req.from_body(
-            body, max_parallelism=self.settings.max_parallelism, default_upper=default))
+    def apply_requirements(self, ident: str,
+                           requirements: req.ResourceRequirements) -> req.ResourceRequirements:
+        """Give the query bounds that :meth:`check_requirements` accepted; they are checked
+        once more (a query that finished meanwhile raises :class:`ConflictError`)."""
+        return self.update_requirements(ident, requirements.lower, requirements.upper)
 
     def _validate(
         self, q: QueryScheduler, check: Callable[[int], req.ResourceRequirements]

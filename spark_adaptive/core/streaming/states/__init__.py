@@ -1,6 +1,11 @@
 """The scheduler states, one module each. Their ``name`` is public (REST, logs)."""
 
-from spark_adaptive.core.streaming.states.base import FinishedStatus, SchedulingParams, State
+from spark_adaptive.core.streaming.states.base import (
+    FinishedStatus,
+    SchedulingParams,
+    State,
+    StateName,
+)
 from spark_adaptive.core.streaming.states.canceling import Canceling
 from spark_adaptive.core.streaming.states.created import Created
 from spark_adaptive.core.streaming.states.creating_execution_graph import CreatingExecutionGraph
@@ -11,13 +16,8 @@ from spark_adaptive.core.streaming.states.restarting import Restarting
 from spark_adaptive.core.streaming.states.stop_with_savepoint import StopWithSavepoint
 from spark_adaptive.core.streaming.states.waiting_for_resources import WaitingForResources
 
-STATE_NAMES = (
-    "Created", "WaitingForResources", "CreatingExecutionGraph", "Executing", "Restarting",
-    "StopWithSavepoint", "Canceling", "Failing", "Finished",
-)
-
 __all__ = [
-    "STATE_NAMES", "Canceling", "Created", "CreatingExecutionGraph", "Executing", "Failing",
-    "Finished", "FinishedStatus", "Restarting", "SchedulingParams", "State", "StopWithSavepoint",
-    "WaitingForResources",
+    "Canceling", "Created", "CreatingExecutionGraph", "Executing", "Failing", "Finished",
+    "FinishedStatus", "Restarting", "SchedulingParams", "State", "StateName",
+    "StopWithSavepoint", "WaitingForResources",
 ]

@@ -14,6 +14,7 @@ Rules every state follows (the per-query scheduler enforces the first two):
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +32,26 @@ from spark_adaptive.errors import ConflictError
 log = logging.getLogger("spark_adaptive.core.streaming.states")
 
 FinishedStatus = Literal["FINISHED", "CANCELED", "FAILED"]
+
+
+class StateName(str, enum.Enum):
+    """The states' public names (the REST API, the CLI, the logs), Flink's spellings."""
+
+    CREATED = "Created"
+    WAITING_FOR_RESOURCES = "WaitingForResources"
+    CREATING_EXECUTION_GRAPH = "CreatingExecutionGraph"
+    EXECUTING = "Executing"
+    RESTARTING = "Restarting"
+    STOP_WITH_SAVEPOINT = "StopWithSavepoint"
+    CANCELING = "Canceling"
+    FAILING = "Failing"
+    FINISHED = "Finished"
+
+    def __str__(self) -> str:  # the name as written, in f-strings and str() alike
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
 
 
 @dataclass(frozen=True)
@@ -67,7 +88,7 @@ class SchedulingParams:
 class State:
     """Base of every scheduler state. ``name`` is public (REST, logs)."""
 
-    name: ClassVar[str] = "State"
+    name: ClassVar[StateName]
 
     def __init__(self) -> None:
         self._timers: list[Cancellable] = []

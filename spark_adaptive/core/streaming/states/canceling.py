@@ -12,7 +12,13 @@ from __future__ import annotations
 from typing import Protocol
 
 from spark_adaptive.core.ports import StopResult
-from spark_adaptive.core.streaming.states.base import RunsIfState, State, StopsQuery, ToFinished
+from spark_adaptive.core.streaming.states.base import (
+    RunsIfState,
+    State,
+    StateName,
+    StopsQuery,
+    ToFinished,
+)
 
 
 class Context(ToFinished, StopsQuery, RunsIfState, Protocol):
@@ -20,7 +26,7 @@ class Context(ToFinished, StopsQuery, RunsIfState, Protocol):
 
 
 class Canceling(State):
-    name = "Canceling"
+    name = StateName.CANCELING
 
     def __init__(self, ctx: Context) -> None:
         super().__init__()

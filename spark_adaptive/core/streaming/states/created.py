@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from spark_adaptive.core.ports import StartResult
-from spark_adaptive.core.streaming.states.base import State, ToExecuting, ToFinished
+from spark_adaptive.core.streaming.states.base import State, StateName, ToExecuting, ToFinished
 
 
 class Context(ToExecuting, ToFinished, Protocol):
@@ -20,7 +20,7 @@ class Context(ToExecuting, ToFinished, Protocol):
 
 
 class Created(State):
-    name = "Created"
+    name = StateName.CREATED
 
     def __init__(self, ctx: Context) -> None:
         super().__init__()

@@ -36,6 +36,7 @@ from spark_adaptive.core.streaming.states.base import (
     SeesResources,
     StartsQuery,
     State,
+    StateName,
     ToCanceling,
     ToExecuting,
     ToFailing,
@@ -55,7 +56,7 @@ class Context(ToWaitingForResources, ToExecuting, ToRestarting, ToFailing, ToCan
 
 
 class CreatingExecutionGraph(State):
-    name = "CreatingExecutionGraph"
+    name = StateName.CREATING_EXECUTION_GRAPH
 
     def __init__(self, ctx: Context, fail_without_resources: bool = False) -> None:
         super().__init__()

@@ -50,6 +50,7 @@ from spark_adaptive.core.streaming.states.base import (
     RunsIfState,
     SeesResources,
     State,
+    StateName,
     ToCanceling,
     ToFailing,
     ToFinished,
@@ -70,7 +71,7 @@ class Context(ToRestarting, ToFailing, ToCanceling, ToStopWithSavepoint, ToFinis
 
 
 class Executing(State):
-    name = "Executing"
+    name = StateName.EXECUTING
 
     def __init__(self, ctx: Context, parallelism: int, slots: int, *,
                  initial: bool = False) -> None:

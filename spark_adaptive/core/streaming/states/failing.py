@@ -15,6 +15,7 @@ from spark_adaptive.core.streaming.restart import Failure
 from spark_adaptive.core.streaming.states.base import (
     RunsIfState,
     State,
+    StateName,
     StopsQuery,
     ToCanceling,
     ToFinished,
@@ -26,7 +27,7 @@ class Context(ToFinished, ToCanceling, StopsQuery, RunsIfState, Protocol):
 
 
 class Failing(State):
-    name = "Failing"
+    name = StateName.FAILING
 
     def __init__(self, ctx: Context, failure: Failure) -> None:
         super().__init__()

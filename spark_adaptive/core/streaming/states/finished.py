@@ -8,11 +8,11 @@ text and class) so the application's ``awaitTermination()`` can raise it.
 from __future__ import annotations
 
 from spark_adaptive.core.streaming.restart import Failure
-from spark_adaptive.core.streaming.states.base import FinishedStatus, State
+from spark_adaptive.core.streaming.states.base import FinishedStatus, State, StateName
 
 
 class Finished(State):
-    name = "Finished"
+    name = StateName.FINISHED
 
     def __init__(self, status: FinishedStatus, failure: Failure | None = None) -> None:
         super().__init__()

@@ -25,6 +25,7 @@ from spark_adaptive.core.streaming.states.base import (
     RunsIfState,
     SeesResources,
     State,
+    StateName,
     StopsQuery,
     ToCanceling,
     ToCreatingExecutionGraph,
@@ -38,7 +39,7 @@ class Context(ToCreatingExecutionGraph, ToWaitingForResources, ToCanceling, Runs
 
 
 class Restarting(State):
-    name = "Restarting"
+    name = StateName.RESTARTING
 
     def __init__(self, ctx: Context, backoff: float, target_parallelism: int | None) -> None:
         super().__init__()

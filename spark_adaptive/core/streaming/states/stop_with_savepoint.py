@@ -17,6 +17,7 @@ from spark_adaptive.core.streaming.restart import Failure
 from spark_adaptive.core.streaming.states.base import (
     HandlesFailures,
     State,
+    StateName,
     StopsQuery,
     ToCanceling,
     ToFailing,
@@ -32,7 +33,7 @@ class Context(ToFinished, ToRestarting, ToFailing, ToCanceling, StopsQuery, Hand
 
 
 class StopWithSavepoint(State):
-    name = "StopWithSavepoint"
+    name = StateName.STOP_WITH_SAVEPOINT
 
     def __init__(self, ctx: Context) -> None:
         super().__init__()

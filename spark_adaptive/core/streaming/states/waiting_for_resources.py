@@ -28,6 +28,7 @@ from spark_adaptive.core.streaming.states.base import (
     RunsIfState,
     SeesResources,
     State,
+    StateName,
     ToCreatingExecutionGraph,
     ToFinished,
 )
@@ -40,7 +41,7 @@ class Context(ToCreatingExecutionGraph, ToFinished, RunsIfState, SeesResources, 
 
 
 class WaitingForResources(State):
-    name = "WaitingForResources"
+    name = StateName.WAITING_FOR_RESOURCES
 
     def __init__(self, ctx: Context) -> None:
         super().__init__()
