@@ -42,8 +42,8 @@ test-integration: setup
 	$(BIN)/pytest tests/integration -q --durations=15 $(PYTEST_ARGS)
 
 docs: setup
-	$(BIN)/python -m spark_adaptive.core.options template > conf/spark-defaults.conf.template
-	$(BIN)/python -m spark_adaptive.core.options readme README.md
+	$(BIN)/python -m spark_adaptive.configdocs template > conf/spark-defaults.conf.template
+	$(BIN)/python -m spark_adaptive.configdocs reference > docs/configuration.md
 
 bench: setup
 	$(BIN)/python benchmarks/listener_overhead.py

@@ -73,7 +73,8 @@ import spark_adaptive
 from spark_adaptive import batch
 from spark_adaptive.batch.sql import sql_confs
 from spark_adaptive.core import events as ev
-from spark_adaptive.core.options import Settings, format_size, parse_size
+from spark_adaptive.core.options import format_size, parse_size
+from spark_adaptive.settings import Settings
 from spark_adaptive.testing.cluster import LocalCluster
 from spark_adaptive.testing.recorder import EventRecorder
 
@@ -450,7 +451,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--scales", default="10m,100m,1g,5g")
     ap.add_argument("--jobs", default="df,rdd")
-    ap.add_argument("--v", default=format_size(Settings().batch_avg_data_volume_per_task),
+    ap.add_argument("--v", default=format_size(Settings().batch.avg_data_volume_per_task),
                     help="volume per task of the adaptive variant (default: the option default)")
     ap.add_argument("--v-sweep", default="", help="more volumes to try, e.g. 16m,32m,128m")
     ap.add_argument("--sweep", default="2,8,32,128,200", help="fixed partition counts")

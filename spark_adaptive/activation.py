@@ -26,8 +26,8 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from spark_adaptive.batch.wiring import start_batch
-from spark_adaptive.core.options import Settings
 from spark_adaptive.errors import ConfigurationError
+from spark_adaptive.settings import Settings
 from spark_adaptive.spark import logs
 from spark_adaptive.spark.jvm import spark_conf
 from spark_adaptive.spark.runtime import AdaptiveRuntime, runtime_for, start_runtime
@@ -69,9 +69,9 @@ def activate_context(sc: SparkContext, overrides: dict[str, str] | None = None,
                  "Streaming queries start at once and keep their partitions; no executor is "
                  "requested or released and nothing is rescaled. Active: the REST API, the "
                  "rescale history, restart strategies%s.", sc.master, rt.local_slots,
-                 ", batch decisions" if settings.batch_enabled else "")
+                 ", batch decisions" if settings.batch.enabled else "")
     else:
-        log.info("spark-adaptive enabled (mode %s)", settings.mode)
+        log.info("spark-adaptive enabled (mode %s)", settings.scheduler.mode)
     return rt
 
 

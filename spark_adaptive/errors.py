@@ -2,27 +2,28 @@
 
 ::
 
-    SparkAdaptiveError                 base of everything below
-    ├── ConfigurationError             a spark.adaptive.* key or value is wrong, or
-    │                                  conflicts with another Spark setting. Fix the
-    │                                  configuration; retrying cannot help.
-    ├── RequirementsError              resource requirements refused (REST 400). Carries
-    │                                  every reason; nothing was changed.
-    ├── UnknownQueryError              no managed query has that id or name (REST 404).
-    ├── ConflictError                  another update of the same query is in flight
-    │                                  (REST 409). Retry once it has finished.
-    ├── PersistenceError               requirements could not be written beside the query's
-    │                                  checkpoint (REST 500). Nothing changed; retry.
-    ├── RescaleNotPossibleError        a query cannot be restart-rescaled (no checkpoint,
-    │                                  state store without repartition support). The
-    │                                  query keeps running; only live rescales apply.
-    ├── QueryFailedError               a managed query failed for a reason of the scheduler's
-    │                                  own (no resources within the wait timeout). A query
-    │                                  failed by Spark raises Spark's own exception instead.
-    ├── ShimNotAvailableError          the JVM shim jar is missing or does not load. The
-    │                                  pure-py4j path is used instead where one exists.
-    └── ClusterError                   the local test cluster could not be started or
-                                       driven (spark_adaptive.testing).
+    SparkAdaptiveError          base of everything below
+    ├── ConfigurationError      at activation (spark-submit, spark-defaults.conf, enable()):
+    │                           an unknown spark.adaptive.* key, a bad value, or a clash with
+    │                           another Spark setting; enable() on a Spark Connect session.
+    │                           Fix the configuration; retrying cannot help.
+    ├── RequirementsError       new bounds refused (REST PUT: 400): Flink's rules, or an app
+    │                           in reactive or local mode. Carries every reason; nothing
+    │                           changed.
+    ├── UnknownQueryError       no managed query has that id or name (REST: 404; the CLI).
+    ├── ConflictError           the query's state refuses it (REST: 409): another update of
+    │                           its bounds is in flight (retry once it is done), it has
+    │                           finished, or stop_with_savepoint() outside Executing.
+    ├── PersistenceError        the bounds could not be written beside the query's
+    │                           checkpoint (REST: 500). Nothing changed; retry.
+    ├── QueryFailedError        awaitTermination() of a query that spark-adaptive failed for
+    │                           a reason of its own: after a restart, no resources within
+    │                           scheduler.submission.resource-wait-timeout. A query Spark
+    │                           failed raises Spark's own exception instead.
+    ├── ShimNotAvailableError   spark.adaptive.listener=shim but the jar is missing or does
+    │                           not load, or a batch helper that needs the shim has none.
+    └── ClusterError            the local test cluster (spark_adaptive.testing) could not be
+                                started or driven.
 
 Errors from Spark itself are not wrapped: a query that fails keeps its own
 exception, and ``awaitTermination()`` raises it as Spark would.
@@ -73,10 +74,6 @@ class ConflictError(SparkAdaptiveError):
 
 
 class PersistenceError(SparkAdaptiveError):
-    pass
-
-
-class RescaleNotPossibleError(SparkAdaptiveError):
     pass
 
 

@@ -32,6 +32,7 @@ from spark_adaptive.core.batch.ranges import (
     DEFAULT_SKEW_THRESHOLD,
     Splitting,
 )
+from spark_adaptive.core.batch.settings import TEXT_FILE_SPLIT_BYTES
 from spark_adaptive.core.batch.shuffle import (
     EVEN_BY_COUNT,
     ReadSlice,
@@ -42,8 +43,9 @@ from spark_adaptive.core.batch.shuffle import (
 )
 from spark_adaptive.core.batch.sources import SourcePlan
 from spark_adaptive.core.events import PLAN_RDD_PREFIX
-from spark_adaptive.core.options import TEXT_FILE_SPLIT_BYTES, Settings, parse_size
+from spark_adaptive.core.options import parse_size
 from spark_adaptive.errors import ShimNotAvailableError
+from spark_adaptive.settings import Settings
 from spark_adaptive.spark.jvm import shim_jar_path, spark_conf
 from spark_adaptive.spark.shuffle import SparkShuffles, shim_shuffles, shuffle_dependency
 
@@ -98,15 +100,15 @@ def settings_for(sc: SparkContext, limits: dict[str, Any],
             raise ValueError(f"{name} must be an integer, got {value!r}") from None
 
     p = BatchParams(
-        avg_bytes_per_task=given("avg_bytes_per_task", s.batch_avg_data_volume_per_task),
-        min_p=given("min_parallelism", s.batch_min_parallelism),
-        max_p=given("max_parallelism", s.batch_max_parallelism),
-        skew_factor=float(limits.get("skew_factor", s.batch_skewed_factor)),
-        skew_threshold=int(limits.get("skew_threshold", s.batch_skew_threshold_bytes)),
+        avg_bytes_per_task=given("avg_bytes_per_task", s.batch.avg_data_volume_per_task),
+        min_p=given("min_parallelism", s.batch.min_parallelism),
+        max_p=given("max_parallelism", s.batch.max_parallelism),
+        skew_factor=float(limits.get("skew_factor", s.batch.skewed_factor)),
+        skew_threshold=int(limits.get("skew_threshold", s.batch.skew_threshold_bytes)),
         shim_jar=shim_jar_path(s.shim_jar),
-        slots=int(sc.defaultParallelism) if s.batch_use_held_slots else 1,
-        default_source=s.batch_default_source_parallelism,
-        split_bytes=given("source_split_size", s.text_file_split_bytes))
+        slots=int(sc.defaultParallelism) if s.batch.use_held_slots else 1,
+        default_source=s.batch.default_source_parallelism,
+        split_bytes=given("source_split_size", s.batch.text_file_split_bytes))
     if not 1 <= p.min_p <= p.max_p or p.avg_bytes_per_task < 1 or p.split_bytes < 1:
         raise ValueError(f"need avg_bytes_per_task >= 1, source_split_size >= 1 and "
                          f"1 <= min_parallelism <= max_parallelism, got {p.avg_bytes_per_task}, "

@@ -103,7 +103,7 @@ from typing import TYPE_CHECKING
 
 from spark_adaptive.core.batch.decider import format_bytes
 from spark_adaptive.core.batch.shuffle import min_task_bytes
-from spark_adaptive.core.options import Settings
+from spark_adaptive.settings import Settings
 from spark_adaptive.spark.jvm import add_to_spark_class_loader, shim_jar_path
 from spark_adaptive.spark.sqlconf import (
     append_to_list_conf,
@@ -130,8 +130,8 @@ SPARK_MAX_PARTITION_BYTES = 128 << 20
 
 def source_upper_bound(settings: Settings) -> int:
     """Flink's source inference bound: min(default source parallelism, max-parallelism)."""
-    default = settings.batch_default_source_parallelism
-    upper = settings.batch_max_parallelism
+    default = settings.batch.default_source_parallelism
+    upper = settings.batch.max_parallelism
     return upper if default is None else min(default, upper)
 
 
@@ -152,12 +152,12 @@ def sql_confs(settings: Settings, max_partition_bytes: int = SPARK_MAX_PARTITION
 
     ``max_partition_bytes``: the app's ``spark.sql.files.maxPartitionBytes``, the scans'
     split size when ``batch.source-split-size`` is unset (then the key is left alone)."""
-    v = settings.batch_avg_data_volume_per_task
-    min_p, held = settings.batch_min_parallelism, settings.batch_use_held_slots
-    split = settings.batch_source_split_size
+    v = settings.batch.avg_data_volume_per_task
+    min_p, held = settings.batch.min_parallelism, settings.batch.use_held_slots
+    split = settings.batch.source_split_size
     confs = {
         AQE + "coalescePartitions.enabled": "true",
-        AQE + "coalescePartitions.initialPartitionNum": str(settings.batch_max_parallelism),
+        AQE + "coalescePartitions.initialPartitionNum": str(settings.batch.max_parallelism),
         AQE + "advisoryPartitionSizeInBytes": str(v),
         AQE + "coalescePartitions.parallelismFirst": "true" if held else "false",
         AQE + "coalescePartitions.minPartitionSize": str(min_task_bytes(v)),
@@ -167,8 +167,8 @@ def sql_confs(settings: Settings, max_partition_bytes: int = SPARK_MAX_PARTITION
     confs.update({
         FILES + "openCostInBytes": str(open_cost(split or max_partition_bytes)),
         FILES + "maxPartitionNum": str(source_upper_bound(settings)),
-        AQE + "skewJoin.skewedPartitionFactor": repr(settings.batch_skewed_factor),
-        AQE + "skewJoin.skewedPartitionThresholdInBytes": str(settings.batch_skew_threshold_bytes),
+        AQE + "skewJoin.skewedPartitionFactor": repr(settings.batch.skewed_factor),
+        AQE + "skewJoin.skewedPartitionThresholdInBytes": str(settings.batch.skew_threshold_bytes),
     })
     if min_p > 1 or not held:
         confs[FILES + "minPartitionNum"] = str(min_p)
@@ -199,16 +199,16 @@ def apply_sql_confs(sc: SparkContext, settings: Settings) -> dict[str, str]:
     confs = sql_confs(settings, scan_split)
     applied = set_everywhere(sc, confs)
     replaced = applied.replaced
-    split = settings.batch_source_split_size
+    split = settings.batch.source_split_size
     log.info("batch: Spark SQL steered to %s per shuffle-reading task within [%d, %d] tasks; "
              "scans in splits of at most %s, at most %d of them: %s%s",
-             format_bytes(settings.batch_avg_data_volume_per_task),
-             settings.batch_min_parallelism, settings.batch_max_parallelism,
+             format_bytes(settings.batch.avg_data_volume_per_task),
+             settings.batch.min_parallelism, settings.batch.max_parallelism,
              format_bytes(split) if split is not None
              else f"{format_bytes(scan_split)} ({FILES}maxPartitionBytes)",
              source_upper_bound(settings), ", ".join(f"{k}={v}" for k, v in confs.items()),
              f"; replaced {replaced}" if replaced else "")
-    if settings.batch_shuffle_partitions_from_estimate:
+    if settings.batch.shuffle_partitions_from_estimate:
         register_extensions(sc, settings, applied.session_exists)
     if not applied.aqe_on:
         log.warning("batch: spark.sql.adaptive.enabled=false, so shuffle stages of DataFrame jobs "
@@ -226,12 +226,12 @@ def register_extensions(sc: SparkContext, settings: Settings, session_exists: bo
            if jar is None else add_to_spark_class_loader(sc, jar, SHIM_EXTENSIONS))
     if why is not None:
         log.info("batch: DataFrame shuffles are written in batch.max-parallelism (%d) partitions "
-                 "whatever their size: %s", settings.batch_max_parallelism, why)
+                 "whatever their size: %s", settings.batch.max_parallelism, why)
         return False
     append_to_list_conf(sc, EXTENSIONS, SHIM_EXTENSIONS)
     log.info("batch: %s added to %s: DataFrame shuffles are written in %d partitions per planned "
              "task, at most %d%s", SHIM_EXTENSIONS, EXTENSIONS, PARTITIONS_PER_TASK,
-             settings.batch_max_parallelism,
+             settings.batch.max_parallelism,
              "; the session that already exists keeps the extensions it was created with"
              if session_exists else "")
     return True

@@ -28,8 +28,8 @@ from spark_adaptive.batch.sql import apply_sql_confs
 from spark_adaptive.core import events as ev
 from spark_adaptive.core.batch.executors import LOGGER_NAME, ExecutorFollower
 from spark_adaptive.core.batch.stages import BatchLimits, BatchTracker, JobReport
-from spark_adaptive.core.options import Settings
 from spark_adaptive.core.streaming.warm_up import WARM_UP_JOB_GROUP
+from spark_adaptive.settings import Settings
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -48,12 +48,12 @@ class BatchScheduler:
         s = rt.settings
         self._rt = rt
         self.tracker = BatchTracker(BatchLimits(
-            s.batch_avg_data_volume_per_task, s.batch_min_parallelism, s.batch_max_parallelism,
-            s.batch_default_source_parallelism, s.batch_use_held_slots))
+            s.batch.avg_data_volume_per_task, s.batch.min_parallelism, s.batch.max_parallelism,
+            s.batch.default_source_parallelism, s.batch.use_held_slots))
         self.sql_confs = apply_sql_confs(rt.sc, s)
         self.follower = ExecutorFollower(
-            rt.actuator, rt.loop, min_p=s.batch_min_parallelism, max_p=s.batch_max_parallelism,
-            idle_timeout=s.batch_executor_idle_timeout, controls=self.controls_executors,
+            rt.actuator, rt.loop, min_p=s.batch.min_parallelism, max_p=s.batch.max_parallelism,
+            idle_timeout=s.batch.executor_idle_timeout, controls=self.controls_executors,
             slots_per_executor=self._slots_per_executor,
             executors_alive=lambda: len(rt.actuator.executors),
             on_declared=self._declared)
@@ -120,7 +120,7 @@ class BatchScheduler:
 
 def start_batch(rt: AdaptiveRuntime) -> BatchScheduler | None:
     """Activation hook: start the batch part when ``spark.adaptive.batch.enabled`` is true."""
-    if not rt.settings.batch_enabled:
+    if not rt.settings.batch.enabled:
         return None
     part = BatchScheduler(rt)
     with _lock:

@@ -33,10 +33,10 @@ import socketserver
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from spark_adaptive.core.options import Settings
 from spark_adaptive.rest import openapi
 from spark_adaptive.rest.api import Response, RestApi, error
 from spark_adaptive.rest.facade import SchedulerFacade
+from spark_adaptive.rest.settings import RestSettings
 
 log = logging.getLogger(__name__)
 
@@ -228,20 +228,20 @@ class RestServer:
         log.debug("spark-adaptive REST API at %s stopped", self.url)
 
 
-def serve(facade: SchedulerFacade, settings: Settings) -> RestServer | None:
+def serve(facade: SchedulerFacade, settings: RestSettings) -> RestServer | None:
     """Start the REST API as ``settings`` say; None when disabled or it could not bind."""
-    if not settings.rest_enabled:
+    if not settings.enabled:
         return None
     holder: list[RestServer] = []
     api = RestApi(facade, lambda: openapi.document(holder[0].url, holder[0].token_required))
-    server = RestServer(api, host=settings.rest_host, port=settings.rest_port,
-                        token=settings.rest_token, port_tries=PORT_TRIES)
+    server = RestServer(api, host=settings.host, port=settings.port,
+                        token=settings.token, port_tries=PORT_TRIES)
     holder.append(server)
     try:
         server.start()
     except OSError as e:
         log.error("spark-adaptive REST API not started: cannot bind %s:%d (%s); the scheduler "
                   "runs on without it. Set spark.adaptive.rest.port (0: any free port)",
-                  settings.rest_host, settings.rest_port, e)
+                  settings.host, settings.port, e)
         return None
     return server

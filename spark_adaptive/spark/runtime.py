@@ -20,12 +20,13 @@ from typing import TYPE_CHECKING, Any
 from spark_adaptive.core.bus import EventBus, Handler
 from spark_adaptive.core.events import Event
 from spark_adaptive.core.loop import EventLoop
-from spark_adaptive.core.options import Settings, parse_duration
+from spark_adaptive.core.options import parse_duration
 from spark_adaptive.core.streaming.persistence import PersistedRequirements
 from spark_adaptive.core.streaming.scheduler import AdaptiveScheduler
 from spark_adaptive.core.streaming.warm_up import WarmUp
 from spark_adaptive.rest.facade import RuntimeFacade
 from spark_adaptive.rest.server import serve
+from spark_adaptive.settings import Settings
 from spark_adaptive.spark.actuator import SparkExecutorActuator
 from spark_adaptive.spark.jvm import shim_jar_path
 from spark_adaptive.spark.listener import attach_spark_listener, live_executors
@@ -64,12 +65,12 @@ class AdaptiveRuntime:
         self.local_slots = local_slots(str(sc.master), task_cpus)
         """Task slots of a local-mode app (a fixed pool), None on a cluster."""
         self.scheduler = AdaptiveScheduler(
-            settings, self.actuator, self.loop, self.loop.submit, task_cpus=task_cpus,
+            settings.scheduler, self.actuator, self.loop, self.loop.submit, task_cpus=task_cpus,
             default_slots_per_executor=int(cores) // task_cpus if cores else None,
-            heartbeat_interval=heartbeat, fixed_slots=self.local_slots)
+            heartbeat_interval=heartbeat, fixed_slots=self.local_slots, restart=settings.restart)
         self.bus.subscribe(self.scheduler.on_event, "adaptive scheduler")
         self.warm_up: WarmUp | None = None
-        if settings.warm_up_new_executors and self.actuator.supported:
+        if settings.scheduler.warm_up_new_executors and self.actuator.supported:
             self.warm_up = WarmUp(
                 self.loop,
                 managing_streaming=lambda: any(not q.finished for q in self.scheduler.queries()),
@@ -89,8 +90,9 @@ class AdaptiveRuntime:
                  "JVM shim" if self.listener_path == "shim" else "pure-py4j listener",
                  jar if self.listener_path == "shim" else "no per-task filtering in the JVM")
         # Requirements accepted by the REST API live beside each query's checkpoint.
-        self.persisted = PersistedRequirements(HadoopRequirementsStore(sc), settings)
-        self.rest = serve(RuntimeFacade(self.loop, self.scheduler, self.persisted), settings)
+        self.persisted = PersistedRequirements(HadoopRequirementsStore(sc), settings.scheduler)
+        self.rest = serve(RuntimeFacade(self.loop, self.scheduler, self.persisted),
+                          settings.rest)
         if self.rest is not None:
             self.on_close(self.rest.stop)  # closers run first: no request during shutdown
         if self.warm_up is not None:

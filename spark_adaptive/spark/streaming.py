@@ -34,7 +34,6 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from spark_adaptive.core.loop import EventLoop
-from spark_adaptive.core.options import Settings
 from spark_adaptive.core.ports import QueryInfo
 from spark_adaptive.core.streaming.persistence import PersistedRequirements
 from spark_adaptive.core.streaming.query import QuerySnapshot, StateChange
@@ -42,6 +41,7 @@ from spark_adaptive.core.streaming.scheduler import AdaptiveScheduler
 from spark_adaptive.core.streaming.states import StateName
 from spark_adaptive.core.streaming.warm_up import WarmUp
 from spark_adaptive.errors import QueryFailedError
+from spark_adaptive.settings import Settings
 from spark_adaptive.spark.checkpoint import inspect_checkpoint
 from spark_adaptive.spark.driver import SHUFFLE_PARTITIONS, SparkQueryDriver
 from spark_adaptive.spark.jvm import seq_to_list
@@ -261,7 +261,7 @@ class StreamingManager:
         checkpoint = None if memory_sink else _checkpoint_location(spark, jwriter)
         existing = inspect_checkpoint(spark, checkpoint) if checkpoint else None
         settings = self._rt.settings
-        declared = {n.strip().lower() for n in settings.non_replayable_sources.split(",")
+        declared = {n.strip().lower() for n in settings.scheduler.non_replayable_sources.split(",")
                     if n.strip()}
         non_replayable = tuple(sorted({
             name for name in source_names(plan)

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from spark_adaptive.core.options import Settings
 from spark_adaptive.core.ports import QueryInfo
 from spark_adaptive.core.streaming import requirements as req
 from spark_adaptive.core.streaming.history import Counters, Decision, RescaleRecord, Trigger
@@ -33,6 +32,7 @@ from spark_adaptive.core.streaming.persistence import (
 )
 from spark_adaptive.core.streaming.query import QuerySnapshot
 from spark_adaptive.core.streaming.scheduler import REACTIVE_REQUIREMENTS
+from spark_adaptive.core.streaming.settings import SchedulerSettings
 from spark_adaptive.core.streaming.states import StateName
 from spark_adaptive.errors import (
     ConflictError,
@@ -77,7 +77,7 @@ class FakeScheduler:
     def __init__(self, store: MemoryRequirementsStore | None = None, *, mode: str = "adaptive",
                  max_parallelism: int = 32768) -> None:
         self.store = store if store is not None else MemoryRequirementsStore()
-        self.settings = Settings(mode=mode, max_parallelism=max_parallelism)
+        self.settings = SchedulerSettings(mode=mode, max_parallelism=max_parallelism)
         self.persisted = PersistedRequirements(self.store, self.settings)
         self.queries_by_key: dict[str, FakeQuery] = {}
         self.add(FakeQuery("query-1", QUERY_ID, "orders", req.ResourceRequirements(1, 4)))

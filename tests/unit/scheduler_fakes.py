@@ -27,7 +27,6 @@ from spark_adaptive.core.events import (
     QueryProgress,
     QueryTerminated,
 )
-from spark_adaptive.core.options import Settings
 from spark_adaptive.core.ports import (
     QueryInfo,
     RepartitionSupport,
@@ -40,6 +39,7 @@ from spark_adaptive.core.streaming.requirements import ResourceRequirements
 from spark_adaptive.core.streaming.restart import Failure, FailureResult
 from spark_adaptive.core.streaming.scheduler import AdaptiveScheduler
 from spark_adaptive.core.streaming.states import SchedulingParams, State
+from spark_adaptive.settings import Settings
 
 PARAMS = SchedulingParams(
     resource_wait_timeout=300.0, submission_stabilization=10.0, cooldown=30.0,
@@ -351,9 +351,10 @@ class App:
     def __init__(self, settings: Settings | None = None, **kw: Any) -> None:
         self.vt = VirtualTime()
         self.actuator = FakeActuator()
+        settings = settings or Settings()
         self.scheduler = AdaptiveScheduler(
-            settings or Settings(), self.actuator, self.vt,
-            lambda fn: self.vt.call_later(0, fn), random=lambda: 0.5,
+            settings.scheduler, self.actuator, self.vt,
+            lambda fn: self.vt.call_later(0, fn), random=lambda: 0.5, restart=settings.restart,
             **{"heartbeat_interval": 5.0, **kw})
         self.changes: list[Any] = []
         self.scheduler.add_listener(self.changes.append)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from spark_adaptive.batch.sql import source_upper_bound, sql_confs
-from spark_adaptive.core.options import Settings
+from spark_adaptive.settings import Settings
 
 AQE, FILES = "spark.sql.adaptive.", "spark.sql.files."
 

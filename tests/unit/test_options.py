@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from spark_adaptive.core import options
-from spark_adaptive.core.options import Settings, parse_duration, parse_size
+from spark_adaptive import configdocs
+from spark_adaptive.core.options import parse_duration, parse_size
 from spark_adaptive.errors import ConfigurationError
+from spark_adaptive.settings import Settings, all_options
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -17,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_declared_keys_and_promised_defaults() -> None:
     """The public contract of DESIGN.md, pinned: changing one must be deliberate."""
     s = Settings()
-    assert {o.full_key: o.default for o in options.all_options()} == {
+    assert {o.full_key: o.default for o in all_options()} == {
         "spark.adaptive.enabled": False,
         "spark.adaptive.listener": "auto",
         "spark.adaptive.shim.jar": "",
@@ -78,15 +79,16 @@ def test_reads_spark_formats() -> None:
         "spark.other.key": "ignored",
     })
     assert s.enabled is True
-    assert s.cooldown == 120.0
-    assert s.executor_loss_grace == 0.5
-    assert s.batch_avg_data_volume_per_task == 16 * 1024 * 1024
-    assert s.restart_strategy == "fixed-delay"
-    assert s.upper_bound is None
+    assert s.scheduler.cooldown == 120.0
+    assert s.scheduler.executor_loss_grace == 0.5
+    assert s.batch.avg_data_volume_per_task == 16 * 1024 * 1024
+    assert s.restart.type == "fixed-delay"
+    assert s.scheduler.upper_bound is None
 
 
 def test_alias_is_accepted_and_double_setting_refused() -> None:
-    assert Settings.from_conf({"spark.adaptive.scheduler.scaling-interval.min": "5s"}).cooldown == 5
+    aliased = Settings.from_conf({"spark.adaptive.scheduler.scaling-interval.min": "5s"})
+    assert aliased.scheduler.cooldown == 5
     with pytest.raises(ConfigurationError, match="set twice"):
         Settings.from_conf({
             "spark.adaptive.scheduler.scaling-interval.min": "5s",
@@ -95,13 +97,13 @@ def test_alias_is_accepted_and_double_setting_refused() -> None:
 
 
 def test_reactive_mode_changes_only_unset_defaults() -> None:
-    r = Settings.from_conf({"spark.adaptive.scheduler.mode": "reactive"})
+    r = Settings.from_conf({"spark.adaptive.scheduler.mode": "reactive"}).scheduler
     assert r.resource_wait_timeout == math.inf and r.submission_stabilization == 0.0
     assert r.effective_upper_bound(4) == 32768
     r2 = Settings.from_conf({"spark.adaptive.scheduler.mode": "reactive",
                              "spark.adaptive.scheduler.submission.resource-wait-timeout": "1min"})
-    assert r2.resource_wait_timeout == 60.0
-    assert Settings().effective_upper_bound(4) == 4
+    assert r2.scheduler.resource_wait_timeout == 60.0
+    assert Settings().scheduler.effective_upper_bound(4) == 4
 
 
 @pytest.mark.parametrize(("key", "value", "expected"), [
@@ -144,7 +146,7 @@ def test_cross_checks() -> None:
     with pytest.raises(ConfigurationError, match="rest.token"):
         Settings.from_conf({"spark.adaptive.rest.host": "0.0.0.0"})
     assert Settings.from_conf({"spark.adaptive.rest.host": "0.0.0.0",
-                               "spark.adaptive.rest.token": "s3cret"}).rest_token == "s3cret"
+                               "spark.adaptive.rest.token": "s3cret"}).rest.token == "s3cret"
     with pytest.raises(ConfigurationError, match="spark.dynamicAllocation.enabled=false"):
         Settings.from_conf({"spark.adaptive.enabled": "true",
                             "spark.dynamicAllocation.enabled": "true"})
@@ -178,15 +180,16 @@ def test_as_conf_round_trips() -> None:
     assert Settings.from_conf(s.as_conf()) == s
 
 
-def test_readme_table_and_conf_template_match_the_registry() -> None:
+def test_reference_and_conf_template_match_the_registry() -> None:
     """Regenerate with `make docs` when this fails."""
-    readme = (ROOT / "README.md").read_text()
-    assert options.markdown_table() in readme
+    assert (ROOT / "docs" / "configuration.md").read_text() == configdocs.reference()
     template = (ROOT / "conf" / "spark-defaults.conf.template").read_text()
-    assert template == options.defaults_template()
+    assert template == configdocs.template()
+    for o in all_options():
+        assert f"`{o.full_key}`" in configdocs.reference()
 
 
 def test_text_file_split_follows_the_source_split_size() -> None:
-    assert Settings().text_file_split_bytes == 64 << 20
+    assert Settings().batch.text_file_split_bytes == 64 << 20
     given = Settings.from_conf({"spark.adaptive.batch.source-split-size": "32m"})
-    assert given.batch_source_split_size == given.text_file_split_bytes == 32 << 20
+    assert given.batch.source_split_size == given.batch.text_file_split_bytes == 32 << 20

@@ -7,7 +7,6 @@ import logging
 
 import pytest
 
-from spark_adaptive.core.options import Settings
 from spark_adaptive.core.ports import QueryInfo
 from spark_adaptive.core.streaming.persistence import (
     MemoryRequirementsStore,
@@ -16,6 +15,7 @@ from spark_adaptive.core.streaming.persistence import (
     encode,
 )
 from spark_adaptive.core.streaming.requirements import ResourceRequirements
+from spark_adaptive.core.streaming.settings import SchedulerSettings
 from spark_adaptive.errors import PersistenceError
 
 CP = "hdfs:///checkpoints/orders"
@@ -48,7 +48,7 @@ def test_a_bad_file_is_a_value_error(text: str, message: str) -> None:
 def test_restore_returns_what_was_persisted(caplog: pytest.LogCaptureFixture) -> None:
     store = MemoryRequirementsStore()
     store.save(CP, ResourceRequirements(1, 2))
-    persisted = PersistedRequirements(store, Settings())
+    persisted = PersistedRequirements(store, SchedulerSettings())
     with caplog.at_level(logging.INFO, "spark_adaptive.core.streaming.persistence"):
         assert persisted.restore(info()) == ResourceRequirements(1, 2)
     assert f"query orders: requirements [1, 2] restored from {CP}" in caplog.text
@@ -56,7 +56,7 @@ def test_restore_returns_what_was_persisted(caplog: pytest.LogCaptureFixture) ->
 
 
 def test_restore_without_a_file_or_checkpoint_uses_the_defaults() -> None:
-    persisted = PersistedRequirements(MemoryRequirementsStore(), Settings())
+    persisted = PersistedRequirements(MemoryRequirementsStore(), SchedulerSettings())
     assert persisted.restore(info()) is None
     assert persisted.restore(QueryInfo("query-2", None, 4, None, 0.0)) is None
     assert persisted.checkpoint("query-2") is None
@@ -65,7 +65,7 @@ def test_restore_without_a_file_or_checkpoint_uses_the_defaults() -> None:
 def test_restore_ignores_bounds_that_no_longer_apply(caplog: pytest.LogCaptureFixture) -> None:
     store = MemoryRequirementsStore()
     store.save(CP, ResourceRequirements(1, 64))
-    persisted = PersistedRequirements(store, Settings(max_parallelism=16))
+    persisted = PersistedRequirements(store, SchedulerSettings(max_parallelism=16))
     assert persisted.restore(info()) is None
     assert "no longer apply (The upper bound 64 exceeds the max parallelism 16.)" in caplog.text
 
@@ -74,7 +74,8 @@ def test_restore_ignores_them_in_reactive_mode(caplog: pytest.LogCaptureFixture)
     store = MemoryRequirementsStore()
     store.save(CP, ResourceRequirements(1, 2))
     with caplog.at_level(logging.INFO, "spark_adaptive.core.streaming.persistence"):
-        assert PersistedRequirements(store, Settings(mode="reactive")).restore(info()) is None
+        reactive = SchedulerSettings(mode="reactive")
+        assert PersistedRequirements(store, reactive).restore(info()) is None
     assert "reactive mode" in caplog.text
 
 
@@ -89,13 +90,13 @@ class BrokenStore(MemoryRequirementsStore):
 
 @pytest.mark.parametrize("error", [ValueError("not JSON"), PersistenceError("unreachable")])
 def test_restore_never_raises(error: Exception, caplog: pytest.LogCaptureFixture) -> None:
-    assert PersistedRequirements(BrokenStore(error), Settings()).restore(info()) is None
+    assert PersistedRequirements(BrokenStore(error), SchedulerSettings()).restore(info()) is None
     assert "using the defaults" in caplog.text
 
 
 def test_persist_and_undo_put_back_the_previous_file() -> None:
     store = MemoryRequirementsStore()
-    persisted = PersistedRequirements(store, Settings())
+    persisted = PersistedRequirements(store, SchedulerSettings())
     persisted.restore(info())
     undo = persisted.persist("query-1", ResourceRequirements(1, 3))
     assert undo is not None and store.load(CP) == ResourceRequirements(1, 3)
@@ -110,7 +111,7 @@ def test_persist_and_undo_put_back_the_previous_file() -> None:
 
 def test_a_corrupt_file_is_replaced() -> None:
     store = BrokenStore(ValueError("not JSON"))
-    persisted = PersistedRequirements(store, Settings())
+    persisted = PersistedRequirements(store, SchedulerSettings())
     persisted.restore(info())
     undo = persisted.persist("query-1", ResourceRequirements(1, 3))
     assert store.files == {CP: ResourceRequirements(1, 3)} and undo is not None
@@ -118,7 +119,7 @@ def test_a_corrupt_file_is_replaced() -> None:
 
 def test_persist_without_a_checkpoint_writes_nothing(caplog: pytest.LogCaptureFixture) -> None:
     store = MemoryRequirementsStore()
-    persisted = PersistedRequirements(store, Settings())
+    persisted = PersistedRequirements(store, SchedulerSettings())
     persisted.restore(info(checkpoint=None))
     assert persisted.persist("query-1", ResourceRequirements(1, 3)) is None
     assert store.files == {}
@@ -127,7 +128,7 @@ def test_persist_without_a_checkpoint_writes_nothing(caplog: pytest.LogCaptureFi
 
 def test_an_unreachable_store_fails_before_writing() -> None:
     store = BrokenStore(PersistenceError("unreachable"))
-    persisted = PersistedRequirements(store, Settings())
+    persisted = PersistedRequirements(store, SchedulerSettings())
     persisted.restore(info())
     with pytest.raises(PersistenceError):
         persisted.persist("query-1", ResourceRequirements(1, 3))

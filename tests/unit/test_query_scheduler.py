@@ -11,12 +11,12 @@ import pytest
 from scheduler_fakes import PARAMS, FakeDriver, query_info
 
 from spark_adaptive.core.clock import Action, VirtualTime
-from spark_adaptive.core.options import Settings
 from spark_adaptive.core.streaming.allocator import FirstStart
 from spark_adaptive.core.streaming.history import LOGGER_NAME, Trigger
 from spark_adaptive.core.streaming.query import QueryScheduler, StateChange
 from spark_adaptive.core.streaming.requirements import ResourceRequirements
 from spark_adaptive.core.streaming.restart import FixedDelay, NoRestart
+from spark_adaptive.core.streaming.settings import SchedulerSettings
 from spark_adaptive.core.streaming.states import Executing, SchedulingParams
 from spark_adaptive.rest.wire import query_json
 
@@ -237,11 +237,12 @@ def test_executing_gets_the_started_parallelism(vt: VirtualTime) -> None:
 
 
 def test_scheduling_params_from_settings() -> None:
-    p = SchedulingParams.of(Settings(), trigger_interval=2.0)
+    p = SchedulingParams.of(SchedulerSettings(), trigger_interval=2.0)
     assert (p.resource_wait_timeout, p.submission_stabilization, p.cooldown,
             p.executing_stabilization, p.trigger_max_delay) == (300.0, 10.0, 30.0, 60.0, 6.0)
-    assert SchedulingParams.of(Settings(), 0.0).trigger_max_delay == 0.0
-    assert SchedulingParams.of(Settings(trigger_max_delay=4.0), 2.0).trigger_max_delay == 4.0
+    assert SchedulingParams.of(SchedulerSettings(), 0.0).trigger_max_delay == 0.0
+    four = SchedulerSettings(trigger_max_delay=4.0)
+    assert SchedulingParams.of(four, 2.0).trigger_max_delay == 4.0
 
 
 def test_fired_timers_are_forgotten_by_their_state(vt: VirtualTime) -> None:

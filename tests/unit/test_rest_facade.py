@@ -9,12 +9,12 @@ from rest_fakes import bounds, call, serving
 from scheduler_fakes import App, FakeDriver, query_info
 
 from spark_adaptive.core.loop import EventLoop
-from spark_adaptive.core.options import Settings
 from spark_adaptive.core.streaming.persistence import MemoryRequirementsStore, PersistedRequirements
 from spark_adaptive.core.streaming.requirements import ResourceRequirements
 from spark_adaptive.core.streaming.scheduler import REACTIVE_REQUIREMENTS
 from spark_adaptive.errors import ConflictError
 from spark_adaptive.rest.facade import InFlight, RuntimeFacade
+from spark_adaptive.settings import Settings
 
 REQ = "/queries/orders/resource-requirements"
 

@@ -10,9 +10,9 @@ from contextlib import contextmanager
 import pytest
 from rest_fakes import FakeScheduler, bounds, call, serving
 
-from spark_adaptive.core.options import Settings
 from spark_adaptive.rest.api import RestApi
 from spark_adaptive.rest.server import RestServer, serve
+from spark_adaptive.rest.settings import RestSettings
 
 TOKEN = "s3cret-token"
 REQ = "/queries/orders/resource-requirements"
@@ -126,13 +126,13 @@ def test_all_ports_taken_raises_and_serve_logs_instead(
         # serve() tries PORT_TRIES ports (16); three are enough to show it gives up quietly.
         monkeypatch.setattr("spark_adaptive.rest.server.PORT_TRIES", 3)
         with caplog.at_level(logging.ERROR, "spark_adaptive.rest.server"):
-            assert serve(FakeScheduler(), Settings(rest_port=first)) is None
+            assert serve(FakeScheduler(), RestSettings(port=first)) is None
         assert f"REST API not started: cannot bind 127.0.0.1:{first}" in caplog.text
 
 
 def test_serve_follows_the_settings() -> None:
-    assert serve(FakeScheduler(), Settings(rest_enabled=False)) is None
-    server = serve(FakeScheduler(), Settings(rest_port=0, rest_token=TOKEN))
+    assert serve(FakeScheduler(), RestSettings(enabled=False)) is None
+    server = serve(FakeScheduler(), RestSettings(port=0, token=TOKEN))
     assert server is not None
     try:
         assert call(server.url, "GET", "/queries").status == 401

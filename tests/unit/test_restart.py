@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from spark_adaptive.core.options import Settings
 from spark_adaptive.core.streaming.restart import (
     ExponentialDelay,
     Failure,
@@ -15,6 +14,8 @@ from spark_adaptive.core.streaming.restart import (
     handle_failure,
     strategy_from_settings,
 )
+from spark_adaptive.core.streaming.settings import RestartStrategySettings
+from spark_adaptive.settings import Settings
 
 BOOM = Failure("java.lang.RuntimeException: boom", "RUNTIME")
 
@@ -126,12 +127,13 @@ def test_exponential_delay_attempts_before_reset() -> None:
     ("exponential-delay", False, NoRestart),
 ])
 def test_factory_picks_the_strategy(kind: str, restartable: bool, expected: type) -> None:
-    settings = Settings(restart_strategy=kind)
+    settings = RestartStrategySettings(type=kind)
     assert isinstance(strategy_from_settings(settings, restartable), expected)
 
 
 def test_by_default_a_failed_query_fails_as_on_plain_spark() -> None:
-    assert isinstance(strategy_from_settings(Settings(), restartable=True), NoRestart)
+    default = RestartStrategySettings()
+    assert isinstance(strategy_from_settings(default, restartable=True), NoRestart)
 
 
 def test_factory_reads_flink_keys_from_settings() -> None:
@@ -140,13 +142,13 @@ def test_factory_reads_flink_keys_from_settings() -> None:
         "spark.adaptive.restart-strategy.fixed-delay.attempts": "3",
         "spark.adaptive.restart-strategy.fixed-delay.delay": "7s",
     }
-    s = strategy_from_settings(Settings.from_conf(conf), restartable=True)
+    s = strategy_from_settings(Settings.from_conf(conf).restart, restartable=True)
     assert isinstance(s, FixedDelay)
     assert (s.attempts, s.delay) == (3, 7.0)
 
 
 def test_factory_exponential_defaults_are_flinks() -> None:
-    s = strategy_from_settings(Settings(restart_strategy="exponential-delay"),
+    s = strategy_from_settings(RestartStrategySettings(type="exponential-delay"),
                                restartable=True)
     assert isinstance(s, ExponentialDelay)
     assert (s.initial, s.max_backoff, s.multiplier, s.reset_threshold, s.jitter,

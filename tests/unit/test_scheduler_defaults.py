@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 import spark_adaptive.core as core
-from spark_adaptive.core.options import Settings
+from spark_adaptive.settings import Settings
 
 
 def test_scheduler_defaults_are_flinks() -> None:
-    s = Settings()
+    s, r = Settings().scheduler, Settings().restart
     assert s.mode == "adaptive"
     assert s.resource_wait_timeout == 300.0
     assert s.submission_stabilization == 10.0
@@ -25,23 +25,23 @@ def test_scheduler_defaults_are_flinks() -> None:
     assert s.executor_loss_grace == 10.0
     assert s.failure_detection_timeout == 20.0
     assert (s.lower_bound, s.upper_bound, s.max_parallelism) == (1, None, 32768)
-    assert s.restart_strategy == "none"  # a failed query fails, as on plain Spark
-    assert (s.fixed_delay_attempts, s.fixed_delay_delay) == (1, 1.0)
-    assert (s.failure_rate_max_failures, s.failure_rate_interval, s.failure_rate_delay) == (
+    assert r.type == "none"  # a failed query fails, as on plain Spark
+    assert (r.fixed_delay_attempts, r.fixed_delay_delay) == (1, 1.0)
+    assert (r.failure_rate_max_failures, r.failure_rate_interval, r.failure_rate_delay) == (
         1, 60.0, 1.0)
-    assert (s.exp_initial_backoff, s.exp_max_backoff, s.exp_multiplier, s.exp_reset_threshold,
-            s.exp_jitter, s.exp_attempts_before_reset) == (1.0, 60.0, 1.5, 3600.0, 0.1, None)
+    assert (r.exp_initial_backoff, r.exp_max_backoff, r.exp_multiplier, r.exp_reset_threshold,
+            r.exp_jitter, r.exp_attempts_before_reset) == (1.0, 60.0, 1.5, 3600.0, 0.1, None)
 
 
 def test_reactive_defaults() -> None:
-    s = Settings.from_conf({"spark.adaptive.scheduler.mode": "reactive"})
+    s = Settings.from_conf({"spark.adaptive.scheduler.mode": "reactive"}).scheduler
     assert s.resource_wait_timeout == math.inf
     assert s.submission_stabilization == 0.0
     assert s.effective_upper_bound(configured_partitions=4) == 32768
 
 
 def test_default_upper_bound_is_the_configured_partitions() -> None:
-    assert Settings().effective_upper_bound(configured_partitions=12) == 12
+    assert Settings().scheduler.effective_upper_bound(configured_partitions=12) == 12
 
 
 def test_the_core_imports_neither_pyspark_nor_py4j() -> None:

@@ -10,13 +10,13 @@ from __future__ import annotations
 import pytest
 from scheduler_fakes import App, FakeDriver, query_info
 
-from spark_adaptive.core.options import Settings
 from spark_adaptive.core.ports import RepartitionSupport
 from spark_adaptive.core.streaming.history import Trigger
 from spark_adaptive.core.streaming.requirements import ResourceRequirements
 from spark_adaptive.core.streaming.scheduler import LOCAL_MODE_REQUIREMENTS, REACTIVE_REQUIREMENTS
 from spark_adaptive.errors import ConflictError, RequirementsError, UnknownQueryError
 from spark_adaptive.rest.wire import requirements_from_body
+from spark_adaptive.settings import Settings
 
 #: Flink's strategy for a query that can resume (a restart-strategy.type the app sets).
 EXPONENTIAL = Settings.from_conf({"spark.adaptive.restart-strategy.type": "exponential-delay"})

@@ -40,9 +40,9 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from spark_adaptive.core.options import Settings
 from spark_adaptive.core.ports import QueryInfo
 from spark_adaptive.core.streaming import requirements as req
+from spark_adaptive.core.streaming.settings import SchedulerSettings
 from spark_adaptive.errors import RequirementsError
 
 log = logging.getLogger(__name__)
@@ -125,7 +125,7 @@ class MemoryRequirementsStore:
 class PersistedRequirements:
     """The managed queries' checkpoints, and their requirements kept there. Thread-safe."""
 
-    def __init__(self, store: RequirementsStore, settings: Settings) -> None:
+    def __init__(self, store: RequirementsStore, settings: SchedulerSettings) -> None:
         self._store = store
         self._settings = settings
         self._lock = threading.Lock()

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from spark_adaptive.core.options import Settings
+from spark_adaptive.core.streaming.settings import RestartStrategySettings
 
 
 class RestartBackoffStrategy(Protocol):
@@ -178,7 +178,7 @@ class ExponentialDelay:
 
 
 def strategy_from_settings(
-    settings: Settings,
+    settings: RestartStrategySettings,
     restartable: bool,
     random: Callable[[], float] = _random.random,
 ) -> RestartBackoffStrategy:
@@ -188,7 +188,7 @@ def strategy_from_settings(
     applies only to a ``restartable`` query (a checkpoint location and sources that can
     replay): any other would start over from its sources' first offsets, or lose data.
     """
-    kind = settings.restart_strategy if restartable else "none"
+    kind = settings.type if restartable else "none"
     if kind == "none":
         return NoRestart()
     if kind == "fixed-delay":

@@ -33,7 +33,6 @@ from typing import Any
 
 from spark_adaptive.core.clock import Timers
 from spark_adaptive.core.events import QUERY_EVENTS, Event
-from spark_adaptive.core.options import Settings
 from spark_adaptive.core.ports import (
     ExecutorActuator,
     QueryDriver,
@@ -57,6 +56,7 @@ from spark_adaptive.core.streaming.query import (
 )
 from spark_adaptive.core.streaming.resources import ResourceTracker, SlotChange
 from spark_adaptive.core.streaming.restart import strategy_from_settings
+from spark_adaptive.core.streaming.settings import RestartStrategySettings, SchedulerSettings
 from spark_adaptive.core.streaming.states import SchedulingParams, StateName
 from spark_adaptive.errors import ConflictError, RequirementsError, UnknownQueryError
 
@@ -92,7 +92,7 @@ class AdaptiveScheduler:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: SchedulerSettings,
         actuator: ExecutorActuator,
         timers: Timers,
         post: Post,
@@ -102,14 +102,17 @@ class AdaptiveScheduler:
         heartbeat_interval: float = 10.0,
         random: Callable[[], float] = _random.random,
         fixed_slots: int | None = None,
+        restart: RestartStrategySettings | None = None,
     ) -> None:
         """``default_slots_per_executor`` sizes executor requests until one executor is seen
         (``spark.executor.cores // spark.task.cpus`` when the app sets it);
         ``heartbeat_interval`` is ``spark.executor.heartbeatInterval`` in seconds; ``random``
         feeds the exponential-delay jitter. ``fixed_slots`` makes the application a fixed
         pool of that many slots (local mode): no executor is requested or released, and
-        bounds cannot change."""
+        bounds cannot change. ``restart``: the restart strategy's settings (none by
+        default)."""
         self.settings = settings
+        self._restart = restart if restart is not None else RestartStrategySettings()
         self._actuator = actuator
         self._timers = timers
         self._post = post
@@ -283,7 +286,7 @@ class AdaptiveScheduler:
             driver, requirements=requirements,
             params=SchedulingParams.of(self.settings, info.trigger_interval),
             strategy=strategy_from_settings(
-                self.settings,
+                self._restart,
                 info.checkpoint_location is not None and not info.non_replayable_sources,
                 self._random),
             timers=self._timers, post=self._post, app=self)

@@ -22,11 +22,11 @@ from typing import ClassVar, Literal, Protocol
 
 from spark_adaptive.core.clock import Action, Cancellable
 from spark_adaptive.core.events import Event
-from spark_adaptive.core.options import Settings
 from spark_adaptive.core.ports import RepartitionSupport, StartResult, StopResult
 from spark_adaptive.core.streaming.history import RescaleHistory, Trigger
 from spark_adaptive.core.streaming.requirements import ResourceRequirements
 from spark_adaptive.core.streaming.restart import Failure, FailureResult
+from spark_adaptive.core.streaming.settings import SchedulerSettings
 from spark_adaptive.errors import ConflictError
 
 log = logging.getLogger("spark_adaptive.core.streaming.states")
@@ -67,7 +67,7 @@ class SchedulingParams:
     scaling_interval_max: float | None = None
 
     @classmethod
-    def of(cls, settings: Settings, trigger_interval: float) -> SchedulingParams:
+    def of(cls, settings: SchedulerSettings, trigger_interval: float) -> SchedulingParams:
         """A query's parameters. An unset rescale-trigger max delay is three trigger
         intervals (0 without an interval), as Flink's default is (2 failures + 1) ×
         the checkpoint interval."""

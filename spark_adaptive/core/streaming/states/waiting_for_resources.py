@@ -1,9 +1,10 @@
 """WaitingForResources: the query does not run; wait until its share is worth starting.
 
-Entered at submission and after a restart whose target parallelism is no
-longer available. Driven by its own :class:`~spark_adaptive.core.streaming.timing.TransitionTiming`
-with the submission parameters: no cooldown, ``submission.resource-stabilization-timeout``,
-no trigger delay. So:
+Entered after a restart whose target parallelism is no longer available (a
+query's first run never waits: the app's ``start()`` starts it at once). Driven
+by its own :class:`~spark_adaptive.core.streaming.timing.TransitionTiming` with
+the submission parameters: no cooldown,
+``submission.resource-stabilization-timeout``, no trigger delay. So:
 
 * desired resources (the share reaches the upper bound) start the query at once;
 * merely sufficient ones (any share) start it once they held for the

@@ -1,0 +1,33 @@
+"""The REST API's options (``spark.adaptive.rest.*``), one group of
+:class:`spark_adaptive.settings.Settings`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from spark_adaptive.core.options import PREFIX, is_loopback, option
+
+
+@dataclass(frozen=True)
+class RestSettings:
+    """Where the REST API listens, and who may use it."""
+
+    enabled: bool = option(
+        "rest.enabled", "bool", True, "Serve the REST API on the driver.")
+    host: str = option(
+        "rest.host", "string", "127.0.0.1",
+        "Address the REST API binds. Anything but loopback requires rest.token.")
+    port: int = option(
+        "rest.port", "int", 4050,
+        "First port tried for the REST API; the next free one is taken if it is busy "
+        "(logged), as the Spark UI does. 0 picks any free port.", minimum=0, maximum=65535)
+    token: str | None = option(
+        "rest.token", "string", None,
+        "Bearer token every REST request must carry. Required to bind anywhere but loopback.",
+        secret=True)
+
+    def problems(self) -> list[str]:
+        if self.enabled and not is_loopback(self.host) and not self.token:
+            return [f"{PREFIX}rest.host={self.host} binds beyond loopback; set "
+                    f"{PREFIX}rest.token to a secret every request must carry"]
+        return []

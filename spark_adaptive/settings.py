@@ -1,0 +1,92 @@
+"""All of spark-adaptive's settings for one application: every group, read once.
+
+:class:`Settings` composes the option groups of each concern, each declared
+where it is used: :class:`~spark_adaptive.core.streaming.settings.SchedulerSettings`,
+:class:`~spark_adaptive.core.streaming.settings.RestartStrategySettings`,
+:class:`~spark_adaptive.core.batch.settings.BatchSettings`,
+:class:`~spark_adaptive.rest.settings.RestSettings`. :meth:`Settings.from_conf`
+reads and validates a whole Spark configuration at activation and raises one
+:class:`~spark_adaptive.errors.ConfigurationError` naming every bad key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from spark_adaptive.core.batch.settings import BatchSettings
+from spark_adaptive.core.options import PREFIX, Option, changed_options, group, option
+from spark_adaptive.core.options import options_of as _options_of
+from spark_adaptive.core.options import read as _read
+from spark_adaptive.core.streaming.settings import RestartStrategySettings, SchedulerSettings
+from spark_adaptive.errors import ConfigurationError
+from spark_adaptive.rest.settings import RestSettings
+
+
+@dataclass(frozen=True)
+class Settings:
+    """All spark-adaptive settings of one application, validated."""
+
+    enabled: bool = option(
+        "enabled", "bool", False,
+        "Turns spark-adaptive on for the application. When false or absent, nothing of the "
+        "package is loaded and Spark behaves exactly as without it.")
+    listener: str = option(
+        "listener", "enum", "auto",
+        "How Spark's events reach spark-adaptive: `shim` (the JVM shim filters and batches "
+        "them, no per-task py4j call), `py4j` (a pure-py4j SparkListener), or `auto` (the shim "
+        "when its jar is present, else py4j).", choices=("auto", "shim", "py4j"))
+    shim_jar: str = option(
+        "shim.jar", "string", "",
+        "Path of the JVM shim jar. Empty: the jar built into the installed package.",
+        default_text="(the packaged jar)")
+    scheduler: SchedulerSettings = group(SchedulerSettings)
+    restart: RestartStrategySettings = group(RestartStrategySettings)
+    batch: BatchSettings = group(BatchSettings)
+    rest: RestSettings = group(RestSettings)
+
+    @classmethod
+    def from_conf(cls, conf: Mapping[str, str]) -> Settings:
+        """Read and validate every ``spark.adaptive.*`` key of a Spark configuration.
+
+        Raises :class:`ConfigurationError` listing every problem, each naming its key.
+        """
+        settings, problems = _read(cls, conf, _reactive_defaults)
+        if settings is not None:
+            problems = settings._problems(conf)
+        if problems or settings is None:
+            raise ConfigurationError(problems)
+        return settings
+
+    def _problems(self, conf: Mapping[str, str]) -> list[str]:
+        p = [*self.scheduler.problems(), *self.restart.problems(), *self.batch.problems(),
+             *self.rest.problems()]
+        if self.enabled and conf.get("spark.dynamicAllocation.enabled", "false").strip().lower() \
+                == "true":
+            p.append("spark.dynamicAllocation.enabled=true cannot be combined with "
+                     f"{PREFIX}enabled=true: Spark refuses killExecutors while dynamic "
+                     "allocation is on, and both would fight over the executor count. Set "
+                     "spark.dynamicAllocation.enabled=false (spark-adaptive requests and "
+                     "releases executors itself)")
+        return p
+
+    def as_conf(self) -> dict[str, str]:
+        """The settings that differ from the defaults, as ``spark.adaptive.*`` entries."""
+        return changed_options(self)
+
+
+def _reactive_defaults(explicit: dict[tuple[str, ...], Any]) -> dict[tuple[str, ...], Any]:
+    """In reactive mode, the options that have a reactive default take it unless set."""
+    if explicit.get(("scheduler", "mode")) != "reactive":
+        return {}
+    return {path: o.reactive_default for path, o in _options_of(Settings)
+            if o.reactive_default is not None}
+
+
+def all_options() -> list[Option]:
+    """Every option, in declaration order (the reference and the template follow it)."""
+    return [o for _, o in _options_of(Settings)]
+
+
+__all__ = ["Settings", "all_options"]
