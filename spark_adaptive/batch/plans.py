@@ -126,9 +126,9 @@ def subpartitions(map_tasks: int, params: BatchParams, per_map_task: int = 1) ->
 #: The most shuffle bytes a task of :func:`~spark_adaptive.batch.rdd.reduce_by_key` or
 #: ``combine_by_key`` reads, whatever ``batch.avg-data-volume-per-task`` says. A merging
 #: task holds one combiner per key in a Python dict, and Python's time per record grows
-#: with the dict: in benchmarks/batch.py's 1 GB ``reduceByKey`` (441 MiB shuffled, 16 map
-#: tasks) the reduce side took 38.6 s of task time in 8 tasks of 55 MiB and 34.1 s in 16
-#: of 28 MiB, where PySpark's 32 of 16 MiB took 25.6 s and 128 of 4 MiB 22 s; none spilled.
+#: with the dict, so fewer, bigger merging tasks take more task time in all, even when
+#: none spills (measurements: docs/benchmarks.md, RDD helpers: partitions per map task
+#: and task sizes).
 MERGE_TASK_BYTES = 16 << 20
 
 
@@ -151,12 +151,12 @@ def for_merging(sc: SparkContext, params: BatchParams, operation: str) -> tuple[
 
 #: A grouping task (``groupByKey``, a join) holds every value of its keys in Python lists,
 #: several times its compressed shuffle bytes; past ``spark.python.worker.memory`` PySpark's
-#: ``ExternalGroupBy`` spills them and groups by sorting. In benchmarks/batch.py a 1 GB
-#: skewed join read with 8 tasks of 70 MB took 33 s per task (median) where PySpark's 35
-#: tasks of 16 MB took 2.6 s: three times the time per byte. That run also built lists on
-#: the map side, which spilled; the helpers no longer do, so the cap's own share of that gap
-#: is not measured apart. With the cap and no map-side lists, 17 tasks of 30 MB took 5.0 s
-#: (median) against PySpark's 35 of 15 MB at 2.6 s: the same time per byte.
+#: ``ExternalGroupBy`` spills them and groups by sorting. In benchmarks/batch.py a skewed
+#: join read in fewer, bigger tasks than PySpark's took far more time per byte. That run
+#: also built lists on the map side, which spilled; the helpers no longer do, so the cap's
+#: own share of that gap is not measured apart. With the cap and no map-side lists, the
+#: tasks took the same time per byte as PySpark's (measurements: docs/benchmarks.md, RDD
+#: helpers: partitions per map task and task sizes).
 GROUPING_MEMORY_SHARE = 16
 
 

@@ -102,18 +102,16 @@ def combine_by_key(rdd: RDD[tuple[K, V]], create: Callable[[V], C],
     (x 0.9), the combined records so far go to the shuffle and combining starts again,
     where PySpark spills them to local disk and reads them back: the reduce side merges
     them either way. Reduce tasks merge those batches a list at a time
-    (:func:`_merge_batches`). In one Python process (benchmarks/rdd_record_costs.py) a
-    map task like benchmarks/batch.py's 10 MB ``reduceByKey`` (262,144 records, a key
-    per 4) took 62 ms against PySpark's 98 ms, a reduce task over four of them 49 ms
-    against 80 ms.
+    (:func:`_merge_batches`). Both sides cost Python less per record than PySpark's
+    (measurements: docs/benchmarks.md, RDD costs per record).
 
     Flink's adaptive local hash aggregate (stop combining once a sample of 500,000
     records is mostly distinct keys) was tried in benchmarks/batch.py's 1 GB
-    ``reduceByKey``, whose map tasks see 86% distinct keys: the map side took 122 s of
-    task time instead of 130 s, the reduce side 58 s instead of 43 s (550 MiB shuffled
-    instead of 449 MiB), the job 90.5 s instead of 87.3 s. Merging on the reduce side
-    costs Python as much per record as combining on the map side, so passing records
-    through only moves the work and adds bytes.
+    ``reduceByKey``, whose map tasks see mostly distinct keys, and dropped: the map side
+    saved less task time than the reduce side added, more bytes were shuffled and the job
+    took longer. Merging on the reduce side costs Python as much per record as combining
+    on the map side, so passing records through only moves the work and adds bytes
+    (measurements: docs/benchmarks.md, RDD costs per record).
     """
     return _combine(rdd, create, merge_value, merge_combiners, partition_func, operation,
                     limits)
@@ -459,9 +457,9 @@ def _list_grouping(sc: SparkContext, serializer: Any
     Nothing is combined on the map side, as in Spark's own ``groupByKey`` and ``cogroup``
     (``mapSideCombine = false``): lists of values shuffle no fewer bytes than the values,
     and building them costs a hash map of every value in the map task. PySpark's
-    ``groupByKey`` builds them; in benchmarks/batch.py a skewed 100 MB join's two 43 MB map
-    tasks spilled 427 MB doing so and took 27 s each, three times the time per byte of the
-    same tasks without it."""
+    ``groupByKey`` builds them; in benchmarks/batch.py a skewed join's map tasks spilled
+    them and took far more time per byte than the same tasks without them (measurements:
+    docs/benchmarks.md, RDD helpers: partitions per map task and task sizes)."""
     from pyspark.shuffle import Aggregator, ExternalGroupBy
 
     memory = plans.memory_limit_mb(sc)

@@ -7,11 +7,10 @@ shim, so any scheme Spark reads: local, HDFS, S3A, ...), decides the tasks
 with Flink's source inference (:mod:`spark_adaptive.core.batch.sources`) and
 makes the splits into that many tasks. With the JVM shim its lines reach
 Python in chunks of 256 KiB (:mod:`spark_adaptive.spark.lines`) instead of one
-frame per line, which takes Python as long as parsing a short line: in
-``benchmarks/batch.py``, reading and parsing 100 MB of lines took 1.6 s where
-PySpark's ``textFile`` took 3.6 s. The decision is one INFO line on the
-``spark_adaptive.batch`` logger and is listed under ``rddSources`` in
-:func:`spark_adaptive.batch.report`.
+frame per line, which takes Python as long as parsing a short line
+(measurements: docs/benchmarks.md, RDD costs per record). The decision is one
+INFO line on the ``spark_adaptive.batch`` logger and is listed under
+``rddSources`` in :func:`spark_adaptive.batch.report`.
 """
 
 from __future__ import annotations

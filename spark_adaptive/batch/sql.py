@@ -19,21 +19,19 @@ needs; spark-adaptive sets them so that they follow Flink's rule,
   inference, where a source also cuts its own splits (Flink's Hive source by
   its 128 MB ``split-max-size``), with Spark's per-file open cost counted as
   bytes. Sources are not cut at ``V``: a scan's map task combines its rows
-  before the shuffle, and bigger splits combine more. On the 1 GB benchmark job
-  (medians of 3 rounds) scans at 64 MiB shuffled 640 MB and took 41.2 s against
-  Spark's defaults' 37.3 s; in a second run scans at 128 MiB shuffled 523 MB
-  and took 36.7 s against 38.0 s.
+  before the shuffle, and bigger splits combine more, so the shuffle is
+  smaller (measurements: docs/benchmarks.md, The volume per task and the scan
+  split size).
   The open cost (``openCostInBytes``) becomes ``S / 128`` (1 MiB at Spark's
   128 MiB), a quarter of Spark's own ratio of 4 MiB to its 128 MiB
   splits, because a split costs more here than Spark's model counts: every
   map task writes up to ``batch.max-parallelism`` shuffle partitions, one file each
   with Spark's bypass writer. A scan still gets a split per held task slot
-  (``minPartitionNum``), so packing small files tighter never idles a slot. The
-  10 MB benchmark job in 200 files (medians of 9 rounds, 64 MiB splits): left at
-  4 MiB, 1.13x Spark's defaults' time; at ``S / 32`` its facts were read in 7
-  splits, 1.09 s; at ``S / 128`` in 2 splits, 0.63 s, against 0.59 s for 2 fixed
-  partitions without AQE and 1.40 s for Spark's defaults. Compact files are
-  unaffected (their open cost is a sliver of a split).
+  (``minPartitionNum``), so packing small files tighter never idles a slot. On
+  the benchmark's 10 MB job in 200 files, Spark's 4 MiB and ``S / 32`` both
+  read the files in more splits and ran slower than ``S / 128`` (measurements:
+  docs/benchmarks.md, A file's open cost). Compact files are unaffected (their
+  open cost is a sliver of a split).
 
 The lower bound, and ``parallelismFirst``. AQE's ``parallelismFirst`` (on in
 Spark) makes ``defaultParallelism``, the task slots the application holds at
@@ -42,9 +40,10 @@ the advisory size stays the most a task reads, so ``p`` is never below
 ``ceil(bytes / V)``. Scans do the same through ``minPartitionNum``'s default.
 With ``batch.use-held-slots`` (the default) both stay on: executors are held
 for the whole job (spark-adaptive never shrinks them mid-job), so an idle slot
-saves nothing, and the benchmark showed Flink's rule alone 30% slower than
-Spark's defaults at 100 MB on two cores. The coupling this creates with
-executors that follow the tasks is harmless: ``p`` never exceeds
+saves nothing, and on the benchmark's 100 MB job Flink's rule alone was slower
+than Spark's defaults (measurements: docs/benchmarks.md, The volume per task
+and the scan split size). The coupling this creates with executors that
+follow the tasks is harmless: ``p`` never exceeds
 ``max(held slots, ceil(bytes / V))``, so it can hold executors but never
 inflate them. With ``batch.use-held-slots=false`` it is off and
 ``minPartitionNum = batch.min-parallelism`` (Flink's rule alone).
@@ -72,9 +71,10 @@ How many partitions a shuffle is written in. Up to
 ``spark.shuffle.sort.bypassMergeThreshold`` (200) partitions Spark writes a
 shuffle with its bypass writer, a file per partition in every map task, so
 ``batch.max-parallelism`` (128) partitions cost a sub-second job more than its
-work: on the 10 MB benchmark job, 0.59 s where the same job with AQE on and 1
-or 2 partitions takes 0.48 to 0.50 s (and 2 partitions with AQE off 0.49 s;
-21 rounds each, one run), so the time lost is the files, not AQE's stages.
+work: on the 10 MB benchmark job, 1 or 2 partitions with AQE on are faster,
+and as fast as 2 partitions with AQE off, so the time lost is the files, not
+AQE's stages (measurements: docs/benchmarks.md, Shuffle partitions of small
+queries).
 Hence, with the JVM shim, ``batch.shuffle-partitions-from-estimate``: the
 shim's query-stage rule (``ShufflePartitionsFromEstimate``, named in
 ``spark.sql.extensions`` at activation, applied by sessions created after it)
@@ -88,8 +88,9 @@ stages' real bytes. The factor leaves room for an estimate up to 8x low
 about 1 GB of input up nothing changes (16 tasks x 8 reaches 128). Making
 Spark's sorting writer take over instead
 (``bypassMergeThreshold = batch.max-parallelism - 1``, one file per map task)
-also fixed small jobs (0.63 s) but cost the 5 GB job 9% (223.0 s against
-204.4 s, two rounds each, interleaved), so Spark's writer choice stays.
+also fixed small jobs but made the 5 GB benchmark job slower, so Spark's
+writer choice stays (measurements: docs/benchmarks.md, Shuffle partitions of
+small queries).
 
 ``spark.sql.adaptive.enabled`` is left as the app has it (Spark's default is
 on). With AQE off, shuffle stages run ``spark.sql.shuffle.partitions`` tasks

@@ -202,7 +202,8 @@ def shim_shuffles(sc: SparkContext, jar: Path | None) -> ShimShuffles | None:
     """The shim path for ``sc``, or None (logged by the caller) when the jar is missing or bad.
 
     One instance per SparkContext and jar: it keeps the reflected Java methods, whose
-    look-up over py4j costs tens of milliseconds (a quarter of a 10 MB helper call)."""
+    look-up over py4j is a sizeable part of a small helper call (measurements:
+    docs/benchmarks.md, RDD helpers: partitions per map task and task sizes)."""
     if jar is None:
         return None
     key = (str(sc.applicationId), str(jar))  # an id() could be reused by a later context

@@ -56,9 +56,10 @@ def subpartition_count(map_tasks: int, *, max_p: int, slots: int = 1,
     ``max_p`` (``batch.max-parallelism``, Flink's rule), but no more than the map side
     has tasks (what PySpark's own operations write by default) and at least 2 per held
     task slot. In PySpark every partition costs each map task a Python bucket, a pickled
-    chunk per flush and a file: on 1 GB (34 map tasks, benchmarks/batch.py) a
-    ``reduceByKey`` took 94.9 s writing 34 partitions, 97.6 s writing 68 and 101.5 s
-    writing 128 (PySpark's default: 92.7 s), while the reduce side needed 9 tasks.
+    chunk per flush and a file: in benchmarks/batch.py a 1 GB ``reduceByKey`` took longer
+    the more partitions its map side wrote past one per map task, while its reduce side
+    needed fewer tasks than that (measurements: docs/benchmarks.md, RDD helpers:
+    partitions per map task and task sizes).
     Inputs whose map side multiplies the data get fewer, larger reduce tasks than the
     rule asks for, as they would in PySpark; a skewed partition is still split by map
     ranges.

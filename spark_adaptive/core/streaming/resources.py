@@ -21,7 +21,9 @@ Hang detection
     seconds (counted from its last heartbeat, or from its arrival) is reported
     through ``on_hung`` so that the boundary can kill it, and stops counting at
     once: a hung executor stalls every micro-batch that has a task on it (Spark
-    itself took 161 s to drop a frozen one). The check runs on a timer set to
+    itself drops a frozen one only after its heartbeat timeout,
+    ``spark.network.timeout``, 120 s by default; measurements: docs/benchmarks.md,
+    Spark itself). The check runs on a timer set to
     the earliest possible deadline.
 
 Fixed pool

@@ -1,11 +1,12 @@
 """Warming up executors that join while streaming queries run.
 
 A new executor's first tasks are slow: its JVM loads Spark SQL's classes,
-compiles generated code and has not been through the JIT yet. Measured here
-(one machine with 2 cores, Spark 4.3): the first micro-batch of a stateful query restarted onto
-a fresh executor took 2.7-2.9 s for 80 rows; after one small SQL job had run
-on that executor, 0.7-1.1 s. A rescale onto new executors pays that price
-exactly when it matters, in the first micro-batch after the restart.
+compiles generated code and has not been through the JIT yet. The first
+micro-batch of a stateful query restarted onto a fresh executor is much slower
+than after one small SQL job has run on that executor (measurements:
+docs/benchmarks.md, Warm-up of new executors). A rescale onto new executors
+pays that price exactly when it matters, in the first micro-batch after the
+restart.
 
 :class:`WarmUp` decides *when* to warm up; the boundary says *how* (a small
 aggregation with a shuffle, spread over every executor, in the job group

@@ -32,7 +32,8 @@ import org.apache.spark.storage.RDDInfo;
  * A SparkListener that keeps task-level work inside the JVM.
  *
  * <p>Spark calls a listener for every task start and end. Through py4j each of
- * those calls is a round trip to Python, which made a 200-task job 40% slower.
+ * those calls is a round trip to Python, which slows down a job of many short
+ * tasks (measurements: docs/benchmarks.md, Listener overhead and Spark itself).
  * This listener handles task events here (it only keeps each stage's task
  * durations, for skew reports and busy time) and hands Python just the events
  * spark-adaptive acts on: executors added, removed and heartbeating, stages
