@@ -12,7 +12,7 @@ from spark_adaptive.core import events as ev
 from spark_adaptive.core.streaming.warm_up import WARM_UP_JOB_GROUP
 from spark_adaptive.testing.recorder import EventRecorder
 from spark_adaptive.testing.session import wait_for_executors
-from spark_adaptive.testing.streaming import rate_aggregation
+from spark_adaptive.testing.streaming import history, rate_aggregation, snapshot
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -21,7 +21,7 @@ FAST_TIMING = {
     # (which times the first run's rescale) outlasts the seconds between the two new
     # executors arriving, so that they lead to one rescale 1 -> 3 (desired resources)
     # instead of 1 -> 2 -> 3.
-    "scheduler.submission.resource-stabilization-timeout": "20s",
+    "scheduler.submission.resource-stabilization-timeout": "45s",
     "scheduler.executing.cooldown-after-rescaling": "4s",
     "scheduler.executing.resource-stabilization-timeout": "20s",
     "scheduler.executor-loss-grace": "3s",
@@ -43,7 +43,7 @@ def test_stateful_query_follows_workers_one_three_two_exactly_once(
     query = rate_aggregation(spark, str(tmp_path / "out"), str(tmp_path / "checkpoint"))
 
     def snap() -> dict[str, Any]:
-        return query._manager.snapshot(query.key)
+        return snapshot(rt, query.key)
 
     # One worker, one slot: it starts at 1, at once.
     first = rec.wait_for(ev.QueryProgress, lambda e: e.state_partitions == 1, timeout=120)
@@ -57,11 +57,11 @@ def test_stateful_query_follows_workers_one_three_two_exactly_once(
     rec.wait_for(ev.QueryProgress, lambda e: e.state_partitions == 3, since=mark, timeout=180)
     s = snap()
     assert (s["parallelism"], s["slots"]) == (3, 3)
-    history = rt.loop.call_sync(lambda: [r.to_dict() for r in rt.scheduler.history(query.key)])
+    records = history(rt, query.key)
     assert [(r["trigger"], r["kind"], r["fromParallelism"], r["toParallelism"])
-            for r in history] == [("INITIAL_SCHEDULE", "initial", 0, 1),
-                                  ("NEW_RESOURCES", "restart", 1, 3)], history
-    assert "repartition" in dict(history[-1]["timings"]), history[-1]
+            for r in records] == [("INITIAL_SCHEDULE", "initial", 0, 1),
+                                  ("NEW_RESOURCES", "restart", 1, 3)], records
+    assert "repartition" in dict(records[-1]["timings"]), records[-1]
     assert query.id == query_id, "the same query (same checkpoint) across restarts"
     # The joining executors were warmed up by a job of spark-adaptive's own, before or
     # while the rescale waited for them.
@@ -75,7 +75,7 @@ def test_stateful_query_follows_workers_one_three_two_exactly_once(
     mark = rec.mark()
     rec.wait_for(ev.QueryProgress, lambda e: e.state_partitions == 2, since=mark, timeout=180)
     assert (snap()["parallelism"], snap()["slots"]) == (2, 2)
-    down = rt.loop.call_sync(lambda: [r.to_dict() for r in rt.scheduler.history(query.key)])[-1]
+    down = history(rt, query.key)[-1]
     assert down["trigger"] == "RESOURCES_LOST" and down["toParallelism"] == 2
 
     # Let it run a little at 2, then stop through the app's own handle.
