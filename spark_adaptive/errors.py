@@ -21,6 +21,9 @@
     │                                  failed by Spark raises Spark's own exception instead.
     ├── ShimNotAvailableError          the JVM shim jar is missing or does not load. The
     │                                  pure-py4j path is used instead where one exists.
+    ├── UnsupportedSparkError          the driver runs a pyspark or Spark outside the
+    │                                  supported range (spark_adaptive.spark.versions).
+    │                                  Install a supported pyspark; retrying cannot help.
     └── ClusterError                   the local test cluster could not be started or
                                        driven (spark_adaptive.testing).
 
@@ -85,6 +88,10 @@ class QueryFailedError(SparkAdaptiveError):
 
 
 class ShimNotAvailableError(SparkAdaptiveError):
+    pass
+
+
+class UnsupportedSparkError(SparkAdaptiveError):
     pass
 
 
