@@ -54,7 +54,6 @@ def _wait(what: str, check: Any, timeout: float = 180.0) -> Any:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-@pytest.mark.internals
 def test_stateful_query_follows_workers_one_three_two_exactly_once(
         local_cluster, cluster_spark_factory, tmp_path):
     spark = cluster_spark_factory(local_cluster, **{"spark.sql.shuffle.partitions": "3"})

@@ -182,8 +182,8 @@ def _pairs(spark: Any, n: int, hot: bool = False, slices: int = 32) -> Any:
         lambda x: (0 if hot and x % 2 else x % 2000, x))
 
 
-@pytest.mark.internals
-@pytest.mark.parametrize("shim", [True, False], ids=["shim", "no-shim"])
+@pytest.mark.parametrize("shim", [pytest.param(True, marks=pytest.mark.internals), False],
+                         ids=["shim", "no-shim"])
 def test_rdd_reduce_by_key_equals_pyspark(cluster: LocalCluster, stop_session: None,
                                           tmp_path: Path, shim: bool,
                                           caplog: pytest.LogCaptureFixture) -> None:

@@ -26,7 +26,6 @@ def _enable(spark, **conf):  # type: ignore[no-untyped-def]
     return rt, rec
 
 
-@pytest.mark.internals
 @pytest.mark.parametrize("listener", ["shim", "py4j"])
 def test_worker_join_and_executor_kill_reach_python(local_cluster, cluster_spark_factory, listener):
     spark = cluster_spark_factory(local_cluster)
@@ -160,8 +159,9 @@ def test_app_without_the_key_runs_untouched(local_cluster, tmp_path, conf):
     assert "spark_adaptive" not in p.stdout
 
 
-@pytest.mark.internals
-@pytest.mark.parametrize("ending", ["spark.stop()", "pass  # no stop: the JVM ends the context"])
+@pytest.mark.parametrize("ending", [
+    pytest.param("spark.stop()", marks=pytest.mark.internals),
+    "pass  # no stop: the JVM ends the context"])
 def test_enabled_app_is_managed_and_leaves_cleanly(local_cluster, tmp_path, ending):
     p = _submit(local_cluster, tmp_path, "spark.adaptive.enabled=true", ending=ending)
     assert p.returncode == 0, p.stdout[-3000:]
