@@ -1,6 +1,8 @@
 package io.sparkadaptive.shim;
 
-import java.lang.reflect.Method;
+import java.lang.invoke.MethodHandle;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.MethodType;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.NoSuchElementException;
@@ -219,14 +221,17 @@ public class RangeShuffleRDD extends RDD<byte[]> {
   }
 
   /** Spark 4.3 picks a shuffle manager per dependency ({@code SparkEnv.shuffleManagerFor});
-   *  earlier releases have one ({@code SparkEnv.shuffleManager}). Looked up by reflection so
-   *  that one jar works on every Spark the package supports. */
-  private static final Method SHUFFLE_MANAGER_FOR = shuffleManagerFor();
+   *  earlier releases have one ({@code SparkEnv.shuffleManager}). Looked up as a method
+   *  handle, so that one jar works on every Spark the package supports. (Not with
+   *  {@code Class.getMethod}: that resolves the types of all of SparkEnv's methods, and some
+   *  of those need classes pyspark does not ship.) */
+  private static final MethodHandle SHUFFLE_MANAGER_FOR = shuffleManagerFor();
 
-  private static Method shuffleManagerFor() {
+  private static MethodHandle shuffleManagerFor() {
     try {
-      return SparkEnv.class.getMethod("shuffleManagerFor", ShuffleDependency.class);
-    } catch (NoSuchMethodException e) {
+      return MethodHandles.publicLookup().findVirtual(SparkEnv.class, "shuffleManagerFor",
+          MethodType.methodType(ShuffleManager.class, ShuffleDependency.class));
+    } catch (NoSuchMethodException | IllegalAccessException e) {
       return null;
     }
   }
@@ -238,7 +243,9 @@ public class RangeShuffleRDD extends RDD<byte[]> {
     }
     try {
       return (ShuffleManager) SHUFFLE_MANAGER_FOR.invoke(env, dep);
-    } catch (ReflectiveOperationException e) {
+    } catch (RuntimeException | Error e) {
+      throw e;
+    } catch (Throwable e) {
       throw new IllegalStateException("SparkEnv.shuffleManagerFor failed", e);
     }
   }
