@@ -1,7 +1,8 @@
 """Spark's streaming internals that restart rescales rely on, in one short run.
 
-A stateful query on the RocksDB state store runs at 3 partitions; its upper bound is
-lowered to 2 through the scheduler (as ``PUT .../resource-requirements`` does). That
+A stateful query on the RocksDB state store runs at 3 partitions on one executor of 3
+slots; its upper bound is lowered to 2 through the scheduler (as ``PUT
+.../resource-requirements`` does). That
 restart goes through every private piece the query driver uses: the clean stop at a
 micro-batch boundary (the JVM shim's ``BatchBoundary``, the query's state), the offline
 state repartition (``StreamingCheckpointManager``), the restart from the app's own JVM
@@ -42,7 +43,9 @@ def test_lowered_upper_bound_restarts_with_state_repartitioned_then_stops_cleanl
     from pyspark.sql import functions as F
 
     cluster = local_cluster_factory(1, cores_per_worker=3)
-    spark = cluster_spark_factory(cluster, **{"spark.sql.shuffle.partitions": "3"})
+    # One executor with all three slots: the query starts at 3 as soon as it registers.
+    spark = cluster_spark_factory(cluster, **{"spark.sql.shuffle.partitions": "3",
+                                              "spark.executor.cores": "3"})
     rt = spark_adaptive.enable(spark, **FAST)
     rec = EventRecorder()
     rt.subscribe(rec, "test")
