@@ -63,3 +63,20 @@ def test_the_range_is_the_same_in_pyproject_the_build_and_the_makefile() -> None
     assert oldest.group(1) == f"{versions.MINIMUM[0]}.{versions.MINIMUM[1]}.0"
     assert versions.SUPPORTED == (f">={versions.MINIMUM[0]}.{versions.MINIMUM[1]},"
                                   f"<{versions.BELOW[0]}")
+
+
+def test_activation_refuses_an_unsupported_spark_before_starting_anything(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from spark_adaptive.spark import activation
+
+    started: list[object] = []
+    monkeypatch.setattr(activation, "start_runtime", lambda *a: started.append(a))
+    monkeypatch.setattr(pyspark, "__version__", "3.5.3")
+    conf = SimpleNamespace(getAll=lambda: [("spark.adaptive.enabled", "true")])
+    sc = SimpleNamespace(getConf=lambda: conf, version="3.5.3")
+    with pytest.raises(UnsupportedSparkError, match="runs pyspark 3.5.3 and Spark 3.5.3"):
+        activation.activate_context(sc)  # type: ignore[arg-type]
+    assert started == []
+    # Not enabled: nothing is checked, nothing starts, as on plain Spark.
+    off = SimpleNamespace(getConf=lambda: SimpleNamespace(getAll=list), version="3.5.3")
+    assert activation.activate_context(off) is None  # type: ignore[arg-type]
