@@ -17,7 +17,9 @@ Activation validates every ``spark.adaptive.*`` key once
 (:meth:`Settings.from_conf`); a bad key or value raises
 :class:`~spark_adaptive.errors.ConfigurationError` naming it, and the
 SparkContext is stopped, so the app fails at start instead of running
-unmanaged.
+unmanaged. A pyspark or Spark outside the supported range does the same with
+:class:`~spark_adaptive.errors.UnsupportedSparkError`
+(:mod:`spark_adaptive.spark.versions`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from spark_adaptive.settings import Settings
 from spark_adaptive.spark import logs
 from spark_adaptive.spark.jvm import spark_conf
 from spark_adaptive.spark.runtime import AdaptiveRuntime, runtime_for, start_runtime
+from spark_adaptive.spark.versions import check_versions
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -60,6 +63,7 @@ def activate_context(sc: SparkContext, overrides: dict[str, str] | None = None,
                                        "spark.adaptive.enabled": "true"})
     if not settings.enabled:
         return None
+    check_versions(sc)
     logs.configure(sc)
     rt = start_runtime(sc, settings)
     _install_context_hooks()

@@ -22,6 +22,9 @@
     │                           failed raises Spark's own exception instead.
     ├── ShimNotAvailableError   spark.adaptive.listener=shim but the jar is missing or does
     │                           not load, or a batch helper that needs the shim has none.
+    ├── UnsupportedSparkError   at activation: the driver runs a pyspark or Spark outside
+    │                           the supported range. Install a supported pyspark; retrying
+    │                           cannot help.
     └── ClusterError            the local test cluster (spark_adaptive.testing) could not be
                                 started or driven.
 
@@ -82,6 +85,10 @@ class QueryFailedError(SparkAdaptiveError):
 
 
 class ShimNotAvailableError(SparkAdaptiveError):
+    pass
+
+
+class UnsupportedSparkError(SparkAdaptiveError):
     pass
 
 

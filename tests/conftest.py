@@ -1,9 +1,13 @@
-"""Shared test settings. Fixtures for the real cluster come from spark_adaptive.testing."""
+"""Shared test settings, and the opt-in to spark_adaptive.testing's pytest plugin."""
 
 from __future__ import annotations
 
 import os
 import sys
+
+# The fixtures for a real cluster (local_cluster, local_cluster_factory,
+# cluster_spark_factory): the plugin is opt-in, as for any project that uses it.
+pytest_plugins = ["spark_adaptive.testing.pytest_plugin"]
 
 # Executors and Python workers use this interpreter (with pyspark and this package).
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -28,8 +28,8 @@ from spark_adaptive.rest.facade import RuntimeFacade
 from spark_adaptive.rest.server import serve
 from spark_adaptive.settings import Settings
 from spark_adaptive.spark.actuator import SparkExecutorActuator
-from spark_adaptive.spark.jvm import shim_jar_path
 from spark_adaptive.spark.listener import attach_spark_listener, live_executors
+from spark_adaptive.spark.shim_check import usable_shim
 from spark_adaptive.spark.store import HadoopRequirementsStore
 from spark_adaptive.spark.streaming import StreamingManager, install_writer_hooks
 from spark_adaptive.spark.warm_up import warm_up_launcher
@@ -80,7 +80,7 @@ class AdaptiveRuntime:
         self.streaming = StreamingManager(self, self.scheduler)
         # Every subscriber above exists before the first event is posted.
         self.loop.start()
-        jar = shim_jar_path(settings.shim_jar)
+        jar = usable_shim(sc, settings)  # None after one WARNING naming what is lost
         self.listener, self.listener_path = attach_spark_listener(
             sc, self.bus.post, settings.listener, jar)
         for event in live_executors(sc):

@@ -2,9 +2,12 @@
 
 * :class:`~spark_adaptive.testing.cluster.LocalCluster`: a standalone master and
   workers on 127.0.0.1, with workers and executors that join, leave, crash and hang.
-* pytest fixtures (registered automatically through the ``pytest11`` entry point):
-  ``local_cluster`` (a fresh cluster per test, one worker by default) and
-  ``local_cluster_factory``.
+* pytest fixtures, opt-in (``pytest_plugins = ["spark_adaptive.testing.pytest_plugin"]``
+  in a ``conftest.py``, or ``pytest -p spark_adaptive.testing.pytest_plugin``):
+  ``local_cluster`` (a fresh cluster per test, one worker by default),
+  ``local_cluster_factory`` and ``cluster_spark_factory``.
+
+Install with the extra ``spark-adaptive[testing]`` (psutil, pytest).
 
 Imports are lazy so ``python -m spark_adaptive.testing.cluster`` runs cleanly.
 """

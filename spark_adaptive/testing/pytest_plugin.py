@@ -1,4 +1,13 @@
-"""pytest fixtures for a real local Spark cluster (registered via the pytest11 entry point).
+"""pytest fixtures for a real local Spark cluster: an opt-in pytest plugin.
+
+Nothing loads it by itself: a project that wants the fixtures asks for them, in
+its top-level ``conftest.py``::
+
+    pytest_plugins = ["spark_adaptive.testing.pytest_plugin"]
+
+or on the command line, ``pytest -p spark_adaptive.testing.pytest_plugin``. What
+it needs beyond the package (pytest, psutil) comes with the extra
+``spark-adaptive[testing]``.
 
 * ``local_cluster_factory(workers=1, cores_per_worker=1, ...)`` makes clusters
   that are all ended when the test ends, also when it fails;

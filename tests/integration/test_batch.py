@@ -116,6 +116,7 @@ def _shuffle_partitions(df: Any, initial: bool = False) -> list[int]:
                                        r"ENSURE_REQUIREMENTS", first if initial else final)]
 
 
+@pytest.mark.internals
 def test_small_query_shuffles_are_written_in_the_partitions_its_estimate_plans(
         cluster: LocalCluster, stop_session: None) -> None:
     """With the shim's SQL extension (sessions created after activation), a query whose
@@ -181,13 +182,16 @@ def _pairs(spark: Any, n: int, hot: bool = False, slices: int = 32) -> Any:
         lambda x: (0 if hot and x % 2 else x % 2000, x))
 
 
-@pytest.mark.parametrize("shim", [True, False], ids=["shim", "no-shim"])
+@pytest.mark.parametrize("shim", [pytest.param(True, marks=pytest.mark.internals), False],
+                         ids=["shim", "no-shim"])
 def test_rdd_reduce_by_key_equals_pyspark(cluster: LocalCluster, stop_session: None,
                                           tmp_path: Path, shim: bool,
                                           caplog: pytest.LogCaptureFixture) -> None:
     conf = {} if shim else {"shim.jar": str(tmp_path / "absent.jar")}
     spark, rt, rec = _session(cluster, **conf)
     assert rt.listener_path == ("shim" if shim else "py4j")
+    without = [r for r in caplog.records if "runs without its JVM shim" in r.getMessage()]
+    assert [r.levelname for r in without] == ([] if shim else ["WARNING"])
     # 64 partitions (one per map task), each far smaller than V: ranges of them can meet
     # the rule's count exactly.
     rdd = _pairs(spark, 60_000, slices=64)
@@ -412,6 +416,7 @@ def test_text_file_runs_bytes_over_split_size_tasks_and_equals_text_file(cluster
         batch.text_file(sc, str(small), source_split_size="big")
 
 
+@pytest.mark.internals
 def test_text_file_sends_lines_in_chunks_and_they_are_text_files_lines(
         cluster: LocalCluster, stop_session: None, tmp_path: Path) -> None:
     spark, _, _ = _session(cluster)

@@ -159,7 +159,9 @@ def test_app_without_the_key_runs_untouched(local_cluster, tmp_path, conf):
     assert "spark_adaptive" not in p.stdout
 
 
-@pytest.mark.parametrize("ending", ["spark.stop()", "pass  # no stop: the JVM ends the context"])
+@pytest.mark.parametrize("ending", [
+    pytest.param("spark.stop()", marks=pytest.mark.internals),
+    "pass  # no stop: the JVM ends the context"])
 def test_enabled_app_is_managed_and_leaves_cleanly(local_cluster, tmp_path, ending):
     p = _submit(local_cluster, tmp_path, "spark.adaptive.enabled=true", ending=ending)
     assert p.returncode == 0, p.stdout[-3000:]

@@ -30,6 +30,7 @@ def test_stateful_operators_are_recognised_from_the_plan(spark_session: Any, bui
     assert is_stateful(_plan(build(stream, F))) is stateful
 
 
+@pytest.mark.internals
 @pytest.mark.parametrize("path", ["py4j", "shim"])
 def test_a_closed_listener_hears_nothing_more(spark_session: Any, path: str) -> None:
     """close() really removes the listener from Spark's bus (py4j proxies a Python object

@@ -1,5 +1,8 @@
 package io.sparkadaptive.shim;
 
+import java.lang.invoke.MethodHandle;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.MethodType;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.NoSuchElementException;
@@ -11,6 +14,7 @@ import org.apache.spark.SparkEnv;
 import org.apache.spark.TaskContext;
 import org.apache.spark.api.java.JavaRDD;
 import org.apache.spark.rdd.RDD;
+import org.apache.spark.shuffle.ShuffleManager;
 import org.apache.spark.shuffle.ShuffleReadMetricsReporter;
 
 import scala.Product2;
@@ -209,11 +213,40 @@ public class RangeShuffleRDD extends RDD<byte[]> {
         ShuffleDependency<?, ?, ?> dep, int startPartition, int endPartition, int startMap,
         int endMap) {
       ShuffleReadMetricsReporter metrics = context.taskMetrics().createTempShuffleReadMetrics();
-      return (scala.collection.Iterator<Product2<Object, byte[]>>) (Object) SparkEnv.get()
-          .shuffleManagerFor(dep)
+      return (scala.collection.Iterator<Product2<Object, byte[]>>) (Object) shuffleManager(dep)
           .getReader(dep.shuffleHandle(), startMap, endMap, startPartition, endPartition,
               context, metrics)
           .read();
+    }
+  }
+
+  /** Spark 4.3 picks a shuffle manager per dependency ({@code SparkEnv.shuffleManagerFor});
+   *  earlier releases have one ({@code SparkEnv.shuffleManager}). Looked up as a method
+   *  handle, so that one jar works on every Spark the package supports. (Not with
+   *  {@code Class.getMethod}: that resolves the types of all of SparkEnv's methods, and some
+   *  of those need classes pyspark does not ship.) */
+  private static final MethodHandle SHUFFLE_MANAGER_FOR = shuffleManagerFor();
+
+  private static MethodHandle shuffleManagerFor() {
+    try {
+      return MethodHandles.publicLookup().findVirtual(SparkEnv.class, "shuffleManagerFor",
+          MethodType.methodType(ShuffleManager.class, ShuffleDependency.class));
+    } catch (NoSuchMethodException | IllegalAccessException e) {
+      return null;
+    }
+  }
+
+  static ShuffleManager shuffleManager(ShuffleDependency<?, ?, ?> dep) {
+    SparkEnv env = SparkEnv.get();
+    if (SHUFFLE_MANAGER_FOR == null) {
+      return env.shuffleManager();
+    }
+    try {
+      return (ShuffleManager) SHUFFLE_MANAGER_FOR.invoke(env, dep);
+    } catch (RuntimeException | Error e) {
+      throw e;
+    } catch (Throwable e) {
+      throw new IllegalStateException("SparkEnv.shuffleManagerFor failed", e);
     }
   }
 }

@@ -133,8 +133,15 @@ public final class ShufflePartitionsFromEstimate extends Rule<SparkPlan> {
           return fallback.apply(p);
         }
         ShuffleExchangeExec e = (ShuffleExchangeExec) p;
-        ShuffleExchangeExec out = e.copy(withCount(e.outputPartitioning(), count), e.child(),
-            e.shuffleOrigin(), e.advisoryPartitionSize(), e.copy$default$5());
+        // The node with only its partitioning changed. Through makeCopy with the node's own
+        // fields, because ShuffleExchangeExec's fields differ between Spark releases (4.3
+        // added one), so that one jar works on every Spark the package supports.
+        Object[] fields = new Object[e.productArity()];
+        for (int i = 0; i < fields.length; i++) {
+          fields[i] = e.productElement(i);
+        }
+        fields[0] = withCount(e.outputPartitioning(), count);
+        ShuffleExchangeExec out = (ShuffleExchangeExec) e.makeCopy(fields);
         out.copyTagsFrom(e);
         out.setTagValue(DECIDED, count);
         @SuppressWarnings("unchecked")

@@ -1,0 +1,96 @@
+"""``spark-defaults.conf`` as users write it: keys from the template, no ``--conf``.
+
+The file is made the way ``conf/spark-defaults.conf.template`` says: its lines for the
+keys wanted, uncommented, with new values. ``spark-submit`` reads it from
+``$SPARK_CONF_DIR`` (a temporary directory) and runs an unmodified streaming app; the
+app's REST API must list its query, managed in the mode the file sets.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from spark_adaptive.core import options
+from spark_adaptive.testing.cluster import LocalCluster, free_port
+from spark_adaptive.testing.submit import SubmittedApp
+
+pytestmark = pytest.mark.timeout(300)
+
+APP = textwrap.dedent("""
+    import os, sys, time
+    from pyspark.sql import SparkSession, functions as F
+
+    spark = SparkSession.builder.appName("defaults-app").getOrCreate()
+    query = (spark.readStream.format("rate").option("rowsPerSecond", 5).load()
+             .groupBy((F.col("value") % 3).alias("k")).count()
+             .writeStream.outputMode("complete").queryName("from-defaults")
+             .foreachBatch(lambda df, i: df.count())
+             .option("checkpointLocation", sys.argv[1])
+             .trigger(processingTime="1 second").start())
+    deadline = time.monotonic() + 180
+    while not os.path.exists(sys.argv[2]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    query.stop()
+    spark.stop()
+""")
+
+
+def _from_template(values: dict[str, str]) -> list[str]:
+    """The template's line for each key, uncommented, its default replaced by the value."""
+    lines = options.defaults_template().splitlines()
+    out = []
+    for key, value in values.items():
+        [line] = [ln for ln in lines if ln.startswith(f"# {key} ")]
+        padding_and_default = line[2 + len(key):]
+        out.append(key + padding_and_default.replace(padding_and_default.strip(), value))
+    return out
+
+
+def test_keys_in_spark_defaults_conf_manage_an_unmodified_app(local_cluster: LocalCluster,
+                                                              tmp_path: Path) -> None:
+    port = free_port()
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    adaptive = _from_template({"spark.adaptive.enabled": "true",
+                               "spark.adaptive.scheduler.mode": "reactive",
+                               "spark.adaptive.rest.port": str(port)})
+    assert adaptive[0].split() == ["spark.adaptive.enabled", "true"]
+    (conf_dir / "spark-defaults.conf").write_text("\n".join([
+        "# written by hand, as in $SPARK_HOME/conf",
+        *adaptive,
+        "spark.driver.host                127.0.0.1",
+        "spark.driver.bindAddress         127.0.0.1",
+        "spark.executor.memory            512m",
+        "spark.ui.enabled                 false",
+        "spark.sql.shuffle.partitions     2",
+        ""]))
+    app = tmp_path / "app.py"
+    app.write_text(APP)
+    stop = tmp_path / "stop"
+    env = {**os.environ, "SPARK_CONF_DIR": str(conf_dir), "PYSPARK_PYTHON": sys.executable,
+           "PYSPARK_DRIVER_PYTHON": sys.executable}
+    log = tmp_path / "app.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            [str(Path(sys.executable).parent / "spark-submit"), "--master",
+             local_cluster.master_url, str(app), str(tmp_path / "checkpoint"), str(stop)],
+            stdout=out, stderr=subprocess.STDOUT, env=env, cwd=tmp_path,
+            stdin=subprocess.DEVNULL, start_new_session=True)
+    submitted = SubmittedApp(process, log, f"http://127.0.0.1:{port}")
+    try:
+        query = submitted.wait_for_query(timeout=180)
+        assert query["name"] == "from-defaults"
+        assert query["state"] in ("WaitingForResources", "CreatingExecutionGraph", "Executing")
+        text = log.read_text(errors="replace")
+        assert "spark-adaptive enabled (mode reactive)" in text
+        assert "managing streaming query" in text
+    finally:
+        stop.touch()
+    assert submitted.wait(120) == 0, submitted.tail(60)
+    assert "Traceback" not in log.read_text(errors="replace")
