@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from spark_adaptive.core.options import Settings
+from spark_adaptive.settings import Settings
 from spark_adaptive.spark.jvm import PACKAGED_SHIM
 from spark_adaptive.spark.shim_check import shim_problem, usable_shim
 
