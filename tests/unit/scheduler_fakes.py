@@ -73,6 +73,7 @@ class StateContext:
         params: SchedulingParams = PARAMS,
         support: RepartitionSupport = REPARTITION_OK,
         fixed_partitions: int | None = None,
+        target_partitions: int | None = None,
         running: bool = False,
         failure_results: list[FailureResult] | None = None,
     ) -> None:
@@ -82,6 +83,7 @@ class StateContext:
         self._params = params
         self.support = support
         self.fixed_partitions = fixed_partitions
+        self.target_partitions = target_partitions
         self.running = running
         self.failure_results = list(failure_results or [])
         self.handled_failures: list[Failure] = []

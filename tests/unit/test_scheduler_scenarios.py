@@ -12,7 +12,7 @@ from scheduler_fakes import App, FakeDriver, query_info
 
 from spark_adaptive.core.ports import RepartitionSupport
 from spark_adaptive.core.streaming.history import Trigger
-from spark_adaptive.core.streaming.requirements import ResourceRequirements
+from spark_adaptive.core.streaming.requirements import ResourceRequirements, ScalingTarget
 from spark_adaptive.core.streaming.scheduler import LOCAL_MODE_REQUIREMENTS, REACTIVE_REQUIREMENTS
 from spark_adaptive.errors import ConflictError, RequirementsError, UnknownQueryError
 from spark_adaptive.rest.wire import requirements_from_body
@@ -558,3 +558,62 @@ def test_a_query_started_again_from_its_checkpoint_replaces_the_finished_one() -
     assert app.state("q") == "Executing"
     with pytest.raises(ValueError, match="already managed"):
         app.register(FakeDriver(query_info("q", partitions=1)))
+
+
+def test_an_autoscaler_target_on_a_divisor_is_a_live_rescale_and_executors_go_after_a_batch(
+        ) -> None:
+    app = App()
+    for e in "1234":
+        app.add(e)
+    driver = FakeDriver(query_info("q", partitions=4))
+    app.register(driver)
+    app.event(driver.progress())
+    app.advance(60)
+    assert app.actuator.requested == [4]
+    app.actuator.release_next = ["3", "4"]
+    app.scheduler.set_scaling_target("q", ScalingTarget(slots=2, partitions=4))
+    q = app.scheduler.query("q")
+    assert (q.snapshot().parallelism, q.snapshot().slots) == (4, 2)  # live, at once
+    live = app.scheduler.history("q")[-1]
+    assert (live.trigger, live.kind, live.from_slots, live.to_slots) == (
+        Trigger.AUTOSCALER, "live", 4, 2)
+    # The micro-batch running now may still use all 4 slots: nothing is released yet.
+    assert app.actuator.requested == [4]
+    app.event(driver.progress())
+    assert app.actuator.requested == [4, 2]  # after it completed, the surplus goes
+    assert driver.calls == [("start", 4)]
+
+
+def test_an_autoscaler_target_with_other_partitions_restarts_at_them_when_the_slots_come(
+        ) -> None:
+    app = App(Settings.from_conf({"spark.adaptive.parallelism.upper-bound": "12"}))
+    for e in "12":
+        app.add(e)
+    driver = FakeDriver(query_info("q", partitions=4))
+    app.register(driver)  # 2 slots within [1, 12]: starts at 2 partitions
+    app.event(driver.progress())
+    app.advance(60)
+    app.scheduler.set_scaling_target("q", ScalingTarget(slots=3, partitions=6))
+    assert app.actuator.requested[-1] == 3  # executors declared for the target
+    assert driver.calls == [("start", 2)]  # 2 slots of 3: not the desired resources yet
+    app.add("3")
+    assert driver.calls[-1] == ("stop", True)
+    app.stop(driver)
+    assert driver.calls[-1] == ("start", 6)
+    app.start(driver)
+    app.event(driver.progress())
+    record = app.scheduler.history("q")[-1]
+    assert (record.trigger, record.kind, record.to_parallelism, record.to_slots) == (
+        Trigger.AUTOSCALER, "restart", 6, 3)
+
+
+def test_new_bounds_from_the_rest_api_clear_the_autoscaler_target() -> None:
+    app = App()
+    for e in "1234":
+        app.add(e)
+    driver = FakeDriver(query_info("q", partitions=4))
+    app.register(driver)
+    app.scheduler.set_scaling_target("q", ScalingTarget(slots=2, partitions=4))
+    assert app.scheduler.query("q").target == ScalingTarget(2, 4)
+    app.scheduler.update_requirements("q", 1, 3)
+    assert app.scheduler.query("q").target is None

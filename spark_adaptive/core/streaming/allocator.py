@@ -152,6 +152,7 @@ def decide_rescale(
     held_back_since: float | None = None,
     now: float = 0.0,
     scaling_interval_max: float | None = None,
+    target_partitions: int | None = None,
 ) -> RescaleDecision:
     """The rescale rule for a query running ``parallelism`` partitions on ``slots`` slots.
 
@@ -169,12 +170,28 @@ def decide_rescale(
        ``scaling_interval_max`` seconds already.
     5. A query whose partition count cannot change (``repartition.possible`` is
        false) never restarts: it keeps its partitions and follows its share live.
+    6. ``target_partitions`` (the autoscaler's, within the bounds) overrides the
+       partitions of a restart: a query that does not run them is restarted at them;
+       one that does is never restarted away from them, it follows its share live
+       (unbalanced only while the slots it asked for are coming).
     """
     p, s = parallelism, slots
     if share is None:
         return RescaleDecision("none", p, p, s, s,
                                "not enough slots for every query's lower bound; keeps running "
                                f"{p} partitions")
+    if target_partitions is not None and repartition.possible:
+        if p != target_partitions:
+            return RescaleDecision(
+                "restart", p, target_partitions, s, share,
+                f"the autoscaler asks for {target_partitions} partitions: restart at "
+                f"{target_partitions} partitions on {share} slots")
+        if share == s:
+            return RescaleDecision("none", p, p, s, s,
+                                   f"runs the autoscaler's {p} partitions on {s} slots")
+        return RescaleDecision("live", p, p, s, share,
+                               f"the autoscaler's {p} partitions run on {share} slots (was {s}); "
+                               "no restart needed")
     in_bounds = requirements.lower <= p <= requirements.upper
     if in_bounds and p % share == 0:
         if share == s:

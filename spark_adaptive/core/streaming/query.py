@@ -39,7 +39,7 @@ from spark_adaptive.core.streaming.history import (
     RescaleHistory,
     Trigger,
 )
-from spark_adaptive.core.streaming.requirements import ResourceRequirements
+from spark_adaptive.core.streaming.requirements import ResourceRequirements, ScalingTarget
 from spark_adaptive.core.streaming.restart import Failure, FailureResult, RestartBackoffStrategy
 from spark_adaptive.core.streaming.states import (
     Canceling,
@@ -148,6 +148,10 @@ class QueryScheduler:
         self._running = False
         self._partitions: int | None = driver.info.state_partitions
         self._running_slots = 0
+        # After a live rescale onto fewer slots, the batch running then may still use the
+        # old ones: they are released once a micro-batch completes (see slots_in_use).
+        self._slots_held = 0
+        self._target: ScalingTarget | None = None
         self._stateful = driver.info.stateful or driver.info.state_partitions is not None
         self._support: tuple[tuple[str | None, bool], RepartitionSupport] | None = None
         self._last_progress: QueryProgress | None = None
@@ -206,8 +210,41 @@ class QueryScheduler:
                     f"[{old.lower}, {old.upper}] -> [{requirements.lower}, {requirements.upper}]")
         return True
 
-    def on_requirements_changed(self) -> None:
-        self._state.on_requirements_changed()
+    def on_requirements_changed(self, *, autoscaler: bool = False) -> None:
+        self._state.on_requirements_changed(autoscaler=autoscaler)
+
+    @property
+    def target(self) -> ScalingTarget | None:
+        """The autoscaler's target for the query, if it set one."""
+        return self._target
+
+    def set_target(self, target: ScalingTarget | None) -> bool:
+        """Take the autoscaler's target (None: none); True if it differs. Call
+        :meth:`on_requirements_changed` next, once the slot shares reflect it."""
+        if target == self._target:
+            return False
+        self._target = target
+        if target is not None:
+            self.decide("autoscaler target", f"{target.slots} slots, {target.partitions} "
+                                             "partitions")
+        return True
+
+    @property
+    def allocation(self) -> ResourceRequirements:
+        """What the application's slots are shared by: the bounds, with the upper one at
+        the autoscaler's slots when it set a target."""
+        r = self._requirements
+        if self._target is None:
+            return r
+        return ResourceRequirements(r.lower, max(r.lower, min(r.upper, self._target.slots)))
+
+    @property
+    def target_partitions(self) -> int | None:
+        """The autoscaler's partition count within the bounds, when it set a target."""
+        if self._target is None:
+            return None
+        r = self._requirements
+        return max(r.lower, min(r.upper, self._target.partitions))
 
     def on_query_event(self, event: Event) -> None:
         """An event of this query's current run (others are dropped)."""
@@ -219,6 +256,11 @@ class QueryScheduler:
             self._last_progress = event
             if event.state_operators:
                 self._stateful = True
+            if self._slots_held > self._running_slots:
+                # A micro-batch completed after a live rescale onto fewer slots: the
+                # surplus executors are free now.
+                self._slots_held = 0
+                self._app.released_slots()
         if isinstance(event, QueryTerminated):
             self._stopped_running()
         self._state.on_query_event(event)
@@ -352,11 +394,12 @@ class QueryScheduler:
         """Slots the query's Spark run is using now: those it started or was last rescaled
         live onto while a run is active, else 0. Executors under a running micro-batch are
         not released before this drops (a batch losing tasks must re-run them)."""
-        return self._running_slots if self._running else 0
+        return max(self._running_slots, self._slots_held) if self._running else 0
 
     def _stopped_running(self) -> None:
         was = self.slots_in_use
         self._running = False
+        self._slots_held = 0
         if was:
             self._app.released_slots()
 
@@ -451,6 +494,9 @@ class QueryScheduler:
         fixed = self._fixed_partitions()
         if fixed is not None:
             return fixed[0], f"keeps {fixed[0]} partitions ({fixed[1]}); {share} slots available"
+        target = self.target_partitions
+        if target is not None:
+            return target, f"the autoscaler's {target} partitions; {share} slots available"
         bounds = f"[{self._requirements.lower}, {self._requirements.upper}]"
         return share, f"{share} slots available within bounds {bounds}"
 
@@ -458,7 +504,7 @@ class QueryScheduler:
         if share is None:
             return False
         fixed = self._fixed_partitions()
-        return share >= (fixed[0] if fixed is not None else self._requirements.upper)
+        return share >= (fixed[0] if fixed is not None else self.allocation.upper)
 
     def handle_failure(self, failure: Failure) -> FailureResult:
         self.history.count_failure()
@@ -485,8 +531,8 @@ class QueryScheduler:
             trigger, "live", from_parallelism=decision.current_parallelism,
             to_parallelism=decision.target_parallelism, from_slots=decision.current_slots,
             to_slots=decision.target_slots, reason=decision.reason)
-        fewer = decision.target_slots < self._running_slots
+        if decision.target_slots < self._running_slots and self._running:
+            # Executors under the running micro-batch go once it has completed.
+            self._slots_held = max(self._slots_held, self._running_slots)
         self._running_slots = decision.target_slots
         self.decide("live rescale", decision.reason)
-        if fewer and self._running:
-            self._app.released_slots()

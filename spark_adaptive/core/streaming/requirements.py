@@ -43,6 +43,21 @@ class ResourceRequirements:
             raise RequirementsError([f"invalid bounds [{self.lower}, {self.upper}]"])
 
 
+@dataclass(frozen=True)
+class ScalingTarget:
+    """What the autoscaler wants of a query, within its bounds: the task slots to run on,
+    and the partition count a restart rescale goes to (kept when it equals the current
+    one: then the query is rescaled live)."""
+
+    slots: int
+    partitions: int
+
+    def __post_init__(self) -> None:
+        if self.slots < 1 or self.partitions < 1:
+            raise ValueError(f"invalid scaling target {self.slots} slots, "
+                             f"{self.partitions} partitions")
+
+
 def _bound_reasons(name: str, value: int, max_parallelism: int) -> list[str]:
     reasons = []
     if value <= 0 and value != DEFAULT:

@@ -178,7 +178,7 @@ class AdaptiveScheduler:
 
     # -- slot shares and executors ------------------------------------------------------
     def _active(self) -> dict[str, req.ResourceRequirements]:
-        return {k: q.requirements for k, q in self._queries.items() if not q.finished}
+        return {k: q.allocation for k, q in self._queries.items() if not q.finished}
 
     def _reallocate(self, reason: str, *, quiet: str | None = None) -> None:
         """Recompute every share; tell each query whose share changed (but ``quiet``)."""
@@ -363,9 +363,21 @@ class AdaptiveScheduler:
 
     def _apply(self, q: QueryScheduler, new: req.ResourceRequirements) -> req.ResourceRequirements:
         if q.set_requirements(new):
+            q.set_target(None)  # the autoscaler decides again within the new bounds
             self._reallocate(f"requirements of {q.key} changed", quiet=q.key)
             q.on_requirements_changed()
         return new
+
+    def set_scaling_target(self, ident: str, target: req.ScalingTarget | None) -> None:
+        """The autoscaler's target for a query (None: none), applied through the same path
+        as new bounds: the slots are shared anew and executors declared for it, and the
+        query's state decides within its timing rules (rescales it causes are recorded
+        with trigger ``AUTOSCALER``)."""
+        q = self.query(ident)
+        if q.finished or not q.set_target(target):
+            return
+        self._reallocate(f"autoscaler target of {q.key}", quiet=q.key)
+        q.on_requirements_changed(autoscaler=True)
 
     def add_listener(self, listener: Callable[[StateChange], None]) -> None:
         """``listener`` hears of every state change of every query (e.g. to wake

@@ -120,8 +120,9 @@ class State:
     def on_resources_changed(self) -> None:
         """The query's slot share may have changed. Ignored unless a state says otherwise."""
 
-    def on_requirements_changed(self) -> None:
-        """The query's bounds changed. Ignored unless a state says otherwise."""
+    def on_requirements_changed(self, *, autoscaler: bool = False) -> None:
+        """The query's bounds (or, ``autoscaler``, the autoscaler's target) changed.
+        Ignored unless a state says otherwise."""
 
     def on_query_event(self, event: Event) -> None:
         """An event of the query's current run. Ignored unless a state says otherwise."""
@@ -228,6 +229,11 @@ class SeesResources(Protocol):
 
     @property
     def requirements(self) -> ResourceRequirements: ...
+
+    @property
+    def target_partitions(self) -> int | None:
+        """The autoscaler's partition count, when it set a target."""
+        ...
 
     def repartition_support(self) -> RepartitionSupport: ...
 

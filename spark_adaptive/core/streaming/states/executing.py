@@ -80,7 +80,7 @@ class Executing(State):
         self.parallelism = parallelism
         self.slots = slots
         self.initial = initial
-        self._requirements_changed = False
+        self._changed_by: Trigger | None = None  # REQUIREMENTS_CHANGED or AUTOSCALER
         self._held_back_since: float | None = None
         self.timing = self._new_timing()
         # Changes that happened while the query was starting count now (Flink runs
@@ -111,12 +111,12 @@ class Executing(State):
         if decision.kind == "live":
             self._ctx.record_live_rescale(decision, self._trigger(decision))
             self.slots = decision.target_slots
-            self._requirements_changed = False
+            self._changed_by = None
         self._track_held_back(decision)
         self.timing.on_change()
 
-    def on_requirements_changed(self) -> None:
-        self._requirements_changed = True
+    def on_requirements_changed(self, *, autoscaler: bool = False) -> None:
+        self._changed_by = Trigger.AUTOSCALER if autoscaler else Trigger.REQUIREMENTS_CHANGED
         self.on_resources_changed()
 
     def decide(self) -> RescaleDecision:
@@ -127,7 +127,8 @@ class Executing(State):
             requirements=self._ctx.requirements, repartition=self._ctx.repartition_support(),
             min_parallelism_increase=p.min_parallelism_increase,
             held_back_since=self._held_back_since, now=self._ctx.now(),
-            scaling_interval_max=p.scaling_interval_max)
+            scaling_interval_max=p.scaling_interval_max,
+            target_partitions=self._ctx.target_partitions)
 
     def _track_held_back(self, decision: RescaleDecision) -> None:
         if not (decision.held_back or decision.forced):
@@ -142,8 +143,8 @@ class Executing(State):
             self._ctx.run_if_state(self, self.on_resources_changed, limit)
 
     def _trigger(self, d: RescaleDecision) -> Trigger:
-        if self._requirements_changed:
-            return Trigger.REQUIREMENTS_CHANGED
+        if self._changed_by is not None:
+            return self._changed_by
         if d.target_slots != d.current_slots:
             grew = d.target_slots > d.current_slots
         else:

@@ -64,7 +64,7 @@ class WaitingForResources(State):
         self.timing.on_change()
         self.timing.on_trigger()
 
-    def on_requirements_changed(self) -> None:
+    def on_requirements_changed(self, *, autoscaler: bool = False) -> None:
         self.on_resources_changed()
 
     def cancel(self) -> None:
