@@ -133,6 +133,10 @@ class SourceProgress:
     #: Source-specific figures (Kafka: minOffsetsBehindLatest, maxOffsetsBehindLatest,
     #: avgOffsetsBehindLatest, estimatedTotalBytesBehindLatest), as Spark's strings.
     metrics: tuple[tuple[str, str], ...] = ()
+    #: The offsets the batch ended at and the latest the source offered, as JSON (a number,
+    #: or Kafka's ``{"topic": {"partition": offset}}``); None when not reported.
+    end_offset: str | None = None
+    latest_offset: str | None = None
 
     def metric(self, name: str) -> float | None:
         """A numeric metric, or None when absent or not a number."""

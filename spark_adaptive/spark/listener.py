@@ -276,7 +276,8 @@ def progress_from_json(p: dict[str, Any]) -> ev.QueryProgress:
             str(s.get("description", "")), int(s.get("numInputRows", 0)),
             _float_or_none(s.get("inputRowsPerSecond")),
             _float_or_none(s.get("processedRowsPerSecond")),
-            tuple((str(k), str(v)) for k, v in (s.get("metrics") or {}).items()))
+            tuple((str(k), str(v)) for k, v in (s.get("metrics") or {}).items()),
+            _json_or_none(s.get("endOffset")), _json_or_none(s.get("latestOffset")))
         for s in p.get("sources") or ())
     durations = p.get("durationMs") or {}
     return ev.QueryProgress(
@@ -289,6 +290,13 @@ def progress_from_json(p: dict[str, Any]) -> ev.QueryProgress:
         trigger_execution=float(durations.get("triggerExecution", 0)) / 1000.0,
         state_operators=ops, sources=sources,
     )
+
+
+def _json_or_none(value: Any) -> str | None:
+    """An offset as JSON text (Spark embeds them as JSON values; some sources as strings)."""
+    if value is None:
+        return None
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def _float_or_none(value: Any) -> float | None:

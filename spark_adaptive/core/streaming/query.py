@@ -152,6 +152,8 @@ class QueryScheduler:
         # old ones: they are released once a micro-batch completes (see slots_in_use).
         self._slots_held = 0
         self._target: ScalingTarget | None = None
+        self.observed_tasks: int | None = None
+        """The most tasks one stage of its last micro-batch ran (what it can use at once)."""
         self._stateful = driver.info.stateful or driver.info.state_partitions is not None
         self._support: tuple[tuple[str | None, bool], RepartitionSupport] | None = None
         self._last_progress: QueryProgress | None = None
@@ -388,6 +390,24 @@ class QueryScheduler:
     @property
     def query_running(self) -> bool:
         return self._running
+
+    @property
+    def partitions(self) -> int:
+        """Partitions of the query's current (or last) run; 0 before its first start."""
+        return self._partitions or 0
+
+    @property
+    def running_slots(self) -> int:
+        """The slots the query's run was started on or last rescaled live onto."""
+        return self._running_slots
+
+    @property
+    def trigger_interval(self) -> float:
+        return self._driver.info.trigger_interval
+
+    @property
+    def stateful(self) -> bool:
+        return self._stateful
 
     @property
     def slots_in_use(self) -> int:

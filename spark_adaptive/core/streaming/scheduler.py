@@ -139,10 +139,10 @@ class AdaptiveScheduler:
             return
         if not isinstance(event, QUERY_EVENTS):
             return
-        for q in self._queries.values():
-            if q.run_id is not None and q.run_id == event.run_id:
-                q.on_query_event(event)
-                return
+        q = self.query_of_run(event.run_id)
+        if q is not None:
+            q.on_query_event(event)
+            return
         # Spark reports a run's first events before its start returns to us: keep them
         # until a query's run with this id starts (or newer runs push them out).
         kept = self._early.setdefault(event.run_id, [])
@@ -308,6 +308,13 @@ class AdaptiveScheduler:
             live = [q for q in named if not q.finished]
             return (live or named)[-1]
         raise UnknownQueryError(ident)
+
+    def query_of_run(self, run_id: str) -> QueryScheduler | None:
+        """The query whose current run this is, if any."""
+        for q in self._queries.values():
+            if q.run_id is not None and q.run_id == run_id:
+                return q
+        return None
 
     def queries(self) -> tuple[QueryScheduler, ...]:
         return tuple(self._queries.values())

@@ -1,0 +1,126 @@
+"""What each streaming run's micro-batches cost: task time, tasks, backlog.
+
+Spark runs a query's micro-batches as jobs in the job group of the query's run
+(its run id), so the stages of those jobs belong to the run. Between two
+progress events of a run, :class:`LoadTracker` adds up the run time of its
+stages' tasks (the JVM shim reports it per stage: slot-seconds busy, what
+Flink's busy time is) and keeps the most tasks one of its stages ran (what the
+query can use at once). :meth:`LoadTracker.take` hands both over with the
+batch's progress and starts again.
+
+:func:`backlog_rows` reads a source's backlog from Spark's progress: the rows
+between the offsets a batch ended at and the latest the source offered, where
+the source reports both (Kafka's per-partition offsets, or one number), and
+Kafka's ``avgOffsetsBehindLatest`` otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from spark_adaptive.core.events import (
+    Event,
+    JobStarted,
+    QueryProgress,
+    SourceProgress,
+    StageCompleted,
+    StageSubmitted,
+)
+
+#: Stages remembered per application (older ones are forgotten first).
+_STAGES = 4096
+
+
+@dataclass(frozen=True)
+class BatchLoad:
+    """What the stages of one micro-batch cost: ``busy_time`` in slot-seconds (None when
+    the listener does not report task time) and the most ``tasks`` one stage ran."""
+
+    busy_time: float | None
+    tasks: int | None
+
+
+class LoadTracker:
+    """Task time and task counts per streaming run, from Spark's job and stage events."""
+
+    def __init__(self) -> None:
+        self._run_of_stage: OrderedDict[int, str] = OrderedDict()
+        self._busy: dict[str, float] = {}
+        self._tasks: dict[str, int] = {}
+        self._timed: set[str] = set()
+
+    def on_event(self, event: Event) -> None:
+        if isinstance(event, JobStarted) and event.job_group:
+            for stage in event.stage_ids:
+                self._run_of_stage[stage] = event.job_group
+                self._run_of_stage.move_to_end(stage)
+            while len(self._run_of_stage) > _STAGES:
+                self._run_of_stage.popitem(last=False)
+        elif isinstance(event, StageSubmitted):
+            run = self._run_of_stage.get(event.stage_id)
+            if run is not None:
+                self._tasks[run] = max(self._tasks.get(run, 0), event.num_tasks)
+        elif isinstance(event, StageCompleted):
+            run = self._run_of_stage.get(event.stage_id)
+            if run is not None and event.task_time is not None:
+                self._busy[run] = self._busy.get(run, 0.0) + event.task_time
+                self._timed.add(run)
+
+    def take(self, run_id: str) -> BatchLoad:
+        """What the run's stages cost since the last call for it, and start again."""
+        busy = self._busy.pop(run_id, 0.0) if run_id in self._timed else None
+        self._timed.discard(run_id)
+        return BatchLoad(busy, self._tasks.pop(run_id, None))
+
+    def forget(self, run_id: str) -> None:
+        self._busy.pop(run_id, None)
+        self._tasks.pop(run_id, None)
+        self._timed.discard(run_id)
+
+
+def backlog_rows(progress: QueryProgress) -> float | None:
+    """Rows the query's sources hold beyond its last batch, None when none reports it."""
+    total, known = 0.0, False
+    for source in progress.sources:
+        rows = _source_backlog(source)
+        if rows is not None:
+            total += rows
+            known = True
+    return total if known else None
+
+
+def _source_backlog(source: SourceProgress) -> float | None:
+    end, latest = _offsets(source.end_offset), _offsets(source.latest_offset)
+    if end is not None and latest is not None and end.keys() == latest.keys():
+        return float(sum(max(0.0, latest[k] - end[k]) for k in end))
+    avg = source.metric("avgOffsetsBehindLatest")
+    if avg is not None and end is not None and avg >= 0:
+        return avg * max(1, len(end))
+    return None
+
+
+def _offsets(raw: str | None) -> dict[str, float] | None:
+    """Offsets as Spark writes them in progress: a number, or JSON with numbers at its
+    leaves (Kafka: ``{"topic": {"0": 42, "1": 17}}``); None for anything else."""
+    if raw is None:
+        return None
+    try:
+        value: Any = json.loads(raw)
+    except (TypeError, ValueError):
+        return None
+    out: dict[str, float] = {}
+
+    def walk(node: Any, path: str) -> bool:
+        if isinstance(node, bool):
+            return False
+        if isinstance(node, (int, float)):
+            out[path] = float(node)
+            return True
+        if isinstance(node, dict) and node:
+            return all(walk(v, f"{path}/{k}") for k, v in node.items())
+        return False
+
+    return out if walk(value, "") else None
