@@ -1,0 +1,225 @@
+"""Where to go: slot counts and partition counts for a needed capacity, live first.
+
+Pure functions over a :class:`Plan` (what the policy measured and needs). The
+rules, in the order they apply:
+
+1. **Never more slots than tasks.** A query runs at most ``P`` tasks at once
+   (a stateless query at most its source partitions, ``max_useful_slots``);
+   slots beyond that idle. Slot targets are whole executors, so the top is the
+   executor count that hosts every task, and never above the cluster maximum.
+2. **Live candidates** keep ``P`` and change the slots to a count at which the
+   ``P`` partitions run in balanced waves: a divisor of ``P`` (the project's
+   live rule, ``P % s == 0``), with ``P`` within the query's bounds. Their
+   capacity is the rate per slot times ``P / ceil(P / s)`` busy slots, bent by
+   the observed scalability.
+3. **The restart candidate** has the fewest whole executors whose capacity
+   meets the need (with Flink's restart term in it), and a new partition count
+   ``P'``: the multiple of ``S'`` (up to ``restart.max-partitions-per-slot``
+   times, within the bounds) with the most balanced slot counts between
+   ``S'/2`` and ``2 S'``, the smallest on ties. That makes the next rescales
+   live; ``max-partitions-per-slot = 1`` gives Flink's ``P' = S'``.
+4. **Choosing.** The smallest adequate live candidate wins when no restart
+   would use fewer slots, or when it keeps the utilization within the band
+   (live first: no downtime, no risk). Otherwise the restart is priced: its
+   downtime times the slots held meanwhile (executor-seconds paid for no
+   work), against the slots the live choice wastes times the horizon before a
+   scale-down could correct it (stabilization + window + scale-down interval).
+   The cheaper wins and the reason gives both figures. When no live candidate
+   is adequate, a restart is taken if possible; otherwise the best live one.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+from spark_adaptive.core.autoscaler.decision import Kind
+from spark_adaptive.core.autoscaler.scalability import ScalabilityModel
+from spark_adaptive.core.autoscaler.window import effective_slots
+
+
+@functools.lru_cache(maxsize=4096)
+def divisors(n: int) -> tuple[int, ...]:
+    """Divisors of ``n`` in ascending order."""
+    small, large = [], []
+    i = 1
+    while i * i <= n:
+        if n % i == 0:
+            small.append(i)
+            if i * i != n:
+                large.append(n // i)
+        i += 1
+    return tuple(small + large[::-1])
+
+
+def round_up(slots: float, per_executor: int) -> int:
+    """Slots of the fewest whole executors holding at least ``slots`` (at least one)."""
+    executors = max(1, math.ceil(slots / per_executor - 1e-9))
+    return executors * per_executor
+
+
+def round_down(slots: float, per_executor: int) -> int:
+    """Slots of the most whole executors within ``slots`` (at least one executor)."""
+    return max(1, math.floor(slots / per_executor + 1e-9)) * per_executor
+
+
+def restart_partitions(slots: int, lower: int, upper: int, per_slot_max: int,
+                       per_executor: int = 1) -> int:
+    """The partition count for a restart onto ``slots`` slots (rule 3 above)."""
+    best, best_score = None, -1
+    for k in range(1, per_slot_max + 1):
+        p = k * slots
+        if p > upper:
+            break
+        if p < lower:
+            continue
+        score = sum(1 for d in divisors(p)
+                    if d % per_executor == 0 and slots <= 2 * d and d <= 2 * slots)
+        if score > best_score:
+            best, best_score = p, score
+    if best is not None:
+        return best
+    if slots >= upper:
+        return upper
+    m = -(-lower // slots) * slots
+    return m if m <= upper else lower
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What a choice is made from. Capacities and needs are rows per second."""
+
+    slots: int
+    partitions: int
+    lower: int
+    upper: int
+    max_useful_slots: int | None
+    can_restart: bool
+    per_executor: int
+    cluster_max_slots: int | None
+    rate_per_slot: float  # measured now, per busy slot-second
+    input_rate: float
+    need_live: float
+    need_restart: float
+    downtime: float
+    horizon: float
+    utilization_min: float
+    per_slot_max: int
+
+    @property
+    def eff_now(self) -> float:
+        return effective_slots(self.slots, self.partitions)
+
+    def task_cap(self, partitions: int) -> int:
+        cap = partitions
+        if self.max_useful_slots is not None:
+            cap = min(cap, self.max_useful_slots)
+        return cap
+
+    def slot_limit(self, partitions: int) -> int:
+        """Most slots worth giving at ``partitions`` partitions (rule 1)."""
+        top = round_up(self.task_cap(partitions), self.per_executor)
+        if self.cluster_max_slots is not None:
+            top = min(top, round_down(self.cluster_max_slots, self.per_executor))
+        return top
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    kind: Kind  # "live" keeps the partitions (may equal the current slots); "restart"
+    slots: int
+    partitions: int
+    capacity: float
+    adequate: bool
+    reason: str
+
+
+def capacity(plan: Plan, model: ScalabilityModel, slots: int, partitions: int) -> float:
+    eff = effective_slots(min(slots, plan.task_cap(partitions)), partitions)
+    return model.capacity(eff, plan.eff_now, plan.rate_per_slot)
+
+
+def live_candidates(plan: Plan) -> list[int]:
+    """Slot counts reachable without a restart, ascending (empty if P is out of bounds)."""
+    p = plan.partitions
+    if not plan.lower <= p <= plan.upper:
+        return []
+    cap, spe = plan.task_cap(p), plan.per_executor
+    limit = plan.slot_limit(p)
+    out = [d for d in divisors(p) if d <= cap and d % spe == 0 and d <= limit]
+    top = round_up(cap, spe)
+    if p % cap == 0 and top <= limit and top not in out:
+        out.append(top)  # whole executors hosting every task; the extra slots idle
+    if plan.slots not in out and plan.slots <= limit and p % min(plan.slots, cap) == 0:
+        out.append(plan.slots)
+    return sorted(out)
+
+
+def restart_candidate(plan: Plan, model: ScalabilityModel) -> Choice | None:
+    if not plan.can_restart:
+        return None
+    x = model.slots_for(plan.need_restart, plan.eff_now, plan.rate_per_slot)
+    limit = round_down(plan.upper, plan.per_executor) if plan.upper >= plan.per_executor \
+        else plan.per_executor
+    if plan.max_useful_slots is not None:
+        limit = min(limit, round_up(plan.max_useful_slots, plan.per_executor))
+    if plan.cluster_max_slots is not None:
+        limit = min(limit, round_down(plan.cluster_max_slots, plan.per_executor))
+    s = min(round_up(x, plan.per_executor), limit) if math.isfinite(x) else limit
+    p = restart_partitions(s, plan.lower, plan.upper, plan.per_slot_max, plan.per_executor)
+    cap = capacity(plan, model, s, p)
+    return Choice("restart", s, p, cap, cap >= plan.need_restart * (1 - 1e-9), "")
+
+
+def choose(plan: Plan, model: ScalabilityModel) -> Choice | None:
+    """The best target for the needed capacity (rule 4), or None when nothing is better."""
+    p = plan.partitions
+    cands = live_candidates(plan)
+    live: Choice | None = None
+    for s in cands:
+        c = capacity(plan, model, s, p)
+        if c >= plan.need_live * (1 - 1e-9):
+            live = Choice("live", s, p, c, True, "")
+            break
+    restart = restart_candidate(plan, model)
+    if restart is not None and restart.slots == plan.slots and restart.partitions == p:
+        restart = None  # a restart onto the same configuration changes nothing
+    if live is not None:
+        util = plan.input_rate / live.capacity if live.capacity > 0 else math.inf
+        head = f"{live.slots} slots run the {p} partitions balanced, no restart"
+        if restart is None or not restart.adequate or restart.slots >= live.slots:
+            why = "" if plan.can_restart else " (the partition count cannot change)"
+            return _with(live, f"live: {head}{why}")
+        if util >= plan.utilization_min:
+            return _with(live, f"live: {head}, utilization {util:.2f} stays within the band "
+                               f"(a restart at {restart.slots} slots would save "
+                               f"{live.slots - restart.slots}; live first)")
+        waste = (live.slots - restart.slots) * plan.horizon
+        price = plan.downtime * max(plan.slots, restart.slots)
+        figures = (f"live at {live.slots} slots would leave utilization {util:.2f} and waste "
+                   f"{live.slots - restart.slots} slots x {plan.horizon:.0f}s = {waste:.0f} "
+                   f"slot-s; the restart costs {plan.downtime:.1f}s downtime x "
+                   f"{max(plan.slots, restart.slots)} slots = {price:.0f} slot-s")
+        if waste > price:
+            return _with(restart, f"restart at {restart.partitions} partitions: {figures}")
+        return _with(live, f"live: {head}; {figures}")
+    largest = cands[-1] if cands else None
+    why_live = (f"no balanced slot count of the {p} partitions reaches "
+                f"{plan.need_live:.0f} rows/s" if cands else
+                f"{p} partitions are outside the bounds [{plan.lower}, {plan.upper}]")
+    best_live = None
+    if largest is not None:
+        best_live = Choice("live", largest, p, capacity(plan, model, largest, p), False, "")
+    if restart is not None and (best_live is None or restart.capacity > best_live.capacity):
+        tail = "" if restart.adequate else " (as far as the bounds and the cluster allow)"
+        return _with(restart, f"restart at {restart.partitions} partitions: {why_live}{tail}")
+    if best_live is not None:
+        why = "" if plan.can_restart else "; the partition count cannot change"
+        return _with(best_live, f"live: {why_live}{why}; {largest} slots is the most that "
+                                "helps")
+    return None
+
+
+def _with(c: Choice, reason: str) -> Choice:
+    return Choice(c.kind, c.slots, c.partitions, c.capacity, c.adequate, reason)

@@ -1,0 +1,440 @@
+"""The autoscaler policy of one streaming query: Flink's algorithm, adapted to Spark.
+
+Use
+---
+One :class:`QueryAutoscaler` per managed query::
+
+    policy = QueryAutoscaler(config, query="q1", started_at=clock.now())
+    policy.observe(LoadSample(...))              # every completed micro-batch
+    decision = policy.evaluate(QueryView(...))   # every evaluation.interval
+    if decision.actionable: ...                  # rescale; then, once it completed:
+    policy.on_rescale_completed(t, slots=..., partitions=..., kind=..., downtime=...)
+
+Nothing here raises on bad input or blocks; time comes only from the samples
+and views (the injected clock), so everything runs on virtual time.
+
+Each evaluation, in order (Flink's operator, ``ScalingMetricCollector`` ->
+``ScalingMetricEvaluator`` -> ``JobVertexScaler``, with the differences noted):
+
+1. **Not now** while a rescale is in flight, during ``stabilization.interval``
+   after each completed rescale (its samples are not even kept), and until the
+   window has collected for ``metrics.window`` (at least three batches).
+2. **Rates.** Arrival rate = consumption + backlog growth, over the window and
+   over its recent tail; the higher one is used, so a rise is seen at once and
+   a fall only once the whole window shows it. Backlog is the newest one
+   (or the batch overrun, see :mod:`.window`), never a window mean.
+   True rate per slot from busy time, else from ``processedRowsPerSecond``.
+3. **Target.** ``capacity = input / utilization.target + backlog / catch-up``,
+   plus ``input x restart time / catch-up`` for a restart (Flink's terms).
+4. **Band.** Scale up when the capacity is below ``input / utilization.max +
+   backlog / catch-up``; scale down when above ``input / utilization.min +
+   backlog / catch-up``, never while catching up (backlog older than
+   ``backlog-processing.lag-threshold``). Otherwise nothing changes.
+5. **Slots.** The needed slots follow the observed scalability
+   (:mod:`.scalability`), clamped by the max factors, then
+   :func:`.planning.choose` picks a live or a restart target.
+6. **Scale-down delay.** The first scale-down recommendation starts a wait of
+   ``scale-down.interval``; then the highest recommendation seen meanwhile is
+   applied. A scale-up or an in-band evaluation cancels it (Flink's rule).
+7. **Effectiveness.** The first full window after a scale-up compares the
+   capacity gained with the gain expected from the target actually reached;
+   below the threshold the same step (more slots on the same partitions) is
+   blocked, until the block expires or the query falls behind.
+"""
+
+from __future__ import annotations
+
+import math
+
+from spark_adaptive.core.autoscaler.config import AutoscalerConfig
+from spark_adaptive.core.autoscaler.decision import (
+    DecisionInputs,
+    Kind,
+    Outcome,
+    ScalingDecision,
+)
+from spark_adaptive.core.autoscaler.planning import Choice, Plan, choose
+from spark_adaptive.core.autoscaler.samples import LoadSample, QueryView, clean
+from spark_adaptive.core.autoscaler.scalability import ScalabilityModel
+from spark_adaptive.core.autoscaler.window import Entry, MetricsWindow, effective_slots
+
+MIN_BATCHES = 3
+"""A window holding fewer completed batches than this is never full."""
+
+
+class _EffectCheck:
+    """A scale-up waiting to be judged by the first full window after it."""
+
+    __slots__ = ("from_slots", "to_slots", "partitions", "cap_before", "eff_before",
+                 "rate_before", "armed", "expected")
+
+    def __init__(self, from_slots: int, to_slots: int, partitions: int, cap_before: float,
+                 eff_before: float, rate_before: float) -> None:
+        self.from_slots, self.to_slots, self.partitions = from_slots, to_slots, partitions
+        self.cap_before, self.eff_before, self.rate_before = cap_before, eff_before, rate_before
+        self.armed = False
+        self.expected = 0.0
+
+
+class QueryAutoscaler:
+    """Flink's autoscaler algorithm for one query, live first (see the module doc)."""
+
+    def __init__(self, config: AutoscalerConfig, query: str = "",
+                 started_at: float | None = None) -> None:
+        self.config = config
+        self.query = query
+        self._window = MetricsWindow(config.metrics_window)
+        self._model = ScalabilityModel(config.observed_scalability_min_observations,
+                                       config.observed_scalability_coefficient_min,
+                                       enabled=config.observed_scalability)
+        self._stable_from: float | None = None
+        self._known_rescale: float | None = None
+        if started_at is not None and math.isfinite(started_at):
+            self._stable_from = started_at + config.stabilization_interval
+            self._known_rescale = started_at
+        self._last_batch: int | None = None
+        self._last_eval: float | None = None
+        self._pending_down: tuple[float, float, float] | None = None  # since, x_live, x_rst
+        self._check: _EffectCheck | None = None
+        self._block: tuple[int, int, float] | None = None  # partitions, slots, until
+        self._downtimes: list[float] = []
+        self.rejected = 0
+        self.last_rejection = ""
+        self._last: ScalingDecision | None = None
+
+    # -- inputs ---------------------------------------------------------------------------
+    def observe(self, sample: LoadSample) -> bool:
+        """Add one completed micro-batch; False (and why, in ``last_rejection``) if unused."""
+        t = sample.time
+        if not isinstance(t, (int, float)) or not math.isfinite(t):
+            return self._reject(f"sample time {t!r}")
+        if sample.slots < 1 or sample.partitions < 1:
+            return self._reject(f"batch ran on {sample.slots} slots, {sample.partitions} "
+                                "partitions")
+        if self._stable_from is None:  # first sight of the query: its start
+            self._stable_from = t + self.config.stabilization_interval
+            self._known_rescale = t
+        if sample.batch_id is not None and sample.batch_id == self._last_batch:
+            return self._reject(f"batch {sample.batch_id} seen twice")
+        self._last_batch = sample.batch_id
+        if t < self._stable_from:
+            return False  # stabilizing: not an error, just not used
+        last = self._window.last_time
+        if last is not None and t < last:
+            self._window.clear()
+            self.last_rejection = f"clock went back from {last:.3f} to {t:.3f}; window restarted"
+            last = None
+        dt = t - last if last is not None else None
+        rows = clean(sample.num_input_rows)
+        in_rate = clean(sample.input_rows_per_second)
+        if rows is None and in_rate is not None and dt is not None:
+            rows = in_rate * dt
+        busy = clean(sample.busy_time)
+        has_work = rows is not None and rows > 0
+        busy_ok = has_work and busy is not None and busy > 0
+        proc = clean(sample.processed_rows_per_second)
+        rps = None
+        if has_work and proc is not None and proc > 0:
+            rps = proc / effective_slots(sample.slots, sample.partitions)
+        self._window.add(Entry(
+            t, dt, rows, busy if busy_ok else None, rows if busy_ok and rows else 0.0, rps,
+            clean(sample.backlog), in_rate, clean(sample.batch_duration),
+            clean(sample.trigger_interval), sample.slots, sample.partitions))
+        return True
+
+    def on_rescale_completed(self, time: float, *, slots: int, partitions: int,
+                             kind: Kind = "live", downtime: float | None = None) -> None:
+        """A rescale (of any cause) completed at ``time``: restart the window after it.
+
+        ``downtime`` is a restart's measured downtime (used with time tracking).
+        """
+        if not isinstance(time, (int, float)) or not math.isfinite(time):
+            return
+        d = clean(downtime)
+        if kind == "restart" and d is not None:
+            self._downtimes.append(d)
+        self._after_rescale(time, slots)
+
+    def _after_rescale(self, time: float, slots: int | None) -> None:
+        self._window.clear()
+        self._stable_from = time + self.config.stabilization_interval
+        self._known_rescale = time
+        self._pending_down = None
+        c = self._check
+        if c is not None:
+            if not c.armed and slots == c.to_slots:
+                c.armed = True
+            elif c.armed:
+                self._check = None  # another rescale came first: nothing to judge
+
+    # -- evaluation ---------------------------------------------------------------------
+    @property
+    def last_decision(self) -> ScalingDecision | None:
+        return self._last
+
+    def evaluate(self, view: QueryView) -> ScalingDecision:
+        """Decide for the query as ``view`` shows it now. Never raises."""
+        cfg = self.config
+        problem = view.problem()
+        if problem is not None:
+            return self._not_ready(view, f"cannot evaluate: {problem}")
+        now = view.now
+        if not cfg.enabled:
+            return self._not_ready(view, "autoscaler.enabled=false")
+        if self._last_eval is not None and now < self._last_eval:
+            before, self._last_eval = self._last_eval, now
+            self._window.clear()
+            self._stable_from = now + cfg.stabilization_interval
+            return self._not_ready(view, f"the clock went back from {before:.3f}s to "
+                                         f"{now:.3f}s; metrics are collected again")
+        self._last_eval = now
+        lr = view.last_rescale_completed
+        if lr is not None and math.isfinite(lr) and (
+                self._known_rescale is None or lr > self._known_rescale):
+            self._after_rescale(lr, view.slots)
+        if self._stable_from is None:
+            self._stable_from = now + cfg.stabilization_interval
+            self._known_rescale = now
+        if view.rescale_in_flight:
+            return self._not_ready(view, "a rescale is in flight")
+        if now < self._stable_from:
+            return self._not_ready(view, f"stabilizing after the last rescale until "
+                                         f"{self._stable_from:.0f}s")
+        w = self._window
+        collected = now - self._stable_from
+        if collected < cfg.metrics_window or w.count < MIN_BATCHES:
+            return self._not_ready(view, f"collecting metrics: {collected:.0f}s of "
+                                         f"{cfg.metrics_window:.0f}s, {w.count} batches")
+        if w.last_time is None or now - w.last_time > cfg.metrics_window:
+            return self._not_ready(view, "no micro-batch completed within the metrics window")
+        return self._decide(view)
+
+    def _decide(self, view: QueryView) -> ScalingDecision:
+        cfg, w, now = self.config, self._window, view.now
+        lam_w, lam_r = w.window_arrival_rate(), w.recent_arrival_rate()
+        rate, rate_src = w.rate_per_slot()
+        backlog = w.backlog() or 0.0
+        span = (w.last_time or 0.0) - (w.first_time or 0.0)
+        rates = [x for x in (lam_w, lam_r) if x is not None]
+        lam = max(rates) if rates else None
+        base = DecisionInputs(window_span=span, sample_count=w.count, input_rate=lam,
+                              input_rate_window=lam_w, input_rate_recent=lam_r,
+                              backlog=backlog, true_rate_per_slot=rate, rate_source=rate_src)
+        if lam is None:
+            return self._not_ready(view, "no input rate: batches reported neither input rows "
+                                         "nor elapsed time", base)
+        if rate is None:
+            return self._not_ready(view, f"no processing rate: {rate_src}", base)
+        if lam <= 0 and backlog <= 0:
+            return self._result(view, "no-change", "none", view.slots, view.partitions,
+                                "no input in the metrics window; nothing to scale on", base)
+        s, p = view.slots, view.partitions
+        eff = effective_slots(s, p)
+        cap = rate * eff
+        self._model.record(eff, rate, now)
+        self._judge_scale_up(cap, now)
+        downtime = self._downtime(view)
+        cu = cfg.catch_up_duration
+        catch = backlog / cu if cu > 0 else 0.0
+        need_live = lam / cfg.utilization_target + catch
+        need_restart = need_live + (lam * downtime / cu if cu > 0 else 0.0)
+        up_at = lam / cfg.utilization_max + catch
+        down_at = lam / cfg.utilization_min + catch if cfg.utilization_min > 0 else math.inf
+        catching_up = backlog > 0 and (lam <= 0 or backlog / lam > cfg.backlog_lag_threshold)
+        util = lam / cap
+        x_live = self._model.slots_for(need_live, eff, rate)
+        inputs = DecisionInputs(
+            window_span=span, sample_count=w.count, input_rate=lam, input_rate_window=lam_w,
+            input_rate_recent=lam_r, backlog=backlog, true_rate_per_slot=rate,
+            rate_source=rate_src, capacity=cap, target_rate=need_live, utilization=util,
+            recommended_slots=x_live,
+            scalability_coefficient=self._model.coefficient(eff, max(x_live, 1e-9)),
+            restart_downtime=downtime)
+        if cap < up_at:
+            return self._scale_up(view, inputs, rate, need_live, need_restart, downtime)
+        if cap > down_at and not catching_up:
+            return self._scale_down(view, inputs, rate, need_live, need_restart, downtime)
+        self._pending_down = None
+        why = (f"utilization {util:.2f} within [{cfg.utilization_min:g}, "
+               f"{cfg.utilization_max:g}]")
+        if cap > down_at:
+            why = (f"catching up a backlog of {backlog / lam:.0f}s of input; no scale-down "
+                   f"while it exceeds {cfg.backlog_lag_threshold:g}s")
+        elif backlog > 0 and catch > 0:
+            why += f" (backlog {backlog:.0f} rows included)"
+        return self._result(view, "no-change", "none", s, p, why, inputs)
+
+    # -- directions -----------------------------------------------------------------------
+    def _plan(self, view: QueryView, rate: float, lam: float, need_live: float,
+              need_restart: float, downtime: float) -> Plan:
+        cfg = self.config
+        return Plan(
+            slots=view.slots, partitions=view.partitions, lower=view.lower, upper=view.upper,
+            max_useful_slots=view.max_useful_slots, can_restart=view.can_restart,
+            per_executor=view.slots_per_executor, cluster_max_slots=view.cluster_max_slots,
+            rate_per_slot=rate, input_rate=lam, need_live=need_live, need_restart=need_restart,
+            downtime=downtime,
+            horizon=cfg.stabilization_interval + cfg.metrics_window + cfg.scale_down_interval,
+            utilization_min=cfg.utilization_min,
+            per_slot_max=cfg.restart_max_partitions_per_slot)
+
+    def _clamp(self, need: float, eff: float, rate: float, lo: float, hi: float) -> float:
+        """``need`` limited to what ``lo``..``hi`` effective slots would process."""
+        m = self._model
+        x = m.slots_for(need, eff, rate)
+        if x > hi:
+            return m.capacity(hi, eff, rate)
+        if x < lo:
+            return m.capacity(lo, eff, rate)
+        return need
+
+    def _scale_up(self, view: QueryView, inputs: DecisionInputs, rate: float,
+                  need_live: float, need_restart: float, downtime: float) -> ScalingDecision:
+        cfg = self.config
+        self._pending_down = None
+        s, p = view.slots, view.partitions
+        eff = effective_slots(s, p)
+        lam = inputs.input_rate or 0.0
+        hi = max(eff * (1 + cfg.scale_up_max_factor), 1.0)
+        nl = self._clamp(need_live, eff, rate, 0.0, hi)
+        nr = self._clamp(need_restart, eff, rate, 0.0, hi)
+        choice = choose(self._plan(view, rate, lam, nl, nr, downtime), self._model)
+        util = inputs.utilization or 0.0
+        head = f"utilization {util:.2f} above {cfg.utilization_max:g}"
+        if choice is None or choice.slots <= s and choice.partitions == p:
+            why = choice.reason if choice is not None else "no slot count helps"
+            return self._result(view, "no-change", "none", s, p,
+                                f"{head}, but nothing better is possible: {why}", inputs)
+        if self._blocked(choice, view, inputs):
+            assert self._block is not None
+            return self._result(
+                view, "blocked", choice.kind, s, p,
+                f"{head}; the last scale-up to {self._block[1]} slots on {p} partitions was "
+                f"ineffective, so more slots on the same partitions are blocked until "
+                f"{self._block[2]:.0f}s (or until the query falls behind)", inputs,
+                target=(choice.slots, choice.partitions))
+        d = self._result(view, "scale-up", choice.kind, s, p, f"{head}: {choice.reason}",
+                         inputs, target=(choice.slots, choice.partitions))
+        if d.applied:
+            self._check = _EffectCheck(s, choice.slots, choice.partitions, inputs.capacity or 0.0,
+                                       eff, rate)
+        return d
+
+    def _scale_down(self, view: QueryView, inputs: DecisionInputs, rate: float,
+                    need_live: float, need_restart: float, downtime: float) -> ScalingDecision:
+        cfg, now = self.config, view.now
+        s, p = view.slots, view.partitions
+        eff = effective_slots(s, p)
+        lo = eff * (1 - cfg.scale_down_max_factor)
+        x_live = self._model.slots_for(self._clamp(need_live, eff, rate, lo, math.inf), eff,
+                                       rate)
+        x_rst = self._model.slots_for(self._clamp(need_restart, eff, rate, lo, math.inf), eff,
+                                      rate)
+        if self._pending_down is None:
+            self._pending_down = (now, x_live, x_rst)
+        else:
+            since, a, b = self._pending_down
+            self._pending_down = (since, max(a, x_live), max(b, x_rst))
+        since, xl, xr = self._pending_down
+        m = self._model
+        lam = inputs.input_rate or 0.0
+        choice = choose(self._plan(view, rate, lam, m.capacity(xl, eff, rate),
+                                   m.capacity(xr, eff, rate), downtime), m)
+        util = inputs.utilization or 0.0
+        head = f"utilization {util:.2f} below {cfg.utilization_min:g}"
+        if choice is None or choice.slots >= s:
+            why = choice.reason if choice is not None else "no smaller slot count"
+            return self._result(view, "no-change", "none", s, p,
+                                f"{head}, but no smaller target keeps up: {why}", inputs)
+        target = (choice.slots, choice.partitions)
+        waited = now - since
+        if waited < cfg.scale_down_interval:
+            return self._result(
+                view, "scale-down-pending", choice.kind, s, p,
+                f"{head}; scale-down to {choice.slots} slots waits "
+                f"{cfg.scale_down_interval - waited:.0f}s more (scale-down.interval keeps the "
+                f"highest recommendation meanwhile)", inputs, target=target)
+        self._pending_down = None
+        return self._result(view, "scale-down", choice.kind, s, p,
+                            f"{head}: {choice.reason}", inputs, target=target)
+
+    # -- protections ----------------------------------------------------------------------
+    def _judge_scale_up(self, cap_now: float, now: float) -> None:
+        """Judge an armed scale-up by the first full window after it (rule 7)."""
+        c = self._check
+        if c is None or not c.armed:
+            return
+        self._check = None
+        expected = self._model.capacity(effective_slots(c.to_slots, c.partitions),
+                                        c.eff_before, c.rate_before)
+        gain = expected - c.cap_before
+        if gain <= 0 or not self.config.effectiveness_detection:
+            return
+        if (cap_now - c.cap_before) / gain < self.config.effectiveness_threshold:
+            self._block = (c.partitions, c.to_slots, now + self.config.effectiveness_expiry)
+
+    def _blocked(self, choice: Choice, view: QueryView, inputs: DecisionInputs) -> bool:
+        b = self._block
+        if b is None:
+            return False
+        partitions, slots, until = b
+        lam, backlog = inputs.input_rate or 0.0, inputs.backlog or 0.0
+        behind = backlog > 0 and (lam <= 0 or backlog / lam > self.config.backlog_lag_threshold)
+        if view.now >= until or behind:
+            self._block = None
+            return False
+        return choice.kind == "live" and choice.partitions == partitions and choice.slots >= slots
+
+    def _downtime(self, view: QueryView) -> float:
+        cfg = self.config
+        if cfg.restart_time_tracking:
+            seen = [d for d in (*view.restart_downtimes, *self._downtimes) if clean(d) is not None]
+            if seen:
+                return min(max(seen), cfg.restart_time_tracking_limit)
+        return cfg.restart_time
+
+    # -- results --------------------------------------------------------------------------
+    def _reject(self, why: str) -> bool:
+        self.rejected += 1
+        self.last_rejection = why
+        return False
+
+    def _not_ready(self, view: QueryView, reason: str,
+                   inputs: DecisionInputs | None = None) -> ScalingDecision:
+        if inputs is None:
+            w = self._window
+            span = (w.last_time or 0.0) - (w.first_time or 0.0)
+            inputs = DecisionInputs(window_span=span, sample_count=w.count)
+        s = view.slots if isinstance(view.slots, int) else 0
+        p = view.partitions if isinstance(view.partitions, int) else 0
+        return self._result(view, "not-ready", "none", s, p, reason, inputs)
+
+    def _result(self, view: QueryView, outcome: Outcome, kind: Kind, slots: int,
+                partitions: int, reason: str, inputs: DecisionInputs,
+                target: tuple[int, int] | None = None) -> ScalingDecision:
+        acts = outcome in ("scale-up", "scale-down")
+        applied = acts and self.config.scaling_enabled
+        if acts and not applied:
+            reason = f"recommend only (autoscaler.scaling.enabled=false): {reason}"
+        ts, tp = target if target is not None else (slots, partitions)
+        now = view.now if isinstance(view.now, (int, float)) else math.nan
+        d = ScalingDecision(now, outcome, kind, slots, ts, partitions, tp, reason, applied,
+                            inputs)
+        self._last = d
+        return d
+
+    def snapshot(self) -> dict[str, object]:
+        """The policy's state for ``GET /queries/{id}/autoscaler`` (plain values)."""
+        fit = self._model.fit()
+        return {
+            "query": self.query,
+            "stabilizedAt": self._stable_from,
+            "windowSamples": self._window.count,
+            "pendingScaleDownSince": self._pending_down[0] if self._pending_down else None,
+            "blockedUntil": self._block[2] if self._block else None,
+            "scalabilityObservations": self._model.observations,
+            "scalabilityFit": list(fit) if fit else None,
+            "rejectedSamples": self.rejected,
+            "lastRejection": self.last_rejection,
+            "lastDecision": self._last.as_dict() if self._last else None,
+        }

@@ -1,0 +1,197 @@
+"""The metrics window of one query: recent micro-batches, with running sums.
+
+Contract
+--------
+* :meth:`MetricsWindow.add` takes an already cleaned sample (see
+  :func:`~spark_adaptive.core.autoscaler.samples.clean`) in O(1) amortized time:
+  entries older than the window are dropped from the left and their values
+  subtracted from the running sums, so no evaluation re-scans a history.
+* Two spans are kept: the whole *window* (``metrics.window``), averaged for the
+  processing rate and for the input rate, and its *recent* tail (a quarter of
+  the window, at least two batches), from which a rise of the input rate or a
+  growing backlog is read at once. That is the answer to FLINK-39306, where a
+  0 -> 1M lag spike was diluted across the whole window.
+* Rates are rows over elapsed time between batches, not averages of Spark's
+  per-batch rates: a batch that took long weighs as long as it took.
+* The arrival rate is consumption plus backlog growth (Flink:
+  ``inputRate + d(lag)/dt``); with no reported backlog it is the consumption.
+* The true processing rate per slot is rows per busy slot-second where busy time
+  is known; otherwise ``processedRowsPerSecond`` divided by the slots that had
+  work (a batch on ``s`` slots with ``P`` partitions keeps ``P / ceil(P/s)``
+  of them busy on average). Batches with no rows say nothing about it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import NamedTuple
+
+RECENT_FRACTION = 0.25
+"""The recent tail is this fraction of the window (at least two batches)."""
+
+
+class Entry(NamedTuple):
+    time: float
+    dt: float | None  # time since the previous accepted batch
+    rows: float | None
+    busy: float | None  # slot-seconds, only with rows > 0
+    busy_rows: float  # rows of a batch with busy time, else 0
+    rate_per_slot: float | None  # from processedRowsPerSecond, only with rows > 0
+    backlog: float | None
+    input_rate: float | None
+    duration: float | None
+    trigger: float | None
+    slots: int
+    partitions: int
+
+
+def effective_slots(slots: int, partitions: int) -> float:
+    """Slots that have a task on average: ``P / ceil(P / s)`` (never more than ``P``)."""
+    s = min(slots, partitions)
+    if s <= 0:
+        return 0.0
+    return partitions / -(-partitions // s)
+
+
+class _Sums:
+    """Running sums over one deque of entries."""
+
+    __slots__ = ("entries", "backlogs", "rows", "dt", "busy", "busy_rows", "rps", "n_rps")
+
+    def __init__(self) -> None:
+        self.entries: deque[Entry] = deque()
+        self.backlogs: deque[tuple[float, float]] = deque()
+        self.rows = self.dt = self.busy = self.busy_rows = self.rps = 0.0
+        self.n_rps = 0
+
+    def push(self, e: Entry) -> None:
+        self.entries.append(e)
+        if e.rows is not None and e.dt is not None:
+            self.rows += e.rows
+            self.dt += e.dt
+        if e.busy is not None:
+            self.busy += e.busy
+            self.busy_rows += e.busy_rows
+        if e.rate_per_slot is not None:
+            self.rps += e.rate_per_slot
+            self.n_rps += 1
+        if e.backlog is not None:
+            self.backlogs.append((e.time, e.backlog))
+
+    def trim(self, oldest: float, keep: int) -> None:
+        """Drop entries before ``oldest``, always keeping the newest ``keep``."""
+        entries = self.entries
+        while len(entries) > keep and entries[0].time < oldest:
+            e = entries.popleft()
+            if e.rows is not None and e.dt is not None:
+                self.rows -= e.rows
+                self.dt -= e.dt
+            if e.busy is not None:
+                self.busy -= e.busy
+                self.busy_rows -= e.busy_rows
+            if e.rate_per_slot is not None:
+                self.rps -= e.rate_per_slot
+                self.n_rps -= 1
+        first = entries[0].time if entries else math.inf
+        while self.backlogs and self.backlogs[0][0] < first:
+            self.backlogs.popleft()
+        if not entries:  # no float residue survives an empty window
+            self.rows = self.dt = self.busy = self.busy_rows = self.rps = 0.0
+            self.n_rps = 0
+
+    def arrival_rate(self) -> float | None:
+        if self.dt <= 0:
+            return None
+        rate = max(0.0, self.rows) / self.dt
+        if len(self.backlogs) >= 2:
+            (t0, b0), (t1, b1) = self.backlogs[0], self.backlogs[-1]
+            if t1 > t0:
+                rate += (b1 - b0) / (t1 - t0)
+        return max(0.0, rate)
+
+
+class MetricsWindow:
+    """Samples of the last ``span`` seconds of one query, with O(1) aggregates."""
+
+    def __init__(self, span: float) -> None:
+        self.span = span
+        self.recent_span = span * RECENT_FRACTION
+        self._all = _Sums()
+        self._recent = _Sums()
+        self._last_time: float | None = None
+
+    # -- maintenance -----------------------------------------------------------------
+    def clear(self) -> None:
+        """Forget every sample (after a rescale, or when the clock went back)."""
+        self._all = _Sums()
+        self._recent = _Sums()
+        self._last_time = None
+
+    def add(self, e: Entry) -> None:
+        self._all.push(e)
+        self._recent.push(e)
+        self._last_time = e.time
+        self._all.trim(e.time - self.span, keep=1)
+        self._recent.trim(e.time - self.recent_span, keep=2)
+
+    @property
+    def last_time(self) -> float | None:
+        return self._last_time
+
+    @property
+    def count(self) -> int:
+        return len(self._all.entries)
+
+    @property
+    def first_time(self) -> float | None:
+        return self._all.entries[0].time if self._all.entries else None
+
+    @property
+    def newest(self) -> Entry | None:
+        return self._all.entries[-1] if self._all.entries else None
+
+    # -- aggregates ------------------------------------------------------------------
+    def window_arrival_rate(self) -> float | None:
+        """Arrival rate averaged over the window (rows/s), None without elapsed time."""
+        return self._all.arrival_rate()
+
+    def recent_arrival_rate(self) -> float | None:
+        """Arrival rate over the recent tail only (rows/s)."""
+        return self._recent.arrival_rate()
+
+    def rate_per_slot(self) -> tuple[float | None, str]:
+        """True processing rate per slot (rows per slot-second) and where it came from."""
+        s = self._all
+        if s.busy > 0 and s.busy_rows > 0:
+            return s.busy_rows / s.busy, "busy time"
+        if s.n_rps > 0 and s.rps > 0:
+            return s.rps / s.n_rps, "processedRowsPerSecond"
+        return None, "no batch with rows reported busy time or a processing rate"
+
+    def rows_total(self) -> float:
+        return max(0.0, self._all.rows)
+
+    def backlog(self) -> float | None:
+        """The newest reported backlog, or an estimate when the source reports none.
+
+        Without a reported backlog (rate-like sources, Kafka without
+        ``maxOffsetsPerTrigger``), falling behind shows as batches that run longer
+        than the trigger interval: the rows that arrive during the overrun are
+        work the next batch inherits, so the overrun times the input rate is the
+        backlog. Back-to-back triggers (0) give no such signal; the utilization
+        (input rate over capacity) still does.
+        """
+        s = self._all
+        e = s.entries[-1] if s.entries else None
+        if e is None:
+            return None
+        if s.backlogs and s.backlogs[-1][0] == e.time:
+            return s.backlogs[-1][1]
+        if e.duration is not None and e.trigger is not None and e.trigger > 0:
+            rate = e.input_rate
+            if rate is None and e.rows is not None and e.dt:
+                rate = e.rows / e.dt
+            if rate is not None:
+                return rate * max(0.0, e.duration - e.trigger)
+        return 0.0 if not s.backlogs else s.backlogs[-1][1]
