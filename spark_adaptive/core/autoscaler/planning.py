@@ -30,6 +30,7 @@ rules, in the order they apply:
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 from dataclasses import dataclass
@@ -64,26 +65,102 @@ def round_down(slots: float, per_executor: int) -> int:
     return max(1, math.floor(slots / per_executor + 1e-9)) * per_executor
 
 
-def restart_partitions(slots: int, lower: int, upper: int, per_slot_max: int,
-                       per_executor: int = 1) -> int:
-    """The partition count for a restart onto ``slots`` slots (rule 3 above)."""
-    best, best_score = None, -1
-    for k in range(1, per_slot_max + 1):
-        p = k * slots
-        if p > upper:
-            break
-        if p < lower:
+FIT_POINTS = 12
+"""Future needs sampled (log-spaced over ``[S/2, 2S]``) to score a partition count."""
+
+
+def _smallest_at_least(options: tuple[int, ...], y: float) -> int | None:
+    lo, hi = 0, len(options)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if options[mid] < y - 1e-9:
+            lo = mid + 1
+        else:
+            hi = mid
+    return options[lo] if lo < len(options) else None
+
+
+def balanced_slots(partitions: int, per_executor: int, cap: int) -> tuple[int, ...]:
+    """Slot counts at which ``partitions`` run in balanced waves, ascending."""
+    return tuple(d for d in divisors(partitions) if d % per_executor == 0 and d <= cap)
+
+
+def expected_overshoot(partitions: int, slots: int, per_executor: int, cap: int) -> float:
+    """Mean relative excess of the balanced slot count over a need near ``slots``.
+
+    Needs are sampled log-evenly over ``[slots/2, 2 slots]``; a need above every
+    balanced count would take another restart and counts as 100%.
+    """
+    options = balanced_slots(partitions, per_executor, cap)
+    total = 0.0
+    for i in range(FIT_POINTS):
+        y = slots * 2.0 ** (2.0 * i / (FIT_POINTS - 1) - 1.0)
+        d = _smallest_at_least(options, y)
+        total += 1.0 if d is None else (d - y) / y
+    return total / FIT_POINTS
+
+
+def _smooth_numbers(limit: int) -> tuple[int, ...]:
+    """Numbers up to ``limit`` whose prime factors are 2, 3 and 5, ascending."""
+    out = []
+    p2 = 1
+    while p2 <= limit:
+        p3 = p2
+        while p3 <= limit:
+            p5 = p3
+            while p5 <= limit:
+                out.append(p5)
+                p5 *= 5
+            p3 *= 3
+        p2 *= 2
+    return tuple(sorted(out))
+
+
+SMOOTH = _smooth_numbers(1 << 20)
+"""Partition counts a restart considers: they and all their divisors have only the prime
+factors 2, 3 and 5, so balanced slot counts lie close together (60 runs balanced on 10, 12,
+15, 20 and 30 slots); other numbers rarely score better and scanning every one would cost a
+decision milliseconds."""
+
+
+@functools.lru_cache(maxsize=4096)
+def restart_target(x: float, lower: int, upper: int, per_slot_max: int, per_executor: int,
+                   cap: int | None, limit: int) -> tuple[int, int]:
+    """Slots and partitions ``(S', P')`` for a restart that needs ``x`` balanced slots.
+
+    Each candidate ``P'`` within ``[max(lower, x), min(upper, per_slot_max x)]`` (the
+    numbers of :data:`SMOOTH` there, and the range's ends) is scored by the slots it needs
+    now (its smallest balanced count ``S' >= x``, whole executors, at most ``limit``) plus
+    those slots times :func:`expected_overshoot`: what later live rescales near ``S'``
+    would waste. The cheapest wins, the fewer partitions on a tie. ``per_slot_max = 1``
+    gives Flink's ``P' = S'``.
+    """
+    need = max(1, math.ceil(x - 1e-9))
+    s_top = min(limit, upper if cap is None else min(upper, cap))
+    s_top = max(per_executor, s_top - s_top % per_executor)
+    if need > s_top:  # the bounds or the cluster cannot give more
+        s = s_top
+        return s, min(upper, max(lower, s))
+    lo_p = max(lower, need)
+    hi_p = min(upper, per_slot_max * round_up(need, per_executor))
+    i = bisect.bisect_left(SMOOTH, lo_p)
+    j = bisect.bisect_right(SMOOTH, hi_p)
+    candidates = sorted({lo_p, hi_p, *SMOOTH[i:j]}) if lo_p <= hi_p else []
+    best: tuple[float, int, int] | None = None
+    for p in candidates:
+        t_cap = p if cap is None else min(p, cap)
+        fit = _smallest_at_least(balanced_slots(p, per_executor, min(t_cap, limit)), need)
+        if fit is None:
             continue
-        score = sum(1 for d in divisors(p)
-                    if d % per_executor == 0 and slots <= 2 * d and d <= 2 * slots)
-        if score > best_score:
-            best, best_score = p, score
-    if best is not None:
-        return best
-    if slots >= upper:
-        return upper
-    m = -(-lower // slots) * slots
-    return m if m <= upper else lower
+        cost = float(fit)
+        if per_slot_max > 1:
+            cost *= 1.0 + expected_overshoot(p, fit, per_executor, t_cap)
+        if best is None or cost < best[0] - 1e-9:
+            best = (cost, fit, p)
+    if best is None:
+        s = min(round_up(need, per_executor), s_top)
+        return s, min(upper, max(lower, s))
+    return best[1], best[2]
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,14 +237,12 @@ def restart_candidate(plan: Plan, model: ScalabilityModel) -> Choice | None:
     if not plan.can_restart:
         return None
     x = model.slots_for(plan.need_restart, plan.eff_now, plan.rate_per_slot)
-    limit = round_down(plan.upper, plan.per_executor) if plan.upper >= plan.per_executor \
-        else plan.per_executor
-    if plan.max_useful_slots is not None:
-        limit = min(limit, round_up(plan.max_useful_slots, plan.per_executor))
+    limit = plan.upper
     if plan.cluster_max_slots is not None:
         limit = min(limit, round_down(plan.cluster_max_slots, plan.per_executor))
-    s = min(round_up(x, plan.per_executor), limit) if math.isfinite(x) else limit
-    p = restart_partitions(s, plan.lower, plan.upper, plan.per_slot_max, plan.per_executor)
+    x = min(x, float(limit)) if math.isfinite(x) else float(limit)
+    s, p = restart_target(round(x, 2), plan.lower, plan.upper, plan.per_slot_max,
+                          plan.per_executor, plan.max_useful_slots, limit)
     cap = capacity(plan, model, s, p)
     return Choice("restart", s, p, cap, cap >= plan.need_restart * (1 - 1e-9), "")
 

@@ -61,6 +61,14 @@ from spark_adaptive.core.autoscaler.window import Entry, MetricsWindow, effectiv
 MIN_BATCHES = 3
 """A window holding fewer completed batches than this is never full."""
 
+SETTLED = 0.9
+"""A scale-down is recommended only once the newest seconds' input rate is at least this
+fraction of the window's: the window no longer mixes in a higher rate."""
+
+JUMP = 1.25
+"""The newest batch alone sets the input rate when it is this much above the newest
+seconds' rate: far beyond batch-to-batch noise, so only a real jump does it."""
+
 
 class _EffectCheck:
     """A scale-up waiting to be judged by the first full window after it."""
@@ -129,6 +137,11 @@ class QueryAutoscaler:
         in_rate = clean(sample.input_rows_per_second)
         if rows is None and in_rate is not None and dt is not None:
             rows = in_rate * dt
+        elif rows is not None and in_rate is not None and in_rate > 0:
+            # Spark's own interval: from the previous trigger's start to this one's. The rows
+            # a batch reads arrived during it, while the time between completions stretches
+            # when batches grow, which would hide the arrival rate behind the capacity.
+            dt = rows / in_rate
         busy = clean(sample.busy_time)
         has_work = rows is not None and rows > 0
         busy_ok = has_work and busy is not None and busy > 0
@@ -200,23 +213,35 @@ class QueryAutoscaler:
         if now < self._stable_from:
             return self._not_ready(view, f"stabilizing after the last rescale until "
                                          f"{self._stable_from:.0f}s")
-        w = self._window
-        collected = now - self._stable_from
-        if collected < cfg.metrics_window or w.count < MIN_BATCHES:
-            return self._not_ready(view, f"collecting metrics: {collected:.0f}s of "
-                                         f"{cfg.metrics_window:.0f}s, {w.count} batches")
-        if w.last_time is None or now - w.last_time > cfg.metrics_window:
-            return self._not_ready(view, "no micro-batch completed within the metrics window")
-        return self._decide(view)
+        count = self._window.count
+        if count == 0:
+            return self._collecting(view)
+        # Fewer batches than MIN_BATCHES or a window not yet full: only a query falling
+        # behind may act (upwards), e.g. one whose batches grew too long to complete often.
+        full = count >= MIN_BATCHES and now - self._stable_from >= cfg.metrics_window
+        return self._decide(view, full)
 
-    def _decide(self, view: QueryView) -> ScalingDecision:
+    def _collecting(self, view: QueryView, inputs: DecisionInputs | None = None
+                    ) -> ScalingDecision:
+        since = self._stable_from if self._stable_from is not None else view.now
+        return self._not_ready(view, f"collecting metrics: {view.now - since:.0f}s of "
+                                     f"{self.config.metrics_window:.0f}s, "
+                                     f"{self._window.count} batches", inputs)
+
+    def _decide(self, view: QueryView, full: bool) -> ScalingDecision:
         cfg, w, now = self.config, self._window, view.now
         lam_w, lam_r = w.window_arrival_rate(), w.recent_arrival_rate()
         rate, rate_src = w.rate_per_slot()
-        backlog = w.backlog() or 0.0
         span = (w.last_time or 0.0) - (w.first_time or 0.0)
         rates = [x for x in (lam_w, lam_r) if x is not None]
         lam = max(rates) if rates else None
+        lam_n = w.newest_arrival_rate()
+        if lam_n is not None and (lam is None or lam_n > JUMP * lam):
+            lam = lam_n  # a jump under way: the newest batch already shows it
+        backlog = w.backlog(now, lam or 0.0) or 0.0
+        behind = backlog > 0 and (not lam or backlog / lam > cfg.backlog_lag_threshold)
+        if not full and not behind:
+            return self._collecting(view)
         base = DecisionInputs(window_span=span, sample_count=w.count, input_rate=lam,
                               input_rate_window=lam_w, input_rate_recent=lam_r,
                               backlog=backlog, true_rate_per_slot=rate, rate_source=rate_src)
@@ -240,7 +265,7 @@ class QueryAutoscaler:
         need_restart = need_live + (lam * downtime / cu if cu > 0 else 0.0)
         up_at = lam / cfg.utilization_max + catch
         down_at = lam / cfg.utilization_min + catch if cfg.utilization_min > 0 else math.inf
-        catching_up = backlog > 0 and (lam <= 0 or backlog / lam > cfg.backlog_lag_threshold)
+        catching_up = behind
         util = lam / cap
         x_live = self._model.slots_for(need_live, eff, rate)
         inputs = DecisionInputs(
@@ -252,6 +277,8 @@ class QueryAutoscaler:
             restart_downtime=downtime)
         if cap < up_at:
             return self._scale_up(view, inputs, rate, need_live, need_restart, downtime)
+        if not full:  # only falling behind may cut the collection short, and only upwards
+            return self._collecting(view, inputs)
         if cap > down_at and not catching_up:
             return self._scale_down(view, inputs, rate, need_live, need_restart, downtime)
         self._pending_down = None
@@ -325,6 +352,15 @@ class QueryAutoscaler:
         cfg, now = self.config, view.now
         s, p = view.slots, view.partitions
         eff = effective_slots(s, p)
+        lam_w, lam_r = inputs.input_rate_window, inputs.input_rate_recent
+        if lam_w is not None and lam_r is not None and lam_r < SETTLED * lam_w:
+            # The window still averages in the higher rate of minutes ago; a recommendation
+            # from it would be kept as the interval's maximum and cost a second scale-down.
+            return self._result(
+                view, "scale-down-pending", "none", s, p,
+                f"utilization {inputs.utilization or 0:.2f} below {cfg.utilization_min:g}, but "
+                f"the input is still falling ({lam_r:.0f} rows/s newest, {lam_w:.0f} over the "
+                "window); the scale-down is recommended once the window has settled", inputs)
         lo = eff * (1 - cfg.scale_down_max_factor)
         x_live = self._model.slots_for(self._clamp(need_live, eff, rate, lo, math.inf), eff,
                                        rate)

@@ -7,18 +7,22 @@ Contract
   entries older than the window are dropped from the left and their values
   subtracted from the running sums, so no evaluation re-scans a history.
 * Two spans are kept: the whole *window* (``metrics.window``), averaged for the
-  processing rate and for the input rate, and its *recent* tail (a quarter of
-  the window, at least two batches), from which a rise of the input rate or a
-  growing backlog is read at once. That is the answer to FLINK-39306, where a
-  0 -> 1M lag spike was diluted across the whole window.
-* Rates are rows over elapsed time between batches, not averages of Spark's
-  per-batch rates: a batch that took long weighs as long as it took.
+  processing rate and for the input rate, and the *newest* batches (the last
+  :data:`NEWEST_SPAN` seconds, at least two batches), from which a rise of the
+  input rate is read at once; the newest batch alone is read too, for a jump
+  that the newest seconds still dilute. That is the answer to FLINK-39306, where
+  a 0 -> 1M lag spike was diluted across the whole window.
+* Rates are rows over Spark's own interval between trigger starts (``rows /
+  inputRowsPerSecond``) where Spark gives it, else over the time between
+  completions: when batches grow, completions stretch while the rows a batch
+  reads are still the arrivals since the previous start.
 * The arrival rate is consumption plus backlog growth (Flink:
   ``inputRate + d(lag)/dt``); with no reported backlog it is the consumption.
 * The true processing rate per slot is rows per busy slot-second where busy time
   is known; otherwise ``processedRowsPerSecond`` divided by the slots that had
   work (a batch on ``s`` slots with ``P`` partitions keeps ``P / ceil(P/s)``
   of them busy on average). Batches with no rows say nothing about it.
+* The backlog is the newest one, never a mean (see :meth:`MetricsWindow.backlog`).
 """
 
 from __future__ import annotations
@@ -27,8 +31,8 @@ import math
 from collections import deque
 from typing import NamedTuple
 
-RECENT_FRACTION = 0.25
-"""The recent tail is this fraction of the window (at least two batches)."""
+NEWEST_SPAN = 20.0
+"""Seconds of the newest batches (at least two) whose arrival rate is read on its own."""
 
 
 class Entry(NamedTuple):
@@ -116,7 +120,7 @@ class MetricsWindow:
 
     def __init__(self, span: float) -> None:
         self.span = span
-        self.recent_span = span * RECENT_FRACTION
+        self.recent_span = min(span, NEWEST_SPAN)
         self._all = _Sums()
         self._recent = _Sums()
         self._last_time: float | None = None
@@ -157,8 +161,23 @@ class MetricsWindow:
         return self._all.arrival_rate()
 
     def recent_arrival_rate(self) -> float | None:
-        """Arrival rate over the recent tail only (rows/s)."""
+        """Arrival rate over the newest batches only (rows/s)."""
         return self._recent.arrival_rate()
+
+    def newest_arrival_rate(self) -> float | None:
+        """Arrival rate of the newest batch alone (rows/s), for a jump under way."""
+        s = self._all
+        if not s.entries:
+            return None
+        e = s.entries[-1]
+        if e.rows is None or not e.dt:
+            return None
+        rate = e.rows / e.dt
+        if len(s.backlogs) >= 2 and s.backlogs[-1][0] == e.time:
+            (t0, b0), (t1, b1) = s.backlogs[-2], s.backlogs[-1]
+            if t1 > t0:
+                rate += (b1 - b0) / (t1 - t0)
+        return max(0.0, rate)
 
     def rate_per_slot(self) -> tuple[float | None, str]:
         """True processing rate per slot (rows per slot-second) and where it came from."""
@@ -172,26 +191,30 @@ class MetricsWindow:
     def rows_total(self) -> float:
         return max(0.0, self._all.rows)
 
-    def backlog(self) -> float | None:
-        """The newest reported backlog, or an estimate when the source reports none.
+    def backlog(self, now: float, rate: float) -> float | None:
+        """Rows waiting at ``now``: the newest reported backlog, or an estimate.
 
         Without a reported backlog (rate-like sources, Kafka without
         ``maxOffsetsPerTrigger``), falling behind shows as batches that run longer
-        than the trigger interval: the rows that arrive during the overrun are
-        work the next batch inherits, so the overrun times the input rate is the
-        backlog. Back-to-back triggers (0) give no such signal; the utilization
-        (input rate over capacity) still does.
+        than the trigger interval: the rows that arrive during the overrun are work
+        the next batch inherits, so the overrun times the input rate is the backlog.
+        Back-to-back triggers (0) give no such signal; the utilization (input rate
+        over capacity) still does. In both cases, when no batch has completed for
+        longer than a batch takes, the rows arrived meanwhile (at ``rate``) are
+        added: a query stuck in one long batch is falling behind even though it
+        reports nothing.
         """
         s = self._all
         e = s.entries[-1] if s.entries else None
         if e is None:
             return None
+        trigger = e.trigger or 0.0
+        duration = e.duration or 0.0
+        waiting = max(0.0, now - e.time - max(trigger, duration))
         if s.backlogs and s.backlogs[-1][0] == e.time:
-            return s.backlogs[-1][1]
-        if e.duration is not None and e.trigger is not None and e.trigger > 0:
-            rate = e.input_rate
-            if rate is None and e.rows is not None and e.dt:
-                rate = e.rows / e.dt
-            if rate is not None:
-                return rate * max(0.0, e.duration - e.trigger)
-        return 0.0 if not s.backlogs else s.backlogs[-1][1]
+            return s.backlogs[-1][1] + rate * waiting
+        overrun = 0.0
+        if e.duration is not None and trigger > 0:
+            overrun = max(0.0, e.duration - trigger)
+        newest_rate = e.input_rate if e.input_rate is not None else rate
+        return newest_rate * overrun + rate * waiting
