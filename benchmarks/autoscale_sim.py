@@ -210,6 +210,7 @@ class Load:
     obs: list[array[float]]
     noise: list[array[float]]
     changes: list[list[float]] = field(default_factory=list)  # step profile: change times
+    oracle: array[float] = field(default_factory=lambda: array("d"))  # slots, all queries
 
 
 def _shape_fn(profile: str, rng: random.Random, steps: int, day: float) -> tuple[
@@ -292,6 +293,11 @@ def make_load(profile: str, specs: list[Spec], seed: int, steps: int, day: float
         load.obs.append(obs)
         load.noise.append(noise)
         load.changes.append(changes)
+    load.oracle = array("d", bytes(8 * steps))
+    for s in specs:
+        need, true = s.slots_needed, load.true[s.index]
+        for k in range(steps):
+            load.oracle[k] += math.ceil(need(true[k]) - 1e-9)
     return load
 
 
@@ -652,9 +658,10 @@ def run(profile: str, name: str, specs: list[Spec], load: Load, args: argparse.N
     started = time.perf_counter()
     perf = time.perf_counter
     stride = max(1, steps // 400)
+    step_profile = profile == "step"
     for k in range(steps):
         t0, t1 = k * STEP, (k + 1) * STEP
-        held = oracle = 0
+        held = 0
         worst = 0.0
         for q in queries:
             i = q.spec.index
@@ -669,10 +676,9 @@ def run(profile: str, name: str, specs: list[Spec], load: Load, args: argparse.N
             if lag > worst:
                 worst = lag
             held += q.held
-            true = load.true[i][k]
-            oracle += math.ceil(q.spec.slots_needed(true) - 1e-9)
-            if profile == "step":
-                _track_convergence(q, t1, true, band)
+            if step_profile:
+                _track_convergence(q, t1, load.true[i][k], band)
+        oracle = load.oracle[k]
         exec_s += held * STEP
         oracle_s += oracle * STEP
         # restarts that completed released their executors inside advance()

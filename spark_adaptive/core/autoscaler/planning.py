@@ -19,8 +19,11 @@ rules, in the order they apply:
    ``S'/2`` and ``2 S'``, the smallest on ties. That makes the next rescales
    live; ``max-partitions-per-slot = 1`` gives Flink's ``P' = S'``.
 4. **Choosing.** The smallest adequate live candidate wins when no restart
-   would use fewer slots, or when it keeps the utilization within the band
-   (live first: no downtime, no risk). Otherwise the restart is priced: its
+   would use fewer slots, when it keeps the utilization within the band (live
+   first: no downtime, no risk), or when a restart would save a smaller
+   fraction of its slots than the band is wide (``1 - min / target``: the
+   waste the band tolerates anyway; without this rule a query whose load drifts
+   would restart for every slot). Otherwise the restart is priced: its
    downtime times the slots held meanwhile (executor-seconds paid for no
    work), against the slots the live choice wastes times the horizon before a
    scale-down could correct it (stabilization + window + scale-down interval).
@@ -124,18 +127,18 @@ decision milliseconds."""
 
 
 @functools.lru_cache(maxsize=4096)
-def restart_target(x: float, lower: int, upper: int, per_slot_max: int, per_executor: int,
+def restart_target(need: int, lower: int, upper: int, per_slot_max: int, per_executor: int,
                    cap: int | None, limit: int) -> tuple[int, int]:
-    """Slots and partitions ``(S', P')`` for a restart that needs ``x`` balanced slots.
+    """Slots and partitions ``(S', P')`` for a restart that needs ``need`` balanced slots.
 
-    Each candidate ``P'`` within ``[max(lower, x), min(upper, per_slot_max x)]`` (the
+    Each candidate ``P'`` within ``[max(lower, need), min(upper, per_slot_max need)]`` (the
     numbers of :data:`SMOOTH` there, and the range's ends) is scored by the slots it needs
-    now (its smallest balanced count ``S' >= x``, whole executors, at most ``limit``) plus
+    now (its smallest balanced count ``S' >= need``, whole executors, at most ``limit``) plus
     those slots times :func:`expected_overshoot`: what later live rescales near ``S'``
     would waste. The cheapest wins, the fewer partitions on a tie. ``per_slot_max = 1``
     gives Flink's ``P' = S'``.
     """
-    need = max(1, math.ceil(x - 1e-9))
+    need = max(1, need)
     s_top = min(limit, upper if cap is None else min(upper, cap))
     s_top = max(per_executor, s_top - s_top % per_executor)
     if need > s_top:  # the bounds or the cluster cannot give more
@@ -182,11 +185,13 @@ class Plan:
     downtime: float
     horizon: float
     utilization_min: float
+    utilization_target: float
     per_slot_max: int
 
-    @property
-    def eff_now(self) -> float:
-        return effective_slots(self.slots, self.partitions)
+    eff_now: float = 0.0  # effective slots now, computed from slots and partitions
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "eff_now", effective_slots(self.slots, self.partitions))
 
     def task_cap(self, partitions: int) -> int:
         cap = partitions
@@ -217,20 +222,25 @@ def capacity(plan: Plan, model: ScalabilityModel, slots: int, partitions: int) -
     return model.capacity(eff, plan.eff_now, plan.rate_per_slot)
 
 
-def live_candidates(plan: Plan) -> list[int]:
+def live_candidates(plan: Plan) -> tuple[int, ...]:
     """Slot counts reachable without a restart, ascending (empty if P is out of bounds)."""
     p = plan.partitions
-    if not plan.lower <= p <= plan.upper:
-        return []
-    cap, spe = plan.task_cap(p), plan.per_executor
-    limit = plan.slot_limit(p)
+    return _live_slots(p, plan.lower <= p <= plan.upper, plan.task_cap(p), plan.per_executor,
+                       plan.slot_limit(p), plan.slots)
+
+
+@functools.lru_cache(maxsize=4096)
+def _live_slots(p: int, in_bounds: bool, cap: int, spe: int, limit: int,
+                current: int) -> tuple[int, ...]:
+    if not in_bounds:
+        return ()
     out = [d for d in divisors(p) if d <= cap and d % spe == 0 and d <= limit]
     top = round_up(cap, spe)
     if p % cap == 0 and top <= limit and top not in out:
         out.append(top)  # whole executors hosting every task; the extra slots idle
-    if plan.slots not in out and plan.slots <= limit and p % min(plan.slots, cap) == 0:
-        out.append(plan.slots)
-    return sorted(out)
+    if current not in out and current <= limit and p % min(current, cap) == 0:
+        out.append(current)
+    return tuple(sorted(out))
 
 
 def restart_candidate(plan: Plan, model: ScalabilityModel) -> Choice | None:
@@ -241,8 +251,8 @@ def restart_candidate(plan: Plan, model: ScalabilityModel) -> Choice | None:
     if plan.cluster_max_slots is not None:
         limit = min(limit, round_down(plan.cluster_max_slots, plan.per_executor))
     x = min(x, float(limit)) if math.isfinite(x) else float(limit)
-    s, p = restart_target(round(x, 2), plan.lower, plan.upper, plan.per_slot_max,
-                          plan.per_executor, plan.max_useful_slots, limit)
+    s, p = restart_target(max(1, math.ceil(x - 1e-9)), plan.lower, plan.upper,
+                          plan.per_slot_max, plan.per_executor, plan.max_useful_slots, limit)
     cap = capacity(plan, model, s, p)
     return Choice("restart", s, p, cap, cap >= plan.need_restart * (1 - 1e-9), "")
 
@@ -252,11 +262,17 @@ def choose(plan: Plan, model: ScalabilityModel) -> Choice | None:
     p = plan.partitions
     cands = live_candidates(plan)
     live: Choice | None = None
-    for s in cands:
-        c = capacity(plan, model, s, p)
+    # Capacity grows with the slots, so the first adequate candidate is found by bisection
+    # from the continuous need, then checked (the cap and rounding can shift it by one).
+    x = model.slots_for(plan.need_live, plan.eff_now, plan.rate_per_slot)
+    i = bisect.bisect_left(cands, x - 1e-6) if math.isfinite(x) else len(cands)
+    i = max(0, i - 1)
+    while i < len(cands):
+        c = capacity(plan, model, cands[i], p)
         if c >= plan.need_live * (1 - 1e-9):
-            live = Choice("live", s, p, c, True, "")
+            live = Choice("live", cands[i], p, c, True, "")
             break
+        i += 1
     restart = restart_candidate(plan, model)
     if restart is not None and restart.slots == plan.slots and restart.partitions == p:
         restart = None  # a restart onto the same configuration changes nothing
@@ -270,12 +286,18 @@ def choose(plan: Plan, model: ScalabilityModel) -> Choice | None:
             return _with(live, f"live: {head}, utilization {util:.2f} stays within the band "
                                f"(a restart at {restart.slots} slots would save "
                                f"{live.slots - restart.slots}; live first)")
-        waste = (live.slots - restart.slots) * plan.horizon
+        saved = live.slots - restart.slots
+        band = 1.0 - plan.utilization_min / plan.utilization_target
+        if saved < band * live.slots:
+            return _with(live, f"live: {head}; a restart at {restart.slots} slots would save "
+                               f"{saved} of {live.slots} ({saved / live.slots:.0%}), less than "
+                               f"the band's width ({band:.0%}) tolerates")
+        waste = saved * plan.horizon
         price = plan.downtime * max(plan.slots, restart.slots)
         figures = (f"live at {live.slots} slots would leave utilization {util:.2f} and waste "
-                   f"{live.slots - restart.slots} slots x {plan.horizon:.0f}s = {waste:.0f} "
-                   f"slot-s; the restart costs {plan.downtime:.1f}s downtime x "
-                   f"{max(plan.slots, restart.slots)} slots = {price:.0f} slot-s")
+                   f"{saved} slots x {plan.horizon:.0f}s = {waste:.0f} slot-s; the restart "
+                   f"costs {plan.downtime:.1f}s downtime x {max(plan.slots, restart.slots)} "
+                   f"slots = {price:.0f} slot-s")
         if waste > price:
             return _with(restart, f"restart at {restart.partitions} partitions: {figures}")
         return _with(live, f"live: {head}; {figures}")

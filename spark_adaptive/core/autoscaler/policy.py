@@ -106,6 +106,8 @@ class QueryAutoscaler:
         self._check: _EffectCheck | None = None
         self._block: tuple[int, int, float] | None = None  # partitions, slots, until
         self._downtimes: list[float] = []
+        self._downtime_key: tuple[int, float | None, int] | None = None
+        self._downtime_seen: float | None = None
         self.rejected = 0
         self.last_rejection = ""
         self._last: ScalingDecision | None = None
@@ -113,46 +115,59 @@ class QueryAutoscaler:
     # -- inputs ---------------------------------------------------------------------------
     def observe(self, sample: LoadSample) -> bool:
         """Add one completed micro-batch; False (and why, in ``last_rejection``) if unused."""
+        try:
+            return self._observe(sample)
+        except (TypeError, ValueError, AttributeError) as e:  # a malformed sample
+            return self._reject(f"malformed sample: {e}")
+
+    def _observe(self, sample: LoadSample) -> bool:
         t = sample.time
-        if not isinstance(t, (int, float)) or not math.isfinite(t):
+        if not -math.inf < t < math.inf:
             return self._reject(f"sample time {t!r}")
-        if sample.slots < 1 or sample.partitions < 1:
-            return self._reject(f"batch ran on {sample.slots} slots, {sample.partitions} "
-                                "partitions")
+        slots, partitions = sample.slots, sample.partitions
+        if slots < 1 or partitions < 1:
+            return self._reject(f"batch ran on {slots} slots, {partitions} partitions")
         if self._stable_from is None:  # first sight of the query: its start
             self._stable_from = t + self.config.stabilization_interval
             self._known_rescale = t
-        if sample.batch_id is not None and sample.batch_id == self._last_batch:
-            return self._reject(f"batch {sample.batch_id} seen twice")
-        self._last_batch = sample.batch_id
+        batch = sample.batch_id
+        if batch is not None and batch == self._last_batch:
+            return self._reject(f"batch {batch} seen twice")
+        self._last_batch = batch
+        w = self._window
+        last = w.last_time
+        if last is not None and t < last:  # nothing measured before can be trusted
+            w.clear()
+            self._stable_from = t + self.config.stabilization_interval
+            return self._reject(f"clock went back from {last:.3f}s to {t:.3f}s; metrics are "
+                                "collected again after a stabilization interval")
         if t < self._stable_from:
             return False  # stabilizing: not an error, just not used
-        last = self._window.last_time
-        if last is not None and t < last:
-            self._window.clear()
-            self.last_rejection = f"clock went back from {last:.3f} to {t:.3f}; window restarted"
-            last = None
         dt = t - last if last is not None else None
         rows = clean(sample.num_input_rows)
         in_rate = clean(sample.input_rows_per_second)
-        if rows is None and in_rate is not None and dt is not None:
-            rows = in_rate * dt
-        elif rows is not None and in_rate is not None and in_rate > 0:
+        if rows is None:
+            if in_rate is not None and dt is not None:
+                rows = in_rate * dt
+        elif in_rate:
             # Spark's own interval: from the previous trigger's start to this one's. The rows
             # a batch reads arrived during it, while the time between completions stretches
             # when batches grow, which would hide the arrival rate behind the capacity.
             dt = rows / in_rate
-        busy = clean(sample.busy_time)
-        has_work = rows is not None and rows > 0
-        busy_ok = has_work and busy is not None and busy > 0
-        proc = clean(sample.processed_rows_per_second)
+        busy = busy_rows = None
         rps = None
-        if has_work and proc is not None and proc > 0:
-            rps = proc / effective_slots(sample.slots, sample.partitions)
-        self._window.add(Entry(
-            t, dt, rows, busy if busy_ok else None, rows if busy_ok and rows else 0.0, rps,
-            clean(sample.backlog), in_rate, clean(sample.batch_duration),
-            clean(sample.trigger_interval), sample.slots, sample.partitions))
+        if rows:  # a batch with rows says something about the processing rate
+            busy = clean(sample.busy_time)
+            if busy:
+                busy_rows = rows
+            else:
+                busy = None
+            proc = clean(sample.processed_rows_per_second)
+            if proc:
+                rps = proc / effective_slots(slots, partitions)
+        w.add(Entry(t, dt, rows, busy, busy_rows or 0.0, rps, clean(sample.backlog), in_rate,
+                    clean(sample.batch_duration), clean(sample.trigger_interval), slots,
+                    partitions))
         return True
 
     def on_rescale_completed(self, time: float, *, slots: int, partitions: int,
@@ -248,11 +263,11 @@ class QueryAutoscaler:
         if lam is None:
             return self._not_ready(view, "no input rate: batches reported neither input rows "
                                          "nor elapsed time", base)
-        if rate is None:
-            return self._not_ready(view, f"no processing rate: {rate_src}", base)
         if lam <= 0 and backlog <= 0:
             return self._result(view, "no-change", "none", view.slots, view.partitions,
                                 "no input in the metrics window; nothing to scale on", base)
+        if rate is None:
+            return self._not_ready(view, f"no processing rate: {rate_src}", base)
         s, p = view.slots, view.partitions
         eff = effective_slots(s, p)
         cap = rate * eff
@@ -302,7 +317,7 @@ class QueryAutoscaler:
             rate_per_slot=rate, input_rate=lam, need_live=need_live, need_restart=need_restart,
             downtime=downtime,
             horizon=cfg.stabilization_interval + cfg.metrics_window + cfg.scale_down_interval,
-            utilization_min=cfg.utilization_min,
+            utilization_min=cfg.utilization_min, utilization_target=cfg.utilization_target,
             per_slot_max=cfg.restart_max_partitions_per_slot)
 
     def _clamp(self, need: float, eff: float, rate: float, lo: float, hi: float) -> float:
@@ -423,11 +438,17 @@ class QueryAutoscaler:
 
     def _downtime(self, view: QueryView) -> float:
         cfg = self.config
-        if cfg.restart_time_tracking:
-            seen = [d for d in (*view.restart_downtimes, *self._downtimes) if clean(d) is not None]
-            if seen:
-                return min(max(seen), cfg.restart_time_tracking_limit)
-        return cfg.restart_time
+        if not cfg.restart_time_tracking:
+            return cfg.restart_time
+        seen = view.restart_downtimes
+        key = (len(seen), seen[-1] if seen else None, len(self._downtimes))
+        if key != self._downtime_key:
+            usable = [x for x in (*seen, *self._downtimes) if clean(x) is not None]
+            self._downtime_seen = max(usable) if usable else None
+            self._downtime_key = key
+        if self._downtime_seen is None:
+            return cfg.restart_time
+        return min(self._downtime_seen, cfg.restart_time_tracking_limit)
 
     # -- results --------------------------------------------------------------------------
     def _reject(self, why: str) -> bool:

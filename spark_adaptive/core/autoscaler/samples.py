@@ -137,8 +137,11 @@ def _finite(x: float | None) -> bool:
 
 def clean(value: float | None) -> float | None:
     """A usable non-negative number, or None (missing, NaN, infinite, negative, not a number)."""
-    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+    if value is None:
         return None
-    if not math.isfinite(value) or value < 0:
-        return None
-    return float(value)
+    try:
+        if 0.0 <= value < math.inf:  # NaN fails every comparison
+            return float(value)
+    except TypeError:
+        pass
+    return None

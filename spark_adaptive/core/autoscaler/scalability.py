@@ -34,6 +34,9 @@ import math
 MAX_POINTS = 8
 """Slot counts remembered (the most recently observed)."""
 
+REFIT_CHANGE = 0.01
+"""A slot count's rate must move by this fraction before the fit is computed again."""
+
 MIN_SPREAD = 1.25
 """Largest over smallest observed slot count before the fit's slope is trusted."""
 
@@ -54,11 +57,15 @@ class ScalabilityModel:
         if not (slots > 0 and rate_per_slot > 0 and math.isfinite(rate_per_slot)):
             return
         key = round(slots, 3)
+        old = self._points.get(key)
         self._points[key] = (rate_per_slot, time)
-        if len(self._points) > MAX_POINTS:
-            oldest = min(self._points, key=lambda k: self._points[k][1])
-            del self._points[oldest]
-        self._dirty = True
+        if old is None:
+            if len(self._points) > MAX_POINTS:
+                oldest = min(self._points, key=lambda k: self._points[k][1])
+                del self._points[oldest]
+            self._dirty = True
+        elif abs(rate_per_slot - old[0]) > REFIT_CHANGE * old[0]:
+            self._dirty = True  # smaller changes would move the fit by less than its noise
 
     @property
     def observations(self) -> int:

@@ -17,7 +17,9 @@ Contract
   completions: when batches grow, completions stretch while the rows a batch
   reads are still the arrivals since the previous start.
 * The arrival rate is consumption plus backlog growth (Flink:
-  ``inputRate + d(lag)/dt``); with no reported backlog it is the consumption.
+  ``inputRate + d(lag)/dt``), the growth up to the batch before the newest: a
+  backlog that jumped in the newest batch is read as backlog (the catch-up
+  term), not yet as a rate. With no reported backlog it is the consumption.
 * The true processing rate per slot is rows per busy slot-second where busy time
   is known; otherwise ``processedRowsPerSecond`` divided by the slots that had
   work (a batch on ``s`` slots with ``P`` partitions keeps ``P / ceil(P/s)``
@@ -104,12 +106,17 @@ class _Sums:
             self.rows = self.dt = self.busy = self.busy_rows = self.rps = 0.0
             self.n_rps = 0
 
-    def arrival_rate(self) -> float | None:
+    def arrival_rate(self, skip_newest: bool = True) -> float | None:
+        """Consumption plus backlog growth, leaving the newest batch's backlog change out
+        (``skip_newest``): a backlog that jumped in one batch may be a one-off dump, which
+        the catch-up term handles; only growth over two batches or more is a rate."""
         if self.dt <= 0:
             return None
         rate = max(0.0, self.rows) / self.dt
-        if len(self.backlogs) >= 2:
-            (t0, b0), (t1, b1) = self.backlogs[0], self.backlogs[-1]
+        b = self.backlogs
+        last = len(b) - (2 if skip_newest else 1)
+        if last >= 1:
+            (t0, b0), (t1, b1) = b[0], b[last]
             if t1 > t0:
                 rate += (b1 - b0) / (t1 - t0)
         return max(0.0, rate)
@@ -165,19 +172,15 @@ class MetricsWindow:
         return self._recent.arrival_rate()
 
     def newest_arrival_rate(self) -> float | None:
-        """Arrival rate of the newest batch alone (rows/s), for a jump under way."""
+        """Rows per second the newest batch read, for a jump under way (its backlog change
+        is left out, as in :meth:`recent_arrival_rate`)."""
         s = self._all
         if not s.entries:
             return None
         e = s.entries[-1]
         if e.rows is None or not e.dt:
             return None
-        rate = e.rows / e.dt
-        if len(s.backlogs) >= 2 and s.backlogs[-1][0] == e.time:
-            (t0, b0), (t1, b1) = s.backlogs[-2], s.backlogs[-1]
-            if t1 > t0:
-                rate += (b1 - b0) / (t1 - t0)
-        return max(0.0, rate)
+        return e.rows / e.dt
 
     def rate_per_slot(self) -> tuple[float | None, str]:
         """True processing rate per slot (rows per slot-second) and where it came from."""
