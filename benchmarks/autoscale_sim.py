@@ -118,7 +118,7 @@ from spark_adaptive.core.autoscaler.decision import DecisionInputs, Kind, Outcom
 from spark_adaptive.core.autoscaler.window import effective_slots
 
 RESULTS = Path(__file__).parent / "results"
-STEP = 5.0
+STEP = 10.0
 TRIGGER = 5.0
 TASK_OVERHEAD = 0.015
 BATCH_OVERHEAD = 0.2
@@ -315,10 +315,11 @@ class FlinkOperatorBaseline:
     """Flink's operator autoscaler algorithm as documented, on Spark: P = slots, restarts only."""
 
     band = (0.4, 1.0)
+    target = 0.7
 
     def __init__(self, scale: float = 1.0) -> None:
         self.window, self.stabilization = 900.0 * scale, 300.0 * scale
-        self.target, (self.umin, self.umax) = 0.7, self.band
+        self.umin, self.umax = self.band
         self.sd_interval, self.catch_up = 3600.0 * scale, 1800.0 * scale
         self.restart_time, self.sd_factor, self.up_factor = 300.0, 0.6, 100000.0
         self.lag_threshold = 300.0 * scale
@@ -386,9 +387,8 @@ class FlinkOperatorBaseline:
         if v.rescale_in_flight or v.now < self.stable_from + self.window or self.dt <= 0:
             return self._d(v, "not-ready", v.slots, "not ready")
         lam = self.rows / self.dt
-        first = next((b for (_, _, _, _, _, b) in self.samples if b is not None), None)
-        lag = self.samples[-1][5]
-        if lag is not None and first is not None:
+        first, lag = self.samples[0][5], self.samples[-1][5]
+        if lag is not None and first is not None:  # lag growth from the window's end points
             span = self.samples[-1][0] - self.samples[0][0]
             if span > 0:
                 lam = max(0.0, lam + (lag - first) / span)
@@ -446,7 +446,7 @@ class SimQuery:
         "prev_start", "batch_id", "P", "active", "held", "starting", "inflight", "stop_at",
         "down_until", "pending_restart", "downtimes", "last_done", "live", "restarts",
         "lag_over", "max_lag", "in_band_since", "rescale_starts", "steps_hist", "unsettled",
-        "next_change", "changes", "last_end",
+        "next_change", "changes", "last_end", "shape_key", "shape",
     )
 
     def __init__(self, spec: Spec, policy: Policy, slots: int, partitions: int) -> None:
@@ -480,6 +480,8 @@ class SimQuery:
         self.changes: list[float] = []
         self.next_change = 0
         self.last_end = 0.0
+        self.shape_key: tuple[int, int] | None = None
+        self.shape: tuple[int, float, float, float] = (0, 0.0, 0.0, 0.0)
 
     # one step of micro-batches: arrivals at ``lam`` rows/s over [t0, t1)
     def advance(self, t0: float, t1: float, lam: float, noise: float) -> None:
@@ -502,17 +504,25 @@ class SimQuery:
             start = self.next_start if self.next_start > t0 else t0
             if start >= t1:
                 break
+            if self.starting and self.starting[0] <= start:  # executors that joined
+                self.arrivals(start)
+                continue
             available = A0 + lam * (start - t0) - self.read
             if available <= 1e-9:
                 self.next_start = start + TRIGGER
                 continue
             rows = available if not spec.kafka else min(available, spec.rate_limit)
-            tasks = spec.tasks(self.P)
-            used = min(self.active, tasks)
-            eff = effective_slots(used, tasks)
-            r = spec.rate_per_slot(eff) * noise
-            waves = -(-tasks // used)
-            dur = rows / (eff * r) + waves * TASK_OVERHEAD + BATCH_OVERHEAD
+            key = (self.P, self.active)
+            if key != self.shape_key:  # recomputed only when slots or partitions change
+                tasks = spec.tasks(self.P)
+                used = min(self.active, tasks)
+                eff = effective_slots(used, tasks)
+                self.shape = (tasks, eff, spec.rate_per_slot(eff),
+                              -(-tasks // used) * TASK_OVERHEAD + BATCH_OVERHEAD)
+                self.shape_key = key
+            tasks, eff, r, fixed = self.shape
+            r *= noise
+            dur = rows / (eff * r) + fixed
             self.read += rows
             self.batch_start, self.batch_end, self.batch_rows, self.batch_dur = (
                 start, start + dur, rows, dur)
@@ -557,18 +567,22 @@ class SimQuery:
                                          kind="restart", downtime=downtime)
 
     def arrivals(self, t: float) -> None:
-        if self.starting:
-            while self.starting and self.starting[0] <= t:
-                self.starting.pop(0)
-                self.active += 1
-            if not self.starting and self.inflight is not None:
-                kind, slots, partitions = self.inflight
-                if kind == "live":
-                    self.inflight = None
-                    self.last_done = t
-                    self.policy.on_rescale_completed(t, slots=self.active, partitions=self.P)
-                elif self.stop_at is None and self.down_until is None:
-                    self.stop_at = t
+        """Executors started by ``t`` join; the last one completes a rescale waiting on them."""
+        starting = self.starting
+        if not starting or starting[0] > t:
+            return
+        last = t
+        while starting and starting[0] <= t:
+            last = starting.pop(0)
+            self.active += 1
+        if not starting and self.inflight is not None:
+            kind = self.inflight[0]
+            if kind == "live":
+                self.inflight = None
+                self.last_done = last
+                self.policy.on_rescale_completed(last, slots=self.active, partitions=self.P)
+            elif self.stop_at is None and self.down_until is None:
+                self.stop_at = last
 
     def start(self, d: ScalingDecision, t: float, free: int, rng: random.Random) -> int:
         """Carry out a decision; returns the executors taken from the free pool (<0: released)."""
@@ -637,7 +651,8 @@ def run(profile: str, name: str, specs: list[Spec], load: Load, args: argparse.N
     day = args.hours * 3600.0
     cfg: AutoscalerConfig = args.config
     ours = name == "spark-adaptive"
-    band = (cfg.utilization_min, cfg.utilization_max) if ours else FlinkOperatorBaseline.band
+    band = ((cfg.utilization_min, cfg.utilization_max, cfg.utilization_target) if ours
+            else (*FlinkOperatorBaseline.band, FlinkOperatorBaseline.target))
     eval_every = max(1, round((cfg.evaluation_interval if ours else 10.0) / STEP))
     rng = random.Random(f"{args.seed}/{profile}/cluster")
     queries: list[SimQuery] = []
@@ -653,6 +668,8 @@ def run(profile: str, name: str, specs: list[Spec], load: Load, args: argparse.N
         raise SystemExit(f"{args.executors} executors cannot hold the initial configuration")
     exec_s = oracle_s = 0.0
     round_times: list[float] = []
+    round_cpu: list[float] = []
+    cpu_clock = time.thread_time
     series_t: list[float] = []
     series: dict[str, list[float]] = {"executors": [], "oracle": [], "lag_max": []}
     started = time.perf_counter()
@@ -689,18 +706,20 @@ def run(profile: str, name: str, specs: list[Spec], load: Load, args: argparse.N
             series["oracle"].append(oracle)
             series["lag_max"].append(worst)
         if (k + 1) % eval_every == 0:
-            spent = 0.0
+            spent = cpu = 0.0
             for q in queries:
                 s = q.spec
                 view = QueryView(
                     t1, q.held, q.P, 1, s.upper, s.source_cap, s.can_restart,
                     tuple(q.downtimes), q.inflight is not None, q.last_done, 1, q.held + free)
-                a = perf()
+                a, c = perf(), cpu_clock()
                 d = q.policy.evaluate(view)
                 spent += perf() - a
+                cpu += cpu_clock() - c
                 if d.actionable and q.inflight is None:
                     free -= q.start(d, t1, free, rng)
             round_times.append(spent)
+            round_cpu.append(cpu)
         if k % (steps // 20 or 1) == 0 and k:
             pct = 100 * k / steps
             sys.stderr.write(f"\r  {progress} {profile:<11} {name:<15} {pct:5.1f}%  "
@@ -717,6 +736,7 @@ def run(profile: str, name: str, specs: list[Spec], load: Load, args: argparse.N
     restarts = [q.restarts / days for q in queries]
     steps_hist: list[int] = [x for q in queries for x in q.steps_hist]
     rt = sorted(round_times)
+    rc = sorted(round_cpu)
     return {
         "profile": profile, "policy": name,
         "executor_seconds": exec_s, "oracle_seconds": oracle_s,
@@ -735,12 +755,19 @@ def run(profile: str, name: str, specs: list[Spec], load: Load, args: argparse.N
         } if profile == "step" else None,
         "eval_round_ms_median": 1000 * statistics.median(rt) if rt else math.nan,
         "eval_round_ms_p99": 1000 * rt[min(len(rt) - 1, int(0.99 * len(rt)))] if rt else math.nan,
+        "eval_round_cpu_ms_median": 1000 * statistics.median(rc) if rc else math.nan,
+        "eval_round_cpu_ms_p99": 1000 * rc[min(len(rc) - 1, int(0.99 * len(rc)))] if rc else (
+            math.nan),
         "series": {"hours": series_t, **series},
+        "per_query": [{"query": q.spec.index, "live": q.live, "restarts": q.restarts,
+                       "seconds_over_lag_target": q.lag_over, "max_lag": q.max_lag,
+                       "can_restart": q.spec.can_restart, "partitions": q.P}
+                      for q in queries],
     }
 
 
 def _track_convergence(q: SimQuery, t: float, true_rate: float,
-                       band: tuple[float, float]) -> None:
+                       band: tuple[float, float, float]) -> None:
     """Rescales from a level change until the query settles in its band for good."""
     changes = q.changes
     if q.next_change < len(changes) and t >= changes[q.next_change]:
@@ -751,9 +778,20 @@ def _track_convergence(q: SimQuery, t: float, true_rate: float,
         q.in_band_since = None
     if q.next_change == 0:
         return
-    cap = q.spec.capacity(q.active, q.P)
+    spec = q.spec
+    cap = spec.capacity(q.active, q.P)
     util = true_rate / cap if cap > 0 else math.inf
-    ok = q.inflight is None and band[0] <= util <= band[1]
+    ok = q.inflight is None and util <= band[1]
+    if ok and util < band[0] and q.active > 1:
+        # below the band: settled only if the next smaller slot count (any, with a restart;
+        # a divisor of the partitions, live) would be above the policy's target
+        if spec.can_restart:
+            lower = spec.capacity(q.active - 1, q.active - 1)
+        else:
+            tasks = spec.tasks(q.P)
+            d = max((x for x in range(1, q.active) if tasks % x == 0), default=1)
+            lower = spec.capacity(d, q.P)
+        ok = true_rate / lower > band[2]
     if not ok:
         q.in_band_since = None
     elif q.in_band_since is None:

@@ -126,12 +126,12 @@ class AutoscalerConfig:
         "Cap on the observed restart downtime used when time tracking is on. Flink's is "
         "15 min.", unit="s")
     restart_max_partitions_per_slot: int = option(
-        "autoscaler.restart.max-partitions-per-slot", "int", 4,
-        "When a restart changes the partition count P' for S' slots, P' is the multiple of "
-        "S' (at most this many times S', within the query's bounds) with the most balanced "
-        "slot counts between S'/2 and 2 S', so that later rescales can be live. 1 restarts at "
-        "P' = S' like Flink; more leaves more live steps but runs more tasks per batch.",
-        minimum=1)
+        "autoscaler.restart.max-partitions-per-slot", "int", 12,
+        "When a restart changes the partition count, the new count P' is chosen among "
+        "multiples of the new slot count S' up to this many times S' (within the query's "
+        "bounds), for balanced slot counts close together around S', so that later rescales "
+        "are live. 1 restarts at P' = S' like Flink; more leaves more live steps but runs more "
+        "tasks per slot in every batch.", minimum=1)
     backlog_lag_threshold: float = option(
         "autoscaler.backlog-processing.lag-threshold", "duration", 30.0,
         "While backlog / input rate exceeds this, the query is catching up: it is never "

@@ -68,6 +68,11 @@ def round_down(slots: float, per_executor: int) -> int:
     return max(1, math.floor(slots / per_executor + 1e-9)) * per_executor
 
 
+FUTURE_WEIGHT = 2.0
+"""How much the expected waste of later live rescales weighs against the slots needed now:
+a partition count outlives many rescales, and each one its balanced counts miss would cost
+another restart."""
+
 FIT_POINTS = 12
 """Future needs sampled (log-spaced over ``[S/2, 2S]``) to score a partition count."""
 
@@ -134,8 +139,8 @@ def restart_target(need: int, lower: int, upper: int, per_slot_max: int, per_exe
     Each candidate ``P'`` within ``[max(lower, need), min(upper, per_slot_max need)]`` (the
     numbers of :data:`SMOOTH` there, and the range's ends) is scored by the slots it needs
     now (its smallest balanced count ``S' >= need``, whole executors, at most ``limit``) plus
-    those slots times :func:`expected_overshoot`: what later live rescales near ``S'``
-    would waste. The cheapest wins, the fewer partitions on a tie. ``per_slot_max = 1``
+    those slots times :data:`FUTURE_WEIGHT` times :func:`expected_overshoot`: what later
+    live rescales near ``S'`` would waste. The cheapest wins, the fewer partitions on a tie. ``per_slot_max = 1``
     gives Flink's ``P' = S'``.
     """
     need = max(1, need)
@@ -157,7 +162,7 @@ def restart_target(need: int, lower: int, upper: int, per_slot_max: int, per_exe
             continue
         cost = float(fit)
         if per_slot_max > 1:
-            cost *= 1.0 + expected_overshoot(p, fit, per_executor, t_cap)
+            cost *= 1.0 + FUTURE_WEIGHT * expected_overshoot(p, fit, per_executor, t_cap)
         if best is None or cost < best[0] - 1e-9:
             best = (cost, fit, p)
     if best is None:
@@ -251,8 +256,12 @@ def restart_candidate(plan: Plan, model: ScalabilityModel) -> Choice | None:
     if plan.cluster_max_slots is not None:
         limit = min(limit, round_down(plan.cluster_max_slots, plan.per_executor))
     x = min(x, float(limit)) if math.isfinite(x) else float(limit)
-    s, p = restart_target(max(1, math.ceil(x - 1e-9)), plan.lower, plan.upper,
-                          plan.per_slot_max, plan.per_executor, plan.max_useful_slots, limit)
+    need = max(1, math.ceil(x - 1e-9))
+    # A limit above every partition count considered changes nothing: leaving it out of the
+    # cache key keeps a cluster whose free slots move from defeating the cache.
+    limit = min(limit, plan.per_slot_max * round_up(need, plan.per_executor))
+    s, p = restart_target(need, plan.lower, plan.upper, plan.per_slot_max, plan.per_executor,
+                          plan.max_useful_slots, limit)
     cap = capacity(plan, model, s, p)
     return Choice("restart", s, p, cap, cap >= plan.need_restart * (1 - 1e-9), "")
 
@@ -273,19 +282,20 @@ def choose(plan: Plan, model: ScalabilityModel) -> Choice | None:
             live = Choice("live", cands[i], p, c, True, "")
             break
         i += 1
+    if live is not None:
+        util = plan.input_rate / live.capacity if live.capacity > 0 else math.inf
+        head = f"{live.slots} slots run the {p} partitions balanced, no restart"
+        if util >= plan.utilization_min or not plan.can_restart:
+            # live first: within the band no restart is considered (nor priced)
+            why = "" if plan.can_restart else " (the partition count cannot change)"
+            return _with(live, f"live: {head}{why}")
     restart = restart_candidate(plan, model)
     if restart is not None and restart.slots == plan.slots and restart.partitions == p:
         restart = None  # a restart onto the same configuration changes nothing
     if live is not None:
-        util = plan.input_rate / live.capacity if live.capacity > 0 else math.inf
-        head = f"{live.slots} slots run the {p} partitions balanced, no restart"
         if restart is None or not restart.adequate or restart.slots >= live.slots:
-            why = "" if plan.can_restart else " (the partition count cannot change)"
-            return _with(live, f"live: {head}{why}")
-        if util >= plan.utilization_min:
-            return _with(live, f"live: {head}, utilization {util:.2f} stays within the band "
-                               f"(a restart at {restart.slots} slots would save "
-                               f"{live.slots - restart.slots}; live first)")
+            return _with(live, f"live: {head}; utilization {util:.2f} is below the band, but a "
+                               "restart would not need fewer slots")
         saved = live.slots - restart.slots
         band = 1.0 - plan.utilization_min / plan.utilization_target
         if saved < band * live.slots:

@@ -105,6 +105,7 @@ class QueryAutoscaler:
         self._pending_down: tuple[float, float, float] | None = None  # since, x_live, x_rst
         self._check: _EffectCheck | None = None
         self._block: tuple[int, int, float] | None = None  # partitions, slots, until
+        self._floor: tuple[tuple[object, ...], float, float, str] | None = None
         self._downtimes: list[float] = []
         self._downtime_key: tuple[int, float | None, int] | None = None
         self._downtime_seen: float | None = None
@@ -388,15 +389,28 @@ class QueryAutoscaler:
             self._pending_down = (since, max(a, x_live), max(b, x_rst))
         since, xl, xr = self._pending_down
         m = self._model
+        util = inputs.utilization or 0.0
+        head = f"utilization {util:.2f} below {cfg.utilization_min:g}"
+        # A need that could not go below the current slots cannot when it is higher: the
+        # choice is monotone in the need, so that answer is reused (queries that sit below the
+        # band on their smallest useful slot count are common and evaluated every interval).
+        key = (s, p, view.lower, view.upper, view.can_restart, view.max_useful_slots,
+               view.slots_per_executor, view.cluster_max_slots, downtime, m.fit())
+        floor = self._floor
+        if floor is not None and floor[0] == key and xl >= floor[1] and xr >= floor[2]:
+            self._pending_down = None
+            return self._result(view, "no-change", "none", s, p, f"{head}{floor[3]}", inputs)
         lam = inputs.input_rate or 0.0
         choice = choose(self._plan(view, rate, lam, m.capacity(xl, eff, rate),
                                    m.capacity(xr, eff, rate), downtime), m)
-        util = inputs.utilization or 0.0
-        head = f"utilization {util:.2f} below {cfg.utilization_min:g}"
         if choice is None or choice.slots >= s:
+            # The interval's highest recommendation keeps the current slots: it is spent, and
+            # a new interval starts with the next recommendation (Flink: "no change" clears).
+            self._pending_down = None
             why = choice.reason if choice is not None else "no smaller slot count"
-            return self._result(view, "no-change", "none", s, p,
-                                f"{head}, but no smaller target keeps up: {why}", inputs)
+            tail = f", but no smaller target keeps up: {why}"
+            self._floor = (key, xl, xr, tail)
+            return self._result(view, "no-change", "none", s, p, f"{head}{tail}", inputs)
         target = (choice.slots, choice.partitions)
         waited = now - since
         if waited < cfg.scale_down_interval:

@@ -29,7 +29,7 @@ def test_keys_and_defaults_are_pinned() -> None:
         P + "restart.time": 10.0,
         P + "restart.time-tracking.enabled": True,
         P + "restart.time-tracking.limit": 300.0,
-        P + "restart.max-partitions-per-slot": 4,
+        P + "restart.max-partitions-per-slot": 12,
         P + "backlog-processing.lag-threshold": 30.0,
         P + "scaling.effectiveness.detection.enabled": True,
         P + "scaling.effectiveness.threshold": 0.1,

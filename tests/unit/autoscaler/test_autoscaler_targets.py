@@ -115,7 +115,7 @@ def test_never_above_the_cluster_maximum() -> None:
     q.run(90, trigger_interval=0.0)
     d = q.evaluate()  # with a restart: all 10, at partitions that can grow live later
     assert (d.outcome, d.kind, d.target_slots, d.target_partitions) == (
-        "scale-up", "restart", 10, 40)
+        "scale-up", "restart", 10, 120)
 
 
 # -- observed scalability --------------------------------------------------------------
