@@ -20,7 +20,9 @@ rules, in the order they apply:
    live; ``max-partitions-per-slot = 1`` gives Flink's ``P' = S'``.
 4. **Choosing.** The smallest adequate live candidate wins when no restart
    would use fewer slots, when it keeps the utilization within the band (live
-   first: no downtime, no risk), or when a restart would save a smaller
+   first: no downtime, no risk), when it is a scale-up (executors join as they
+   start and nothing stops, which is what a query falling behind needs; a
+   later scale-down trims the excess), or when a restart would save a smaller
    fraction of its slots than the band is wide (``1 - min / target``: the
    waste the band tolerates anyway; without this rule a query whose load drifts
    would restart for every slot). Otherwise the restart is priced: its
@@ -140,8 +142,8 @@ def restart_target(need: int, lower: int, upper: int, per_slot_max: int, per_exe
     numbers of :data:`SMOOTH` there, and the range's ends) is scored by the slots it needs
     now (its smallest balanced count ``S' >= need``, whole executors, at most ``limit``) plus
     those slots times :data:`FUTURE_WEIGHT` times :func:`expected_overshoot`: what later
-    live rescales near ``S'`` would waste. The cheapest wins, the fewer partitions on a tie. ``per_slot_max = 1``
-    gives Flink's ``P' = S'``.
+    live rescales near ``S'`` would waste. The cheapest wins, the fewer partitions on a
+    tie. ``per_slot_max = 1`` gives Flink's ``P' = S'``.
     """
     need = max(1, need)
     s_top = min(limit, upper if cap is None else min(upper, cap))
@@ -289,6 +291,10 @@ def choose(plan: Plan, model: ScalabilityModel) -> Choice | None:
             # live first: within the band no restart is considered (nor priced)
             why = "" if plan.can_restart else " (the partition count cannot change)"
             return _with(live, f"live: {head}{why}")
+        if live.slots > plan.slots:
+            return _with(live, f"live: {head}; utilization {util:.2f} will be below the band, "
+                               "but a scale-up that keeps up is done live (executors join as "
+                               "they start, nothing stops); a scale-down may trim it later")
     restart = restart_candidate(plan, model)
     if restart is not None and restart.slots == plan.slots and restart.partitions == p:
         restart = None  # a restart onto the same configuration changes nothing

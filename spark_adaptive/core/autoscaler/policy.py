@@ -272,7 +272,7 @@ class QueryAutoscaler:
         s, p = view.slots, view.partitions
         eff = effective_slots(s, p)
         cap = rate * eff
-        self._model.record(eff, rate, now)
+        self._model.record(eff, rate, now, p)
         self._judge_scale_up(cap, now)
         downtime = self._downtime(view)
         cu = cfg.catch_up_duration

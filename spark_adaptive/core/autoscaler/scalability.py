@@ -15,7 +15,9 @@ Time per row on one slot grows linearly with the slots in use::
 This is the contention term of the Universal Scalability Law with its
 crosstalk term left out; ``b = 0`` is linear scaling. It is fitted by least
 squares to the window-averaged rate per slot at each slot count the query ran
-on (the latest average per slot count, the eight most recent slot counts). The
+on at its current partition count (the latest average per slot count, the
+eight most recent slot counts; a restart at another partition count starts
+over, since tasks per slot change the rate per slot too). The
 fit is used only for its *shape*: predictions are anchored at the rate
 measured now, so a drift of the absolute rate (the data changed) costs
 nothing, and an old observation only bends the curve.
@@ -49,13 +51,22 @@ class ScalabilityModel:
         self.min_observations = min_observations
         self.coefficient_min = coefficient_min
         self._points: dict[float, tuple[float, float]] = {}  # slots -> (rate, time)
+        self._partitions = 0
         self._fit: tuple[float, float] | None = None
         self._dirty = False
 
-    def record(self, slots: float, rate_per_slot: float, time: float) -> None:
-        """The window-averaged rate per slot while the query ran on ``slots`` effective slots."""
+    def record(self, slots: float, rate_per_slot: float, time: float,
+               partitions: int = 0) -> None:
+        """The window-averaged rate per slot while the query ran on ``slots`` effective slots
+        with ``partitions`` partitions. Observations at another partition count are dropped:
+        the rate per slot also depends on the tasks each slot runs per batch (per-task costs),
+        which a restart changes, and mixing them would read that as scaling."""
         if not (slots > 0 and rate_per_slot > 0 and math.isfinite(rate_per_slot)):
             return
+        if partitions != self._partitions:
+            self._points.clear()
+            self._partitions = partitions
+            self._dirty = True
         key = round(slots, 3)
         old = self._points.get(key)
         self._points[key] = (rate_per_slot, time)

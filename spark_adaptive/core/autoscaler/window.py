@@ -129,22 +129,18 @@ class MetricsWindow:
         self.span = span
         self.recent_span = min(span, NEWEST_SPAN)
         self._all = _Sums()
-        self._recent = _Sums()
         self._last_time: float | None = None
 
     # -- maintenance -----------------------------------------------------------------
     def clear(self) -> None:
         """Forget every sample (after a rescale, or when the clock went back)."""
         self._all = _Sums()
-        self._recent = _Sums()
         self._last_time = None
 
     def add(self, e: Entry) -> None:
         self._all.push(e)
-        self._recent.push(e)
         self._last_time = e.time
         self._all.trim(e.time - self.span, keep=1)
-        self._recent.trim(e.time - self.recent_span, keep=2)
 
     @property
     def last_time(self) -> float | None:
@@ -168,8 +164,32 @@ class MetricsWindow:
         return self._all.arrival_rate()
 
     def recent_arrival_rate(self) -> float | None:
-        """Arrival rate over the newest batches only (rows/s)."""
-        return self._recent.arrival_rate()
+        """Arrival rate over the newest batches only (rows/s): the last
+        :data:`NEWEST_SPAN` seconds, at least two batches, read from the right end of the
+        window (a handful of entries, so no running sums are needed)."""
+        entries = self._all.entries
+        newest = entries[-1].time if entries else 0.0
+        rows = dt = 0.0
+        first: tuple[float, float] | None = None
+        second_newest: tuple[float, float] | None = None
+        n = 0
+        for e in reversed(entries):
+            if n >= 2 and e.time < newest - self.recent_span:
+                break
+            n += 1
+            if e.rows is not None and e.dt is not None:
+                rows += e.rows
+                dt += e.dt
+            if e.backlog is not None:
+                if n > 1 and second_newest is None:
+                    second_newest = (e.time, e.backlog)
+                first = (e.time, e.backlog)
+        if dt <= 0:
+            return None
+        rate = max(0.0, rows) / dt
+        if first is not None and second_newest is not None and second_newest[0] > first[0]:
+            rate += (second_newest[1] - first[1]) / (second_newest[0] - first[0])
+        return max(0.0, rate)
 
     def newest_arrival_rate(self) -> float | None:
         """Rows per second the newest batch read, for a jump under way (its backlog change
@@ -195,14 +215,15 @@ class MetricsWindow:
         return max(0.0, self._all.rows)
 
     def backlog(self, now: float, rate: float) -> float | None:
-        """Rows waiting at ``now``: the newest reported backlog, or an estimate.
+        """Rows waiting at ``now``: the newest reported backlog plus what batches hide.
 
-        Without a reported backlog (rate-like sources, Kafka without
-        ``maxOffsetsPerTrigger``), falling behind shows as batches that run longer
-        than the trigger interval: the rows that arrive during the overrun are work
-        the next batch inherits, so the overrun times the input rate is the backlog.
-        Back-to-back triggers (0) give no such signal; the utilization (input rate
-        over capacity) still does. In both cases, when no batch has completed for
+        A source reports (Kafka: offsets behind latest) what the batch did not
+        read when it was planned. What arrives while a batch runs is reported by
+        nobody: when batches run longer than the trigger interval, the rows that
+        arrive during the overrun are work the next batch inherits, so the overrun
+        times the input rate is backlog too (for a source that reports none, all
+        of it). Back-to-back triggers (0) give no such signal; the utilization
+        (input rate over capacity) still does. And when no batch has completed for
         longer than a batch takes, the rows arrived meanwhile (at ``rate``) are
         added: a query stuck in one long batch is falling behind even though it
         reports nothing.
@@ -214,10 +235,7 @@ class MetricsWindow:
         trigger = e.trigger or 0.0
         duration = e.duration or 0.0
         waiting = max(0.0, now - e.time - max(trigger, duration))
-        if s.backlogs and s.backlogs[-1][0] == e.time:
-            return s.backlogs[-1][1] + rate * waiting
-        overrun = 0.0
-        if e.duration is not None and trigger > 0:
-            overrun = max(0.0, e.duration - trigger)
+        reported = s.backlogs[-1][1] if s.backlogs and s.backlogs[-1][0] == e.time else 0.0
+        overrun = max(0.0, duration - trigger) if trigger > 0 else 0.0
         newest_rate = e.input_rate if e.input_rate is not None else rate
-        return newest_rate * overrun + rate * waiting
+        return reported + newest_rate * overrun + rate * waiting

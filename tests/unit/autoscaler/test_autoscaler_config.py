@@ -97,7 +97,7 @@ def test_cross_key_rules_report_every_problem_naming_the_keys() -> None:
 def test_the_fit_is_exact_on_its_own_model_and_clamped() -> None:
     m = ScalabilityModel(min_observations=2, coefficient_min=0.5)
     for s in (4.0, 8.0):
-        m.record(s, 1000.0 / (1 + 0.02 * (s - 1)), time=s)
+        m.record(s, 1000.0 / (1 + 0.02 * (s - 1)), time=s, partitions=120)
     a, b = m.fit() or (0.0, 0.0)
     assert (a, b) == (pytest.approx(0.98e-3), pytest.approx(0.02e-3))
     assert m.ratio(8.0, 30.0) == pytest.approx(1.14 / 1.58)
