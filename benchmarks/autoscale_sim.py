@@ -16,8 +16,9 @@ The simulated cluster
   after a random 10-30 s (uniform; a JVM, its registration, the first task's class loading)
   and is paid for from the request on. Released executors stop at once. A request beyond the
   free executors is granted in part.
-* Each query's data arrives at a rate set by the load profile (below) times an input noise
-  factor per 5 s step (lognormal, sigma 0.05: bursty arrivals).
+* Time moves in 10 s steps; within a step, micro-batches start and end at their own times.
+  Each query's data arrives at a rate set by the load profile (below) times an input noise
+  factor per step (lognormal, sigma 0.05: bursty arrivals).
 * **Capacity.** A query on ``s`` slots with ``P`` partitions has ``e = P / ceil(P / s)`` busy
   slots (balanced waves when ``s`` divides ``P``; ``s <= P``; a stateless query also at most
   its source partitions). Each processes ``r1 / (1 + sigma_q (e - 1))`` rows/s: sub-linear
@@ -42,8 +43,9 @@ The simulated cluster
   (at least the initial need), upper bound from {120, 240, 360, 720}, lower bound 1. 10%
   cannot be restarted (no RocksDB checkpoint); they start at 200 partitions. State size
   log-uniform in [10 MB, 10 GB].
-* **Rescales.** Live (keep ``P``): new executors join as they start, and the rescale
-  completes when the last has started; a scale-down releases at once. Restart (new ``P``):
+* **Rescales.** Live (keep ``P``): new executors join as they start (the next batch after
+  each start uses it), and the rescale completes when the last has started; a scale-down
+  releases at once. Restart (new ``P``):
   the query keeps running until the new executors have started, then stops after its current
   batch for a downtime of ``U(2, 4) s + 2 s x (state GB)^0.8``, times U(0.85, 1.3) per restart
   (a few seconds with small state, about 10 s at 10 GB), then runs at the new partitions.
@@ -62,9 +64,9 @@ Load profiles (one simulated day each, shapes scaled to each query's peak)
 
 Policies
 --------
-* ``spark-adaptive``: the package's policy with its default keys (``AutoscalerConfig``),
-  evaluated every ``autoscaler.evaluation.interval``. Starts on the initial load at 80%
-  utilization, at a divisor of the query's partitions.
+* ``spark-adaptive``: the package's policy with its default keys (``AutoscalerConfig``;
+  ``--conf`` overrides one), evaluated every ``autoscaler.evaluation.interval``. Starts on
+  the initial load at 80% utilization, at a divisor of the query's partitions.
 * ``flink-baseline``: Flink's Kubernetes-operator algorithm as documented
   (``reference/spark-and-autoscalers.md`` A.2) with its defaults: window 15 min,
   stabilization 5 min, utilization target 0.7 within [0.4, 1.0], scale-down interval 1 h
@@ -81,13 +83,15 @@ Policies
 Measures
 --------
 * executor-seconds against the **oracle**: per query per step, the fewest slots whose
-  noise-free capacity (sub-linearity included, no overheads) meets the true input rate,
-  summed (perfect tracking at 100% utilization);
+  noise-free capacity meets the true input rate, summed (perfect tracking at 100%
+  utilization). Its cost per row includes the sub-linearity and only the overheads no
+  configuration avoids (one wave of tasks, the per-batch planning);
 * seconds over the 30 s lag target (summed over queries) and queries that ever exceeded it;
 * live and restart rescales per query per day;
-* ``step`` only: for every level change, rescales until the query settles within the
-  policy's own utilization band for good (true, noise-free utilization) before the next
-  change; unsettled changes are counted apart;
+* ``step`` only: for every level change, rescales until the query settles for good before
+  the next change: its true (noise-free) utilization within the policy's own band, or
+  below it when the next smaller slot count would exceed the policy's target (integer
+  slots cannot do better). Changes that never settle are counted apart;
 * the policy's CPU time per evaluation round of all queries (``time.perf_counter`` around
   each ``evaluate`` call), median and p99.
 """
