@@ -100,6 +100,20 @@ class ScalingDecision:
         return f"autoscaler {self.outcome}{move}{flag}: {self.reason}"
 
 
+def make_decision(now: float, outcome: Outcome, kind: Kind, slots: int, partitions: int,
+                  reason: str, inputs: DecisionInputs, target: tuple[int, int] | None,
+                  scaling_enabled: bool) -> ScalingDecision:
+    """A decision at ``now``; one that would rescale is applied only when
+    ``autoscaler.scaling.enabled``, else flagged as a recommendation in its reason."""
+    acts = outcome in ("scale-up", "scale-down")
+    applied = acts and scaling_enabled
+    if acts and not applied:
+        reason = f"recommend only (autoscaler.scaling.enabled=false): {reason}"
+    ts, tp = target if target is not None else (slots, partitions)
+    return ScalingDecision(now, outcome, kind, slots, ts, partitions, tp, reason, applied,
+                           inputs)
+
+
 def _shallow(obj: Any) -> dict[str, Any]:
     return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
 

@@ -40,7 +40,9 @@ import functools
 import math
 from dataclasses import dataclass
 
+from spark_adaptive.core.autoscaler.config import AutoscalerConfig
 from spark_adaptive.core.autoscaler.decision import Kind
+from spark_adaptive.core.autoscaler.samples import QueryView, clean
 from spark_adaptive.core.autoscaler.scalability import ScalabilityModel
 from spark_adaptive.core.autoscaler.window import effective_slots
 
@@ -173,6 +175,17 @@ def restart_target(need: int, lower: int, upper: int, per_slot_max: int, per_exe
     return best[1], best[2]
 
 
+def restart_downtime(tracking: bool, assumed: float, limit: float,
+                     observed: tuple[float, ...]) -> float:
+    """The downtime a restart is priced at: the longest observed one (capped by ``limit``)
+    when ``tracking`` and one was observed, else the ``assumed`` ``restart.time``."""
+    if tracking:
+        usable = [x for x in observed if clean(x) is not None]
+        if usable:
+            return min(max(usable), limit)
+    return assumed
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
     """What a choice is made from. Capacities and needs are rows per second."""
@@ -199,6 +212,20 @@ class Plan:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "eff_now", effective_slots(self.slots, self.partitions))
+
+    @classmethod
+    def of(cls, view: QueryView, cfg: AutoscalerConfig, rate: float, lam: float,
+           need_live: float, need_restart: float, downtime: float) -> Plan:
+        """The plan for a query as ``view`` shows it, with the horizon and band of ``cfg``."""
+        return cls(
+            slots=view.slots, partitions=view.partitions, lower=view.lower, upper=view.upper,
+            max_useful_slots=view.max_useful_slots, can_restart=view.can_restart,
+            per_executor=view.slots_per_executor, cluster_max_slots=view.cluster_max_slots,
+            rate_per_slot=rate, input_rate=lam, need_live=need_live, need_restart=need_restart,
+            downtime=downtime,
+            horizon=cfg.stabilization_interval + cfg.metrics_window + cfg.scale_down_interval,
+            utilization_min=cfg.utilization_min, utilization_target=cfg.utilization_target,
+            per_slot_max=cfg.restart_max_partitions_per_slot)
 
     def task_cap(self, partitions: int) -> int:
         cap = partitions

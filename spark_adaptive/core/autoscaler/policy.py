@@ -18,11 +18,16 @@ Each evaluation, in order (Flink's operator, ``ScalingMetricCollector`` ->
 
 1. **Not now** while a rescale is in flight, during ``stabilization.interval``
    after each completed rescale (its samples are not even kept), and until the
-   window has collected for ``metrics.window`` (at least three batches).
+   window has collected for ``metrics.window`` (at least three batches), unless
+   the query is falling behind (backlog older than
+   ``backlog-processing.lag-threshold``): then a scale-up, and only that, may
+   be decided on a partial window. Falling behind is not noise, and a query
+   whose batches grew long completes few of them.
 2. **Rates.** Arrival rate = consumption + backlog growth, over the window and
-   over its recent tail; the higher one is used, so a rise is seen at once and
-   a fall only once the whole window shows it. Backlog is the newest one
-   (or the batch overrun, see :mod:`.window`), never a window mean.
+   over its newest batches; the higher one is used, so a rise is seen at once
+   and a fall only once the whole window shows it; the newest batch alone sets
+   it when it reads :data:`JUMP` times more. Backlog is the newest one plus the
+   batch overrun (see :mod:`.window`), never a window mean.
    True rate per slot from busy time, else from ``processedRowsPerSecond``.
 3. **Target.** ``capacity = input / utilization.target + backlog / catch-up``,
    plus ``input x restart time / catch-up`` for a restart (Flink's terms).
@@ -35,7 +40,9 @@ Each evaluation, in order (Flink's operator, ``ScalingMetricCollector`` ->
    :func:`.planning.choose` picks a live or a restart target.
 6. **Scale-down delay.** The first scale-down recommendation starts a wait of
    ``scale-down.interval``; then the highest recommendation seen meanwhile is
-   applied. A scale-up or an in-band evaluation cancels it (Flink's rule).
+   applied. A scale-up or an in-band evaluation cancels it (Flink's rule), and
+   so does an interval whose highest recommendation keeps the current slots.
+   Recommendations start only once the window has settled (:data:`SETTLED`).
 7. **Effectiveness.** The first full window after a scale-up compares the
    capacity gained with the gain expected from the target actually reached;
    below the threshold the same step (more slots on the same partitions) is
@@ -52,11 +59,13 @@ from spark_adaptive.core.autoscaler.decision import (
     Kind,
     Outcome,
     ScalingDecision,
+    make_decision,
 )
-from spark_adaptive.core.autoscaler.planning import Choice, Plan, choose
+from spark_adaptive.core.autoscaler.planning import Plan, choose, restart_downtime
+from spark_adaptive.core.autoscaler.protections import DelayedScaleDown, EffectivenessGuard
 from spark_adaptive.core.autoscaler.samples import LoadSample, QueryView, clean
 from spark_adaptive.core.autoscaler.scalability import ScalabilityModel
-from spark_adaptive.core.autoscaler.window import Entry, MetricsWindow, effective_slots
+from spark_adaptive.core.autoscaler.window import MetricsWindow, effective_slots, entry_from
 
 MIN_BATCHES = 3
 """A window holding fewer completed batches than this is never full."""
@@ -68,20 +77,6 @@ fraction of the window's: the window no longer mixes in a higher rate."""
 JUMP = 1.25
 """The newest batch alone sets the input rate when it is this much above the newest
 seconds' rate: far beyond batch-to-batch noise, so only a real jump does it."""
-
-
-class _EffectCheck:
-    """A scale-up waiting to be judged by the first full window after it."""
-
-    __slots__ = ("from_slots", "to_slots", "partitions", "cap_before", "eff_before",
-                 "rate_before", "armed", "expected")
-
-    def __init__(self, from_slots: int, to_slots: int, partitions: int, cap_before: float,
-                 eff_before: float, rate_before: float) -> None:
-        self.from_slots, self.to_slots, self.partitions = from_slots, to_slots, partitions
-        self.cap_before, self.eff_before, self.rate_before = cap_before, eff_before, rate_before
-        self.armed = False
-        self.expected = 0.0
 
 
 class QueryAutoscaler:
@@ -102,13 +97,12 @@ class QueryAutoscaler:
             self._known_rescale = started_at
         self._last_batch: int | None = None
         self._last_eval: float | None = None
-        self._pending_down: tuple[float, float, float] | None = None  # since, x_live, x_rst
-        self._check: _EffectCheck | None = None
-        self._block: tuple[int, int, float] | None = None  # partitions, slots, until
+        self._pending_down = DelayedScaleDown()
+        self._guard = EffectivenessGuard(config.effectiveness_detection,
+                                         config.effectiveness_threshold,
+                                         config.effectiveness_expiry)
         self._floor: tuple[tuple[object, ...], float, float, str] | None = None
         self._downtimes: list[float] = []
-        self._downtime_key: tuple[int, float | None, int] | None = None
-        self._downtime_seen: float | None = None
         self.rejected = 0
         self.last_rejection = ""
         self._last: ScalingDecision | None = None
@@ -122,12 +116,9 @@ class QueryAutoscaler:
             return self._reject(f"malformed sample: {e}")
 
     def _observe(self, sample: LoadSample) -> bool:
-        t = sample.time
-        if not -math.inf < t < math.inf:
-            return self._reject(f"sample time {t!r}")
-        slots, partitions = sample.slots, sample.partitions
-        if slots < 1 or partitions < 1:
-            return self._reject(f"batch ran on {slots} slots, {partitions} partitions")
+        t, slots, partitions = sample.time, sample.slots, sample.partitions
+        if not -math.inf < t < math.inf or slots < 1 or partitions < 1:
+            return self._reject(f"batch at time {t!r} on {slots} slots, {partitions} partitions")
         if self._stable_from is None:  # first sight of the query: its start
             self._stable_from = t + self.config.stabilization_interval
             self._known_rescale = t
@@ -144,31 +135,7 @@ class QueryAutoscaler:
                                 "collected again after a stabilization interval")
         if t < self._stable_from:
             return False  # stabilizing: not an error, just not used
-        dt = t - last if last is not None else None
-        rows = clean(sample.num_input_rows)
-        in_rate = clean(sample.input_rows_per_second)
-        if rows is None:
-            if in_rate is not None and dt is not None:
-                rows = in_rate * dt
-        elif in_rate:
-            # Spark's own interval: from the previous trigger's start to this one's. The rows
-            # a batch reads arrived during it, while the time between completions stretches
-            # when batches grow, which would hide the arrival rate behind the capacity.
-            dt = rows / in_rate
-        busy = busy_rows = None
-        rps = None
-        if rows:  # a batch with rows says something about the processing rate
-            busy = clean(sample.busy_time)
-            if busy:
-                busy_rows = rows
-            else:
-                busy = None
-            proc = clean(sample.processed_rows_per_second)
-            if proc:
-                rps = proc / effective_slots(slots, partitions)
-        w.add(Entry(t, dt, rows, busy, busy_rows or 0.0, rps, clean(sample.backlog), in_rate,
-                    clean(sample.batch_duration), clean(sample.trigger_interval), slots,
-                    partitions))
+        w.add(entry_from(sample, last))
         return True
 
     def on_rescale_completed(self, time: float, *, slots: int, partitions: int,
@@ -188,13 +155,8 @@ class QueryAutoscaler:
         self._window.clear()
         self._stable_from = time + self.config.stabilization_interval
         self._known_rescale = time
-        self._pending_down = None
-        c = self._check
-        if c is not None:
-            if not c.armed and slots == c.to_slots:
-                c.armed = True
-            elif c.armed:
-                self._check = None  # another rescale came first: nothing to judge
+        self._pending_down.clear()
+        self._guard.on_rescale(slots)
 
     # -- evaluation ---------------------------------------------------------------------
     @property
@@ -273,7 +235,7 @@ class QueryAutoscaler:
         eff = effective_slots(s, p)
         cap = rate * eff
         self._model.record(eff, rate, now, p)
-        self._judge_scale_up(cap, now)
+        self._guard.judge(cap, now, self._model)
         downtime = self._downtime(view)
         cu = cfg.catch_up_duration
         catch = backlog / cu if cu > 0 else 0.0
@@ -281,7 +243,6 @@ class QueryAutoscaler:
         need_restart = need_live + (lam * downtime / cu if cu > 0 else 0.0)
         up_at = lam / cfg.utilization_max + catch
         down_at = lam / cfg.utilization_min + catch if cfg.utilization_min > 0 else math.inf
-        catching_up = behind
         util = lam / cap
         x_live = self._model.slots_for(need_live, eff, rate)
         inputs = DecisionInputs(
@@ -295,9 +256,9 @@ class QueryAutoscaler:
             return self._scale_up(view, inputs, rate, need_live, need_restart, downtime)
         if not full:  # only falling behind may cut the collection short, and only upwards
             return self._collecting(view, inputs)
-        if cap > down_at and not catching_up:
+        if cap > down_at and not behind:
             return self._scale_down(view, inputs, rate, need_live, need_restart, downtime)
-        self._pending_down = None
+        self._pending_down.clear()
         why = (f"utilization {util:.2f} within [{cfg.utilization_min:g}, "
                f"{cfg.utilization_max:g}]")
         if cap > down_at:
@@ -308,59 +269,39 @@ class QueryAutoscaler:
         return self._result(view, "no-change", "none", s, p, why, inputs)
 
     # -- directions -----------------------------------------------------------------------
-    def _plan(self, view: QueryView, rate: float, lam: float, need_live: float,
-              need_restart: float, downtime: float) -> Plan:
-        cfg = self.config
-        return Plan(
-            slots=view.slots, partitions=view.partitions, lower=view.lower, upper=view.upper,
-            max_useful_slots=view.max_useful_slots, can_restart=view.can_restart,
-            per_executor=view.slots_per_executor, cluster_max_slots=view.cluster_max_slots,
-            rate_per_slot=rate, input_rate=lam, need_live=need_live, need_restart=need_restart,
-            downtime=downtime,
-            horizon=cfg.stabilization_interval + cfg.metrics_window + cfg.scale_down_interval,
-            utilization_min=cfg.utilization_min, utilization_target=cfg.utilization_target,
-            per_slot_max=cfg.restart_max_partitions_per_slot)
-
-    def _clamp(self, need: float, eff: float, rate: float, lo: float, hi: float) -> float:
-        """``need`` limited to what ``lo``..``hi`` effective slots would process."""
-        m = self._model
-        x = m.slots_for(need, eff, rate)
-        if x > hi:
-            return m.capacity(hi, eff, rate)
-        if x < lo:
-            return m.capacity(lo, eff, rate)
-        return need
-
     def _scale_up(self, view: QueryView, inputs: DecisionInputs, rate: float,
                   need_live: float, need_restart: float, downtime: float) -> ScalingDecision:
         cfg = self.config
-        self._pending_down = None
+        self._pending_down.clear()
         s, p = view.slots, view.partitions
         eff = effective_slots(s, p)
         lam = inputs.input_rate or 0.0
         hi = max(eff * (1 + cfg.scale_up_max_factor), 1.0)
-        nl = self._clamp(need_live, eff, rate, 0.0, hi)
-        nr = self._clamp(need_restart, eff, rate, 0.0, hi)
-        choice = choose(self._plan(view, rate, lam, nl, nr, downtime), self._model)
+        nl = self._model.clamp(need_live, eff, rate, 0.0, hi)
+        nr = self._model.clamp(need_restart, eff, rate, 0.0, hi)
+        choice = choose(Plan.of(view, self.config, rate, lam, nl, nr, downtime), self._model)
         util = inputs.utilization or 0.0
         head = f"utilization {util:.2f} above {cfg.utilization_max:g}"
         if choice is None or choice.slots <= s and choice.partitions == p:
             why = choice.reason if choice is not None else "no slot count helps"
             return self._result(view, "no-change", "none", s, p,
                                 f"{head}, but nothing better is possible: {why}", inputs)
-        if self._blocked(choice, view, inputs):
-            assert self._block is not None
+        backlog = inputs.backlog or 0.0
+        behind = backlog > 0 and (lam <= 0 or backlog / lam > cfg.backlog_lag_threshold)
+        block = self._guard.block
+        if block is not None and self._guard.blocks(choice.kind, choice.partitions,
+                                                    choice.slots, view.now, behind):
             return self._result(
                 view, "blocked", choice.kind, s, p,
-                f"{head}; the last scale-up to {self._block[1]} slots on {p} partitions was "
+                f"{head}; the last scale-up to {block.slots} slots on {p} partitions was "
                 f"ineffective, so more slots on the same partitions are blocked until "
-                f"{self._block[2]:.0f}s (or until the query falls behind)", inputs,
+                f"{block.until:.0f}s (or until the query falls behind)", inputs,
                 target=(choice.slots, choice.partitions))
         d = self._result(view, "scale-up", choice.kind, s, p, f"{head}: {choice.reason}",
                          inputs, target=(choice.slots, choice.partitions))
         if d.applied:
-            self._check = _EffectCheck(s, choice.slots, choice.partitions, inputs.capacity or 0.0,
-                                       eff, rate)
+            self._guard.expect(choice.slots, choice.partitions, inputs.capacity or 0.0, eff,
+                               rate)
         return d
 
     def _scale_down(self, view: QueryView, inputs: DecisionInputs, rate: float,
@@ -377,18 +318,10 @@ class QueryAutoscaler:
                 f"utilization {inputs.utilization or 0:.2f} below {cfg.utilization_min:g}, but "
                 f"the input is still falling ({lam_r:.0f} rows/s newest, {lam_w:.0f} over the "
                 "window); the scale-down is recommended once the window has settled", inputs)
-        lo = eff * (1 - cfg.scale_down_max_factor)
-        x_live = self._model.slots_for(self._clamp(need_live, eff, rate, lo, math.inf), eff,
-                                       rate)
-        x_rst = self._model.slots_for(self._clamp(need_restart, eff, rate, lo, math.inf), eff,
-                                      rate)
-        if self._pending_down is None:
-            self._pending_down = (now, x_live, x_rst)
-        else:
-            since, a, b = self._pending_down
-            self._pending_down = (since, max(a, x_live), max(b, x_rst))
-        since, xl, xr = self._pending_down
-        m = self._model
+        m, lo = self._model, eff * (1 - cfg.scale_down_max_factor)
+        x_live = m.slots_for(m.clamp(need_live, eff, rate, lo, math.inf), eff, rate)
+        x_rst = m.slots_for(m.clamp(need_restart, eff, rate, lo, math.inf), eff, rate)
+        since, xl, xr = self._pending_down.record(now, x_live, x_rst)
         util = inputs.utilization or 0.0
         head = f"utilization {util:.2f} below {cfg.utilization_min:g}"
         # A need that could not go below the current slots cannot when it is higher: the
@@ -398,15 +331,15 @@ class QueryAutoscaler:
                view.slots_per_executor, view.cluster_max_slots, downtime, m.fit())
         floor = self._floor
         if floor is not None and floor[0] == key and xl >= floor[1] and xr >= floor[2]:
-            self._pending_down = None
+            self._pending_down.clear()
             return self._result(view, "no-change", "none", s, p, f"{head}{floor[3]}", inputs)
         lam = inputs.input_rate or 0.0
-        choice = choose(self._plan(view, rate, lam, m.capacity(xl, eff, rate),
+        choice = choose(Plan.of(view, self.config, rate, lam, m.capacity(xl, eff, rate),
                                    m.capacity(xr, eff, rate), downtime), m)
         if choice is None or choice.slots >= s:
             # The interval's highest recommendation keeps the current slots: it is spent, and
             # a new interval starts with the next recommendation (Flink: "no change" clears).
-            self._pending_down = None
+            self._pending_down.clear()
             why = choice.reason if choice is not None else "no smaller slot count"
             tail = f", but no smaller target keeps up: {why}"
             self._floor = (key, xl, xr, tail)
@@ -419,52 +352,17 @@ class QueryAutoscaler:
                 f"{head}; scale-down to {choice.slots} slots waits "
                 f"{cfg.scale_down_interval - waited:.0f}s more (scale-down.interval keeps the "
                 f"highest recommendation meanwhile)", inputs, target=target)
-        self._pending_down = None
+        self._pending_down.clear()
         return self._result(view, "scale-down", choice.kind, s, p,
                             f"{head}: {choice.reason}", inputs, target=target)
 
-    # -- protections ----------------------------------------------------------------------
-    def _judge_scale_up(self, cap_now: float, now: float) -> None:
-        """Judge an armed scale-up by the first full window after it (rule 7)."""
-        c = self._check
-        if c is None or not c.armed:
-            return
-        self._check = None
-        expected = self._model.capacity(effective_slots(c.to_slots, c.partitions),
-                                        c.eff_before, c.rate_before)
-        gain = expected - c.cap_before
-        if gain <= 0 or not self.config.effectiveness_detection:
-            return
-        if (cap_now - c.cap_before) / gain < self.config.effectiveness_threshold:
-            self._block = (c.partitions, c.to_slots, now + self.config.effectiveness_expiry)
-
-    def _blocked(self, choice: Choice, view: QueryView, inputs: DecisionInputs) -> bool:
-        b = self._block
-        if b is None:
-            return False
-        partitions, slots, until = b
-        lam, backlog = inputs.input_rate or 0.0, inputs.backlog or 0.0
-        behind = backlog > 0 and (lam <= 0 or backlog / lam > self.config.backlog_lag_threshold)
-        if view.now >= until or behind:
-            self._block = None
-            return False
-        return choice.kind == "live" and choice.partitions == partitions and choice.slots >= slots
-
+    # -- helpers and results ----------------------------------------------------------------
     def _downtime(self, view: QueryView) -> float:
         cfg = self.config
-        if not cfg.restart_time_tracking:
-            return cfg.restart_time
-        seen = view.restart_downtimes
-        key = (len(seen), seen[-1] if seen else None, len(self._downtimes))
-        if key != self._downtime_key:
-            usable = [x for x in (*seen, *self._downtimes) if clean(x) is not None]
-            self._downtime_seen = max(usable) if usable else None
-            self._downtime_key = key
-        if self._downtime_seen is None:
-            return cfg.restart_time
-        return min(self._downtime_seen, cfg.restart_time_tracking_limit)
+        return restart_downtime(cfg.restart_time_tracking, cfg.restart_time,
+                                cfg.restart_time_tracking_limit,
+                                (*view.restart_downtimes, *self._downtimes))
 
-    # -- results --------------------------------------------------------------------------
     def _reject(self, why: str) -> bool:
         self.rejected += 1
         self.last_rejection = why
@@ -474,25 +372,16 @@ class QueryAutoscaler:
                    inputs: DecisionInputs | None = None) -> ScalingDecision:
         if inputs is None:
             w = self._window
-            span = (w.last_time or 0.0) - (w.first_time or 0.0)
-            inputs = DecisionInputs(window_span=span, sample_count=w.count)
-        s = view.slots if isinstance(view.slots, int) else 0
-        p = view.partitions if isinstance(view.partitions, int) else 0
-        return self._result(view, "not-ready", "none", s, p, reason, inputs)
+            inputs = DecisionInputs((w.last_time or 0.0) - (w.first_time or 0.0), w.count)
+        return self._result(view, "not-ready", "none", view.slots, view.partitions, reason,
+                            inputs)
 
     def _result(self, view: QueryView, outcome: Outcome, kind: Kind, slots: int,
                 partitions: int, reason: str, inputs: DecisionInputs,
                 target: tuple[int, int] | None = None) -> ScalingDecision:
-        acts = outcome in ("scale-up", "scale-down")
-        applied = acts and self.config.scaling_enabled
-        if acts and not applied:
-            reason = f"recommend only (autoscaler.scaling.enabled=false): {reason}"
-        ts, tp = target if target is not None else (slots, partitions)
-        now = view.now if isinstance(view.now, (int, float)) else math.nan
-        d = ScalingDecision(now, outcome, kind, slots, ts, partitions, tp, reason, applied,
-                            inputs)
-        self._last = d
-        return d
+        self._last = make_decision(view.now, outcome, kind, slots, partitions, reason, inputs,
+                                   target, self.config.scaling_enabled)
+        return self._last
 
     def snapshot(self) -> dict[str, object]:
         """The policy's state for ``GET /queries/{id}/autoscaler`` (plain values)."""
@@ -501,8 +390,8 @@ class QueryAutoscaler:
             "query": self.query,
             "stabilizedAt": self._stable_from,
             "windowSamples": self._window.count,
-            "pendingScaleDownSince": self._pending_down[0] if self._pending_down else None,
-            "blockedUntil": self._block[2] if self._block else None,
+            "pendingScaleDownSince": self._pending_down.since,
+            "blockedUntil": self._guard.block.until if self._guard.block else None,
             "scalabilityObservations": self._model.observations,
             "scalabilityFit": list(fit) if fit else None,
             "rejectedSamples": self.rejected,

@@ -145,6 +145,15 @@ class ScalabilityModel:
         # The clamp may bind at s; then the capacity is s * rate_now * r with r fixed.
         return capacity / (rate_now * r) if r in (lo, 1.0 / lo) else s
 
+    def clamp(self, need: float, s_now: float, rate_now: float, lo: float, hi: float) -> float:
+        """``need`` (rows/s) limited to what ``lo`` .. ``hi`` effective slots would process."""
+        x = self.slots_for(need, s_now, rate_now)
+        if x > hi:
+            return self.capacity(hi, s_now, rate_now)
+        if x < lo:
+            return self.capacity(lo, s_now, rate_now)
+        return need
+
     def coefficient(self, s_now: float, s_new: float) -> float:
         """The ratio reported with a decision (1.0 while scaling is assumed linear)."""
         return self.ratio(s_now, s_new)

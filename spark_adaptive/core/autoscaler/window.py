@@ -33,6 +33,8 @@ import math
 from collections import deque
 from typing import NamedTuple
 
+from spark_adaptive.core.autoscaler.samples import LoadSample, clean
+
 NEWEST_SPAN = 20.0
 """Seconds of the newest batches (at least two) whose arrival rate is read on its own."""
 
@@ -50,6 +52,32 @@ class Entry(NamedTuple):
     trigger: float | None
     slots: int
     partitions: int
+
+
+def entry_from(sample: LoadSample, last_time: float | None) -> Entry:
+    """A window entry from a sample whose time, slots and partitions were checked, each
+    other field cleaned to a usable number or None; ``last_time`` is the previous entry's."""
+    t, slots, partitions = sample.time, sample.slots, sample.partitions
+    dt = t - last_time if last_time is not None else None
+    rows = clean(sample.num_input_rows)
+    in_rate = clean(sample.input_rows_per_second)
+    if rows is None:
+        if in_rate is not None and dt is not None:
+            rows = in_rate * dt
+    elif in_rate:
+        # Spark's own interval: from the previous trigger's start to this one's. The rows a
+        # batch reads arrived during it, while the time between completions stretches when
+        # batches grow, which would hide the arrival rate behind the capacity.
+        dt = rows / in_rate
+    busy = rps = None
+    if rows:  # only a batch with rows says something about the processing rate
+        busy = clean(sample.busy_time) or None
+        proc = clean(sample.processed_rows_per_second)
+        if proc:
+            rps = proc / effective_slots(slots, partitions)
+    return Entry(t, dt, rows, busy, rows if busy and rows else 0.0, rps, clean(sample.backlog),
+                 in_rate, clean(sample.batch_duration), clean(sample.trigger_interval), slots,
+                 partitions)
 
 
 def effective_slots(slots: int, partitions: int) -> float:
