@@ -900,12 +900,12 @@ def plot(results: list[dict[str, Any]], path: Path) -> bool:
                 first = False
             ax.plot(s["hours"], s["executors"], lw=1,
                     label=f"{r['policy']} ({r['vs_oracle']:.2f}x)")
-            lx.plot(s["hours"], s["lag_max"], lw=1, label=r["policy"])
+            lx.plot(s["hours"], [max(x, 1.0) for x in s["lag_max"]], lw=1, label=r["policy"])
         ax.set_title(f"{p}: executors held")
         ax.set_xlabel("hour")
         ax.legend(fontsize=8)
         lx.axhline(LAG_TARGET, color="red", lw=0.8, ls="--")
-        lx.set_yscale("symlog", linthresh=30)
+        lx.set_yscale("log")
         lx.set_title(f"{p}: worst query lag (s)")
         lx.set_xlabel("hour")
         lx.legend(fontsize=8)

@@ -66,7 +66,7 @@ class AutoscalerConfig:
         "rescale; a few minutes follow loads that change over minutes, and a sudden rise is "
         "read from the newest batches anyway.", unit="s", minimum=0.001)
     stabilization_interval: float = option(
-        "autoscaler.stabilization.interval", "duration", 60.0,
+        "autoscaler.stabilization.interval", "duration", 30.0,
         "After every rescale (and at start), how long metrics are ignored and nothing is "
         "decided. Flink waits 5 min for a restarted job to settle; a live rescale restarts "
         "nothing, and a Spark restart is back within seconds.", unit="s")
@@ -133,10 +133,11 @@ class AutoscalerConfig:
         "are live. 1 restarts at P' = S' like Flink; more leaves more live steps but runs more "
         "tasks per slot in every batch.", minimum=1)
     backlog_lag_threshold: float = option(
-        "autoscaler.backlog-processing.lag-threshold", "duration", 30.0,
-        "While backlog / input rate exceeds this, the query is catching up: it is never "
-        "scaled down and a blocked (ineffective) scale-up is allowed again. Flink's 5 min "
-        "tolerates far more lag than a micro-batch query's users do.", unit="s")
+        "autoscaler.backlog-processing.lag-threshold", "duration", 15.0,
+        "While backlog / input rate exceeds this, the query is falling behind: it may scale "
+        "up before its window is full, it is never scaled down, and a blocked (ineffective) "
+        "scale-up is allowed again. Flink's 5 min tolerates far more lag than users of a "
+        "micro-batch query, whose rows already wait a trigger interval and a batch.", unit="s")
     effectiveness_detection: bool = option(
         "autoscaler.scaling.effectiveness.detection.enabled", "bool", True,
         "Judge each scale-up by the capacity it gained. One that gained less than the "

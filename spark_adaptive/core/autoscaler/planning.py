@@ -20,9 +20,9 @@ rules, in the order they apply:
    live; ``max-partitions-per-slot = 1`` gives Flink's ``P' = S'``.
 4. **Choosing.** The smallest adequate live candidate wins when no restart
    would use fewer slots, when it keeps the utilization within the band (live
-   first: no downtime, no risk), when it is a scale-up (executors join as they
-   start and nothing stops, which is what a query falling behind needs; a
-   later scale-down trims the excess), or when a restart would save a smaller
+   first: no downtime, no risk), when it is a scale-up of a query falling
+   behind (executors join as they start and nothing stops, which is what such a
+   query needs; a later scale-down trims the excess), or when a restart would save a smaller
    fraction of its slots than the band is wide (``1 - min / target``: the
    waste the band tolerates anyway; without this rule a query whose load drifts
    would restart for every slot). Otherwise the restart is priced: its
@@ -207,7 +207,7 @@ class Plan:
     utilization_min: float
     utilization_target: float
     per_slot_max: int
-
+    urgent: bool = False  # falling behind: capacity below the input, or an old backlog
     eff_now: float = 0.0  # effective slots now, computed from slots and partitions
 
     def __post_init__(self) -> None:
@@ -215,7 +215,8 @@ class Plan:
 
     @classmethod
     def of(cls, view: QueryView, cfg: AutoscalerConfig, rate: float, lam: float,
-           need_live: float, need_restart: float, downtime: float) -> Plan:
+           need_live: float, need_restart: float, downtime: float,
+           urgent: bool = False) -> Plan:
         """The plan for a query as ``view`` shows it, with the horizon and band of ``cfg``."""
         return cls(
             slots=view.slots, partitions=view.partitions, lower=view.lower, upper=view.upper,
@@ -225,7 +226,7 @@ class Plan:
             downtime=downtime,
             horizon=cfg.stabilization_interval + cfg.metrics_window + cfg.scale_down_interval,
             utilization_min=cfg.utilization_min, utilization_target=cfg.utilization_target,
-            per_slot_max=cfg.restart_max_partitions_per_slot)
+            per_slot_max=cfg.restart_max_partitions_per_slot, urgent=urgent)
 
     def task_cap(self, partitions: int) -> int:
         cap = partitions
@@ -318,10 +319,10 @@ def choose(plan: Plan, model: ScalabilityModel) -> Choice | None:
             # live first: within the band no restart is considered (nor priced)
             why = "" if plan.can_restart else " (the partition count cannot change)"
             return _with(live, f"live: {head}{why}")
-        if live.slots > plan.slots:
+        if live.slots > plan.slots and plan.urgent:
             return _with(live, f"live: {head}; utilization {util:.2f} will be below the band, "
-                               "but a scale-up that keeps up is done live (executors join as "
-                               "they start, nothing stops); a scale-down may trim it later")
+                               "but a query falling behind is scaled up live (executors join "
+                               "as they start, nothing stops); a scale-down may trim it later")
     restart = restart_candidate(plan, model)
     if restart is not None and restart.slots == plan.slots and restart.partitions == p:
         restart = None  # a restart onto the same configuration changes nothing

@@ -279,15 +279,16 @@ class QueryAutoscaler:
         hi = max(eff * (1 + cfg.scale_up_max_factor), 1.0)
         nl = self._model.clamp(need_live, eff, rate, 0.0, hi)
         nr = self._model.clamp(need_restart, eff, rate, 0.0, hi)
-        choice = choose(Plan.of(view, self.config, rate, lam, nl, nr, downtime), self._model)
+        backlog = inputs.backlog or 0.0
+        behind = backlog > 0 and (lam <= 0 or backlog / lam > cfg.backlog_lag_threshold)
+        urgent = behind or lam >= (inputs.capacity or 0.0)
+        choice = choose(Plan.of(view, cfg, rate, lam, nl, nr, downtime, urgent), self._model)
         util = inputs.utilization or 0.0
         head = f"utilization {util:.2f} above {cfg.utilization_max:g}"
         if choice is None or choice.slots <= s and choice.partitions == p:
             why = choice.reason if choice is not None else "no slot count helps"
             return self._result(view, "no-change", "none", s, p,
                                 f"{head}, but nothing better is possible: {why}", inputs)
-        backlog = inputs.backlog or 0.0
-        behind = backlog > 0 and (lam <= 0 or backlog / lam > cfg.backlog_lag_threshold)
         block = self._guard.block
         if block is not None and self._guard.blocks(choice.kind, choice.partitions,
                                                     choice.slots, view.now, behind):

@@ -169,3 +169,29 @@ def test_restart_partitions_leave_room_for_live_rescales() -> None:
 def test_expected_overshoot_prefers_dense_divisors() -> None:
     assert expected_overshoot(60, 15, 1, 60) < expected_overshoot(30, 15, 1, 30)
     assert expected_overshoot(7, 7, 1, 7) > 0.5
+
+
+def test_a_query_falling_behind_scales_up_live_even_below_the_band() -> None:
+    cfg = config(utilization_min=0.7)
+    # 40 partitions on 10 slots: the balanced counts above are 20 and 40.
+    slow = make(cfg, rate=9200, per_slot=1000, slots=10, partitions=40)
+    slow.run(90, trigger_interval=0.0)
+    d = slow.evaluate()  # utilization 0.92: 20 slots would leave 0.46, a restart is cheaper
+    assert (d.outcome, d.kind) == ("scale-up", "restart")
+    assert d.target_slots < 20
+    behind = make(cfg, rate=12000, per_slot=1000, slots=10, partitions=40)
+    behind.run(90, trigger_interval=0.0)
+    d = behind.evaluate()  # utilization 1.2: the input outruns the capacity
+    assert (d.outcome, d.kind, d.target_slots, d.target_partitions) == (
+        "scale-up", "live", 20, 40)
+    assert "falling behind is scaled up live" in d.reason
+
+
+def test_a_query_falling_behind_scales_up_before_its_window_is_full() -> None:
+    q = make(rate=7600, per_slot=1000, slots=8, partitions=48, backlog=0.0)
+    q.run(60)
+    assert q.evaluate().outcome == "not-ready"  # 30 s collected, no backlog: wait
+    q.run(5, backlog=7600 * 20.0)  # 20 s of input waiting, above the 15 s threshold
+    d = q.evaluate()  # 7600 / 0.8 + 152000 / 100 = 11020 rows/s -> 11.02 slots -> 12
+    assert (d.outcome, d.target_slots) == ("scale-up", 12)
+    assert d.inputs.sample_count < 13
