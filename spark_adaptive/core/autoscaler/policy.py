@@ -271,11 +271,9 @@ class QueryAutoscaler:
     # -- directions -----------------------------------------------------------------------
     def _scale_up(self, view: QueryView, inputs: DecisionInputs, rate: float,
                   need_live: float, need_restart: float, downtime: float) -> ScalingDecision:
-        cfg = self.config
+        cfg, s, p, lam = self.config, view.slots, view.partitions, inputs.input_rate or 0.0
         self._pending_down.clear()
-        s, p = view.slots, view.partitions
         eff = effective_slots(s, p)
-        lam = inputs.input_rate or 0.0
         hi = max(eff * (1 + cfg.scale_up_max_factor), 1.0)
         nl = self._model.clamp(need_live, eff, rate, 0.0, hi)
         nr = self._model.clamp(need_restart, eff, rate, 0.0, hi)
