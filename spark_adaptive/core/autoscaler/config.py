@@ -1,0 +1,252 @@
+"""The autoscaler's options, declared once, and their cross-key rules.
+
+Every field of :class:`AutoscalerConfig` is declared with
+:func:`spark_adaptive.core.options.option`, so the same registry machinery that
+reads, validates and documents ``spark.adaptive.*`` reads these too. Keys are
+relative to ``spark.adaptive.`` and named after Flink's ``job.autoscaler.*``
+where they mean the same thing.
+
+Why the defaults differ from Flink's operator
+---------------------------------------------
+Flink restarts a job for every rescale and plans for minutes of downtime, so
+its operator waits long (a 15 min window, 5 min stabilization, a 1 h delay
+before scaling down) and keeps a wide utilization band to rescale rarely. On
+Spark a rescale that keeps the partition count is *live*: the next
+micro-batch simply runs on more or fewer executors, with no restart at all,
+and a restart rescale costs seconds. The defaults therefore react within
+minutes, keep a narrower band around a higher target (idle executors are the
+cost being cut), and still guard against flapping with the same
+protections. Each option's doc says where and why it departs from Flink.
+
+Contract
+--------
+* An :class:`AutoscalerConfig` is always valid: the constructor runs
+  :meth:`AutoscalerConfig.problems` and raises
+  :class:`~spark_adaptive.errors.ConfigurationError` listing every broken
+  rule, each naming its key(s).
+* :meth:`AutoscalerConfig.from_conf` reads the ``spark.adaptive.autoscaler.*``
+  entries of a Spark configuration (other keys are ignored) and reports every
+  bad value and broken rule at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from spark_adaptive.core.options import PREFIX, Option, option
+from spark_adaptive.errors import ConfigurationError
+
+KEY_PREFIX = "autoscaler."
+
+
+@dataclass(frozen=True)
+class AutoscalerConfig:
+    """The autoscaler settings of one application (all queries share them)."""
+
+    enabled: bool = option(
+        "autoscaler.enabled", "bool", False,
+        "Turns the autoscaler on: each managed streaming query's slots (and, when a restart "
+        "is worth it, its partition count) follow its load. Adaptive scheduler mode only.")
+    scaling_enabled: bool = option(
+        "autoscaler.scaling.enabled", "bool", True,
+        "false: recommend only. Decisions are computed, logged and shown by the REST API, "
+        "flagged as not applied, and nothing is rescaled (Flink's metrics-only mode).")
+    evaluation_interval: float = option(
+        "autoscaler.evaluation.interval", "duration", 10.0,
+        "How often each query's load is evaluated. Flink's standalone control loop uses the "
+        "same 10 s; decisions still need a full metrics window.", unit="s", minimum=0.001)
+    metrics_window: float = option(
+        "autoscaler.metrics.window", "duration", 180.0,
+        "Span of micro-batch metrics averaged for the processing rate and the input rate. "
+        "Flink's 15 min suits loads that change over hours and jobs that restart for every "
+        "rescale; a few minutes follow loads that change over minutes, and a sudden rise is "
+        "read from the newest batches anyway.", unit="s", minimum=0.001)
+    stabilization_interval: float = option(
+        "autoscaler.stabilization.interval", "duration", 30.0,
+        "After every rescale (and at start), how long metrics are ignored and nothing is "
+        "decided. Flink waits 5 min for a restarted job to settle; a live rescale restarts "
+        "nothing, and a Spark restart is back within seconds.", unit="s")
+    utilization_target: float = option(
+        "autoscaler.utilization.target", "float", 0.85,
+        "Fraction of its processing capacity a query should use after a rescale. Higher than "
+        "Flink's 0.7: the spare capacity is paid for every second, while a rise in load is "
+        "seen within one evaluation and a live scale-up costs no downtime.",
+        minimum=0.001, maximum=1.0)
+    utilization_min: float = option(
+        "autoscaler.utilization.min", "float", 0.65,
+        "Below this utilization the query is scaled down (after scale-down.interval). "
+        "Flink's default is target - 0.3; a narrower band releases idle executors sooner, "
+        "which costs little when most scale-downs are live. 0 never scales down.",
+        minimum=0.0, maximum=1.0)
+    utilization_max: float = option(
+        "autoscaler.utilization.max", "float", 0.95,
+        "Above this utilization the query is scaled up. Flink's default is target + 0.3 "
+        "(1.0); ours acts before the query falls behind, since executors take seconds to "
+        "start.", minimum=0.001, maximum=2.0)
+    scale_up_max_factor: float = option(
+        "autoscaler.scale-up.max-factor", "float", 100000.0,
+        "A scale-up ends at most at (1 + this) times the current slots. Flink's default, "
+        "i.e. no limit: a needed scale-up is done in one step.", minimum=0.0)
+    scale_down_max_factor: float = option(
+        "autoscaler.scale-down.max-factor", "float", 0.8,
+        "A scale-down keeps at least (1 - this) times the current slots. Flink keeps 40% "
+        "(0.6) to limit the damage of a wrong restart; a live scale-down is undone by a live "
+        "scale-up, so after a spike ours may release up to 80% at once.",
+        minimum=0.0, maximum=1.0)
+    scale_down_interval: float = option(
+        "autoscaler.scale-down.interval", "duration", 300.0,
+        "A scale-down waits this long after it is first recommended, then applies the "
+        "highest slot count recommended meanwhile; a scale-up or an in-band evaluation "
+        "cancels it. Flink waits 1 h to merge restarts; here most scale-downs are live, and "
+        "every idle executor-minute is paid. 0 scales down at once.", unit="s")
+    catch_up_duration: float = option(
+        "autoscaler.catch-up.duration", "duration", 120.0,
+        "Time a backlog should take to drain after a rescale: the target rate is the input "
+        "rate plus backlog / this. Flink's 30 min lets a lag of minutes persist; a "
+        "streaming query with a lag target of seconds must catch up in minutes. 0 ignores "
+        "the backlog.", unit="s")
+    restart_time: float = option(
+        "autoscaler.restart.time", "duration", 10.0,
+        "Downtime assumed for a restart rescale (stop, state repartition, restart) until one "
+        "has been observed, or always when time tracking is off. It prices a restart against "
+        "a live rescale and adds input rate x restart time / catch-up duration to a restart's "
+        "target. Flink assumes 5 min; a Spark restart from a checkpoint takes seconds.",
+        unit="s")
+    restart_time_tracking: bool = option(
+        "autoscaler.restart.time-tracking.enabled", "bool", True,
+        "Use the longest restart downtime observed for the query (capped by "
+        "restart.time-tracking.limit) instead of restart.time. On by default, unlike Flink: "
+        "the scheduler measures every restart's downtime in its rescale history.")
+    restart_time_tracking_limit: float = option(
+        "autoscaler.restart.time-tracking.limit", "duration", 300.0,
+        "Cap on the observed restart downtime used when time tracking is on. Flink's is "
+        "15 min.", unit="s")
+    restart_max_partitions_per_slot: int = option(
+        "autoscaler.restart.max-partitions-per-slot", "int", 12,
+        "When a restart changes the partition count, the new count P' is chosen among "
+        "multiples of the new slot count S' up to this many times S' (within the query's "
+        "bounds), for balanced slot counts close together around S', so that later rescales "
+        "are live. 1 restarts at P' = S' like Flink; more leaves more live steps but runs more "
+        "tasks per slot in every batch.", minimum=1)
+    backlog_lag_threshold: float = option(
+        "autoscaler.backlog-processing.lag-threshold", "duration", 15.0,
+        "While backlog / input rate exceeds this, the query is falling behind: it may scale "
+        "up before its window is full, it is never scaled down, and a blocked (ineffective) "
+        "scale-up is allowed again. Flink's 5 min tolerates far more lag than users of a "
+        "micro-batch query, whose rows already wait a trigger interval and a batch.", unit="s")
+    effectiveness_detection: bool = option(
+        "autoscaler.scaling.effectiveness.detection.enabled", "bool", True,
+        "Judge each scale-up by the capacity it gained. One that gained less than the "
+        "threshold of what it promised blocks repeating the same step (more slots on the "
+        "same partitions) until the block expires or the query falls behind; other steps, "
+        "e.g. a restart at more partitions, stay allowed. On by default, unlike Flink's, "
+        "because the block can neither last nor build a backlog.")
+    effectiveness_threshold: float = option(
+        "autoscaler.scaling.effectiveness.threshold", "float", 0.1,
+        "A scale-up is ineffective when it gained less than this fraction of the capacity it "
+        "was expected to gain. Flink's default.", minimum=0.0, maximum=1.0)
+    effectiveness_expiry: float = option(
+        "autoscaler.scaling.effectiveness.detection.expiry", "duration", 600.0,
+        "How long an ineffective scale-up blocks its repetition. Flink's block has no "
+        "expiry, which is why users leave the detection off.", unit="s")
+    observed_scalability: bool = option(
+        "autoscaler.observed-scalability.enabled", "bool", True,
+        "Learn how the rate per slot falls as slots are added (a least-squares fit of time "
+        "per row against the slot count, over the slot counts the query ran on) so that one "
+        "rescale usually reaches the target. On by default, unlike Flink's.")
+    observed_scalability_min_observations: int = option(
+        "autoscaler.observed-scalability.min-observations", "int", 2,
+        "Distinct slot counts observed before the fit is used; until then scaling is assumed "
+        "linear. Flink counts 3 rescales; two slot counts already fix a line, and a full "
+        "window of batches at each averages out their noise.", minimum=2)
+    observed_scalability_coefficient_min: float = option(
+        "autoscaler.observed-scalability.coefficient-min", "float", 0.5,
+        "The fit may predict at most this drop of the rate per slot between the current and "
+        "the new slot count (rate ratio >= this). Flink's default.", minimum=0.01,
+        maximum=1.0)
+
+    def __post_init__(self) -> None:
+        problems = self.problems()
+        if problems:
+            raise ConfigurationError(problems)
+
+    # ------------------------------------------------------------------------------
+    def problems(self) -> list[str]:
+        """Every broken rule of single values and between keys, each naming its key(s)."""
+        p: list[str] = []
+        for f, o in _fields():
+            value = getattr(self, f.name)
+            if isinstance(value, float) and math.isnan(value):
+                p.append(f"{o.full_key} is NaN")
+                continue
+            if o.minimum is not None and value < o.minimum:
+                p.append(f"{o.full_key}={o.format(value)} must be >= {o._fmt(o.minimum)}")
+            if o.maximum is not None and value > o.maximum:
+                p.append(f"{o.full_key}={o.format(value)} must be <= {o._fmt(o.maximum)}")
+            if o.type == "duration" and (value < 0 or math.isinf(value)):
+                p.append(f"{o.full_key}={o.format(value)} must be a finite duration >= 0")
+        umin, utarget, umax = self.utilization_min, self.utilization_target, self.utilization_max
+        if umin > utarget:
+            p.append(f"{_k('utilization.min')}={umin:g} is above "
+                     f"{_k('utilization.target')}={utarget:g}")
+        if utarget > umax:
+            p.append(f"{_k('utilization.target')}={utarget:g} is above "
+                     f"{_k('utilization.max')}={umax:g}")
+        if self.scale_up_max_factor <= 0:
+            p.append(f"{_k('scale-up.max-factor')}={self.scale_up_max_factor:g} must be > 0")
+        if self.scale_down_max_factor <= 0:
+            p.append(f"{_k('scale-down.max-factor')}={self.scale_down_max_factor:g} must be > 0 "
+                     f"(to never scale down set {_k('utilization.min')}=0)")
+        if self.restart_time_tracking and self.restart_time_tracking_limit <= 0:
+            p.append(f"{_k('restart.time-tracking.limit')} must be > 0 while "
+                     f"{_k('restart.time-tracking.enabled')}=true")
+        return p
+
+    # ------------------------------------------------------------------------------
+    @classmethod
+    def from_conf(cls, conf: Mapping[str, str]) -> AutoscalerConfig:
+        """Read the ``spark.adaptive.autoscaler.*`` entries of a Spark configuration.
+
+        Unknown ``spark.adaptive.autoscaler.*`` keys and bad values are reported with the
+        broken cross-key rules, all at once, in one :class:`ConfigurationError`.
+        """
+        by_key = {o.full_key: (f, o) for f, o in _fields()}
+        values: dict[str, Any] = {}
+        problems: list[str] = []
+        for key in sorted(conf):
+            if not key.startswith(PREFIX + KEY_PREFIX):
+                continue
+            if key not in by_key:
+                problems.append(f"{key} is not an autoscaler option; the keys are listed in "
+                                "docs/autoscaler.md")
+                continue
+            fld, opt = by_key[key]
+            try:
+                values[fld.name] = opt.parse(conf[key])
+            except ValueError as e:
+                problems.append(f"{key}={conf[key]!r} is not valid: {e}")
+        if problems:
+            raise ConfigurationError(problems)
+        return cls(**values)
+
+    def as_conf(self) -> dict[str, str]:
+        """The settings that differ from their defaults, as Spark conf entries."""
+        return {o.full_key: o.format(getattr(self, f.name))
+                for f, o in _fields() if getattr(self, f.name) != o.default}
+
+
+def _k(key: str) -> str:
+    return PREFIX + KEY_PREFIX + key
+
+
+def _fields() -> list[tuple[dataclasses.Field[Any], Option]]:
+    return [(f, f.metadata["option"]) for f in dataclasses.fields(AutoscalerConfig)]
+
+
+def autoscaler_options() -> list[Option]:
+    """The options of :class:`AutoscalerConfig`, in declaration order (for docs and tables)."""
+    return [o for _, o in _fields()]

@@ -1,0 +1,399 @@
+"""The autoscaler policy of one streaming query: Flink's algorithm, adapted to Spark.
+
+Use
+---
+One :class:`QueryAutoscaler` per managed query::
+
+    policy = QueryAutoscaler(config, query="q1", started_at=clock.now())
+    policy.observe(LoadSample(...))              # every completed micro-batch
+    decision = policy.evaluate(QueryView(...))   # every evaluation.interval
+    if decision.actionable: ...                  # rescale; then, once it completed:
+    policy.on_rescale_completed(t, slots=..., partitions=..., kind=..., downtime=...)
+
+Nothing here raises on bad input or blocks; time comes only from the samples
+and views (the injected clock), so everything runs on virtual time.
+
+Each evaluation, in order (Flink's operator, ``ScalingMetricCollector`` ->
+``ScalingMetricEvaluator`` -> ``JobVertexScaler``, with the differences noted):
+
+1. **Not now** while a rescale is in flight, during ``stabilization.interval``
+   after each completed rescale (its samples are not even kept), and until the
+   window has collected for ``metrics.window`` (at least three batches), unless
+   the query is falling behind (backlog older than
+   ``backlog-processing.lag-threshold``): then a scale-up, and only that, may
+   be decided on a partial window. Falling behind is not noise, and a query
+   whose batches grew long completes few of them.
+2. **Rates.** Arrival rate = consumption + backlog growth, over the window and
+   over its newest batches; the higher one is used, so a rise is seen at once
+   and a fall only once the whole window shows it; the newest batch alone sets
+   it when it reads :data:`JUMP` times more. Backlog is the newest one plus the
+   batch overrun (see :mod:`.window`), never a window mean.
+   True rate per slot from busy time, else from ``processedRowsPerSecond``.
+3. **Target.** ``capacity = input / utilization.target + backlog / catch-up``,
+   plus ``input x restart time / catch-up`` for a restart (Flink's terms).
+4. **Band.** Scale up when the capacity is below ``input / utilization.max +
+   backlog / catch-up``; scale down when above ``input / utilization.min +
+   backlog / catch-up``, never while catching up (backlog older than
+   ``backlog-processing.lag-threshold``). Otherwise nothing changes.
+5. **Slots.** The needed slots follow the observed scalability
+   (:mod:`.scalability`), clamped by the max factors, then
+   :func:`.planning.choose` picks a live or a restart target.
+6. **Scale-down delay.** The first scale-down recommendation starts a wait of
+   ``scale-down.interval``; then the highest recommendation seen meanwhile is
+   applied. A scale-up or an in-band evaluation cancels it (Flink's rule), and
+   so does an interval whose highest recommendation keeps the current slots.
+   Recommendations start only once the window has settled (:data:`SETTLED`).
+7. **Effectiveness.** The first full window after a scale-up compares the
+   capacity gained with the gain expected from the target actually reached;
+   below the threshold the same step (more slots on the same partitions) is
+   blocked, until the block expires or the query falls behind.
+"""
+
+from __future__ import annotations
+
+import math
+
+from spark_adaptive.core.autoscaler.config import AutoscalerConfig
+from spark_adaptive.core.autoscaler.decision import (
+    DecisionInputs,
+    Kind,
+    Outcome,
+    ScalingDecision,
+    make_decision,
+)
+from spark_adaptive.core.autoscaler.planning import Plan, choose, restart_downtime
+from spark_adaptive.core.autoscaler.protections import DelayedScaleDown, EffectivenessGuard
+from spark_adaptive.core.autoscaler.samples import LoadSample, QueryView, clean
+from spark_adaptive.core.autoscaler.scalability import ScalabilityModel
+from spark_adaptive.core.autoscaler.window import MetricsWindow, effective_slots, entry_from
+
+MIN_BATCHES = 3
+"""A window holding fewer completed batches than this is never full."""
+
+SETTLED = 0.9
+"""A scale-down is recommended only once the newest seconds' input rate is at least this
+fraction of the window's: the window no longer mixes in a higher rate."""
+
+JUMP = 1.25
+"""The newest batch alone sets the input rate when it is this much above the newest
+seconds' rate: far beyond batch-to-batch noise, so only a real jump does it."""
+
+
+class QueryAutoscaler:
+    """Flink's autoscaler algorithm for one query, live first (see the module doc)."""
+
+    def __init__(self, config: AutoscalerConfig, query: str = "",
+                 started_at: float | None = None) -> None:
+        self.config = config
+        self.query = query
+        self._window = MetricsWindow(config.metrics_window)
+        self._model = ScalabilityModel(config.observed_scalability_min_observations,
+                                       config.observed_scalability_coefficient_min,
+                                       enabled=config.observed_scalability)
+        self._stable_from: float | None = None
+        self._known_rescale: float | None = None
+        if started_at is not None and math.isfinite(started_at):
+            self._stable_from = started_at + config.stabilization_interval
+            self._known_rescale = started_at
+        self._last_batch: int | None = None
+        self._last_eval: float | None = None
+        self._pending_down = DelayedScaleDown()
+        self._guard = EffectivenessGuard(config.effectiveness_detection,
+                                         config.effectiveness_threshold,
+                                         config.effectiveness_expiry)
+        self._floor: tuple[tuple[object, ...], float, float, str] | None = None
+        self._downtimes: list[float] = []
+        self.rejected = 0
+        self.last_rejection = ""
+        self._last: ScalingDecision | None = None
+
+    # -- inputs ---------------------------------------------------------------------------
+    def observe(self, sample: LoadSample) -> bool:
+        """Add one completed micro-batch; False (and why, in ``last_rejection``) if unused."""
+        try:
+            return self._observe(sample)
+        except (TypeError, ValueError, AttributeError) as e:  # a malformed sample
+            return self._reject(f"malformed sample: {e}")
+
+    def _observe(self, sample: LoadSample) -> bool:
+        t, slots, partitions = sample.time, sample.slots, sample.partitions
+        if not -math.inf < t < math.inf or slots < 1 or partitions < 1:
+            return self._reject(f"batch at time {t!r} on {slots} slots, {partitions} partitions")
+        if self._stable_from is None:  # first sight of the query: its start
+            self._stable_from = t + self.config.stabilization_interval
+            self._known_rescale = t
+        batch = sample.batch_id
+        if batch is not None and batch == self._last_batch:
+            return self._reject(f"batch {batch} seen twice")
+        self._last_batch = batch
+        w = self._window
+        last = w.last_time
+        if last is not None and t < last:  # nothing measured before can be trusted
+            w.clear()
+            self._stable_from = t + self.config.stabilization_interval
+            return self._reject(f"clock went back from {last:.3f}s to {t:.3f}s; metrics are "
+                                "collected again after a stabilization interval")
+        if t < self._stable_from:
+            return False  # stabilizing: not an error, just not used
+        w.add(entry_from(sample, last))
+        return True
+
+    def on_rescale_completed(self, time: float, *, slots: int, partitions: int,
+                             kind: Kind = "live", downtime: float | None = None) -> None:
+        """A rescale (of any cause) completed at ``time``: restart the window after it.
+
+        ``downtime`` is a restart's measured downtime (used with time tracking).
+        """
+        if not isinstance(time, (int, float)) or not math.isfinite(time):
+            return
+        d = clean(downtime)
+        if kind == "restart" and d is not None:
+            self._downtimes.append(d)
+        self._after_rescale(time, slots)
+
+    def _after_rescale(self, time: float, slots: int | None) -> None:
+        self._window.clear()
+        self._stable_from = time + self.config.stabilization_interval
+        self._known_rescale = time
+        self._pending_down.clear()
+        self._guard.on_rescale(slots)
+
+    # -- evaluation ---------------------------------------------------------------------
+    @property
+    def last_decision(self) -> ScalingDecision | None:
+        return self._last
+
+    def evaluate(self, view: QueryView) -> ScalingDecision:
+        """Decide for the query as ``view`` shows it now. Never raises."""
+        cfg = self.config
+        problem = view.problem()
+        if problem is not None:
+            return self._not_ready(view, f"cannot evaluate: {problem}")
+        now = view.now
+        if not cfg.enabled:
+            return self._not_ready(view, "autoscaler.enabled=false")
+        if self._last_eval is not None and now < self._last_eval:
+            before, self._last_eval = self._last_eval, now
+            self._window.clear()
+            self._stable_from = now + cfg.stabilization_interval
+            return self._not_ready(view, f"the clock went back from {before:.3f}s to "
+                                         f"{now:.3f}s; metrics are collected again")
+        self._last_eval = now
+        lr = view.last_rescale_completed
+        if lr is not None and math.isfinite(lr) and (
+                self._known_rescale is None or lr > self._known_rescale):
+            self._after_rescale(lr, view.slots)
+        if self._stable_from is None:
+            self._stable_from = now + cfg.stabilization_interval
+            self._known_rescale = now
+        if view.rescale_in_flight:
+            return self._not_ready(view, "a rescale is in flight")
+        if now < self._stable_from:
+            return self._not_ready(view, f"stabilizing after the last rescale until "
+                                         f"{self._stable_from:.0f}s")
+        count = self._window.count
+        if count == 0:
+            return self._collecting(view)
+        # Fewer batches than MIN_BATCHES or a window not yet full: only a query falling
+        # behind may act (upwards), e.g. one whose batches grew too long to complete often.
+        full = count >= MIN_BATCHES and now - self._stable_from >= cfg.metrics_window
+        return self._decide(view, full)
+
+    def _collecting(self, view: QueryView, inputs: DecisionInputs | None = None
+                    ) -> ScalingDecision:
+        since = self._stable_from if self._stable_from is not None else view.now
+        return self._not_ready(view, f"collecting metrics: {view.now - since:.0f}s of "
+                                     f"{self.config.metrics_window:.0f}s, "
+                                     f"{self._window.count} batches", inputs)
+
+    def _decide(self, view: QueryView, full: bool) -> ScalingDecision:
+        cfg, w, now = self.config, self._window, view.now
+        lam_w, lam_r = w.window_arrival_rate(), w.recent_arrival_rate()
+        rate, rate_src = w.rate_per_slot()
+        span = (w.last_time or 0.0) - (w.first_time or 0.0)
+        rates = [x for x in (lam_w, lam_r) if x is not None]
+        lam = max(rates) if rates else None
+        lam_n = w.newest_arrival_rate()
+        if lam_n is not None and (lam is None or lam_n > JUMP * lam):
+            lam = lam_n  # a jump under way: the newest batch already shows it
+        backlog = w.backlog(now, lam or 0.0) or 0.0
+        behind = backlog > 0 and (not lam or backlog / lam > cfg.backlog_lag_threshold)
+        if not full and not behind:
+            return self._collecting(view)
+        base = DecisionInputs(window_span=span, sample_count=w.count, input_rate=lam,
+                              input_rate_window=lam_w, input_rate_recent=lam_r,
+                              backlog=backlog, true_rate_per_slot=rate, rate_source=rate_src)
+        if lam is None:
+            return self._not_ready(view, "no input rate: batches reported neither input rows "
+                                         "nor elapsed time", base)
+        if lam <= 0 and backlog <= 0:
+            return self._result(view, "no-change", "none", view.slots, view.partitions,
+                                "no input in the metrics window; nothing to scale on", base)
+        if rate is None:
+            return self._not_ready(view, f"no processing rate: {rate_src}", base)
+        s, p = view.slots, view.partitions
+        eff = effective_slots(s, p)
+        cap = rate * eff
+        self._model.record(eff, rate, now, p)
+        self._guard.judge(cap, now, self._model)
+        downtime = self._downtime(view)
+        cu = cfg.catch_up_duration
+        catch = backlog / cu if cu > 0 else 0.0
+        need_live = lam / cfg.utilization_target + catch
+        need_restart = need_live + (lam * downtime / cu if cu > 0 else 0.0)
+        up_at = lam / cfg.utilization_max + catch
+        down_at = lam / cfg.utilization_min + catch if cfg.utilization_min > 0 else math.inf
+        util = lam / cap
+        x_live = self._model.slots_for(need_live, eff, rate)
+        inputs = DecisionInputs(
+            window_span=span, sample_count=w.count, input_rate=lam, input_rate_window=lam_w,
+            input_rate_recent=lam_r, backlog=backlog, true_rate_per_slot=rate,
+            rate_source=rate_src, capacity=cap, target_rate=need_live, utilization=util,
+            recommended_slots=x_live,
+            scalability_coefficient=self._model.coefficient(eff, max(x_live, 1e-9)),
+            restart_downtime=downtime)
+        if cap < up_at:
+            return self._scale_up(view, inputs, rate, need_live, need_restart, downtime)
+        if not full:  # only falling behind may cut the collection short, and only upwards
+            return self._collecting(view, inputs)
+        if cap > down_at and not behind:
+            return self._scale_down(view, inputs, rate, need_live, need_restart, downtime)
+        self._pending_down.clear()
+        why = (f"utilization {util:.2f} within [{cfg.utilization_min:g}, "
+               f"{cfg.utilization_max:g}]")
+        if cap > down_at:
+            why = (f"catching up a backlog of {backlog / lam:.0f}s of input; no scale-down "
+                   f"while it exceeds {cfg.backlog_lag_threshold:g}s")
+        elif backlog > 0 and catch > 0:
+            why += f" (backlog {backlog:.0f} rows included)"
+        return self._result(view, "no-change", "none", s, p, why, inputs)
+
+    # -- directions -----------------------------------------------------------------------
+    def _scale_up(self, view: QueryView, inputs: DecisionInputs, rate: float,
+                  need_live: float, need_restart: float, downtime: float) -> ScalingDecision:
+        cfg, s, p, lam = self.config, view.slots, view.partitions, inputs.input_rate or 0.0
+        self._pending_down.clear()
+        eff = effective_slots(s, p)
+        hi = max(eff * (1 + cfg.scale_up_max_factor), 1.0)
+        nl = self._model.clamp(need_live, eff, rate, 0.0, hi)
+        nr = self._model.clamp(need_restart, eff, rate, 0.0, hi)
+        backlog = inputs.backlog or 0.0
+        behind = backlog > 0 and (lam <= 0 or backlog / lam > cfg.backlog_lag_threshold)
+        urgent = behind or lam >= (inputs.capacity or 0.0)
+        choice = choose(Plan.of(view, cfg, rate, lam, nl, nr, downtime, urgent), self._model)
+        util = inputs.utilization or 0.0
+        head = f"utilization {util:.2f} above {cfg.utilization_max:g}"
+        if choice is None or choice.slots <= s and choice.partitions == p:
+            why = choice.reason if choice is not None else "no slot count helps"
+            return self._result(view, "no-change", "none", s, p,
+                                f"{head}, but nothing better is possible: {why}", inputs)
+        block = self._guard.block
+        if block is not None and self._guard.blocks(choice.kind, choice.partitions,
+                                                    choice.slots, view.now, behind):
+            return self._result(
+                view, "blocked", choice.kind, s, p,
+                f"{head}; the last scale-up to {block.slots} slots on {p} partitions was "
+                f"ineffective, so more slots on the same partitions are blocked until "
+                f"{block.until:.0f}s (or until the query falls behind)", inputs,
+                target=(choice.slots, choice.partitions))
+        d = self._result(view, "scale-up", choice.kind, s, p, f"{head}: {choice.reason}",
+                         inputs, target=(choice.slots, choice.partitions))
+        if d.applied:
+            self._guard.expect(choice.slots, choice.partitions, inputs.capacity or 0.0, eff,
+                               rate)
+        return d
+
+    def _scale_down(self, view: QueryView, inputs: DecisionInputs, rate: float,
+                    need_live: float, need_restart: float, downtime: float) -> ScalingDecision:
+        cfg, now = self.config, view.now
+        s, p = view.slots, view.partitions
+        eff = effective_slots(s, p)
+        lam_w, lam_r = inputs.input_rate_window, inputs.input_rate_recent
+        if lam_w is not None and lam_r is not None and lam_r < SETTLED * lam_w:
+            # The window still averages in the higher rate of minutes ago; a recommendation
+            # from it would be kept as the interval's maximum and cost a second scale-down.
+            return self._result(
+                view, "scale-down-pending", "none", s, p,
+                f"utilization {inputs.utilization or 0:.2f} below {cfg.utilization_min:g}, but "
+                f"the input is still falling ({lam_r:.0f} rows/s newest, {lam_w:.0f} over the "
+                "window); the scale-down is recommended once the window has settled", inputs)
+        m, lo = self._model, eff * (1 - cfg.scale_down_max_factor)
+        x_live = m.slots_for(m.clamp(need_live, eff, rate, lo, math.inf), eff, rate)
+        x_rst = m.slots_for(m.clamp(need_restart, eff, rate, lo, math.inf), eff, rate)
+        since, xl, xr = self._pending_down.record(now, x_live, x_rst)
+        util = inputs.utilization or 0.0
+        head = f"utilization {util:.2f} below {cfg.utilization_min:g}"
+        # A need that could not go below the current slots cannot when it is higher: the
+        # choice is monotone in the need, so that answer is reused (queries that sit below the
+        # band on their smallest useful slot count are common and evaluated every interval).
+        key = (s, p, view.lower, view.upper, view.can_restart, view.max_useful_slots,
+               view.slots_per_executor, view.cluster_max_slots, downtime, m.fit())
+        floor = self._floor
+        if floor is not None and floor[0] == key and xl >= floor[1] and xr >= floor[2]:
+            self._pending_down.clear()
+            return self._result(view, "no-change", "none", s, p, f"{head}{floor[3]}", inputs)
+        lam = inputs.input_rate or 0.0
+        choice = choose(Plan.of(view, self.config, rate, lam, m.capacity(xl, eff, rate),
+                                   m.capacity(xr, eff, rate), downtime), m)
+        if choice is None or choice.slots >= s:
+            # The interval's highest recommendation keeps the current slots: it is spent, and
+            # a new interval starts with the next recommendation (Flink: "no change" clears).
+            self._pending_down.clear()
+            why = choice.reason if choice is not None else "no smaller slot count"
+            tail = f", but no smaller target keeps up: {why}"
+            self._floor = (key, xl, xr, tail)
+            return self._result(view, "no-change", "none", s, p, f"{head}{tail}", inputs)
+        target = (choice.slots, choice.partitions)
+        waited = now - since
+        if waited < cfg.scale_down_interval:
+            return self._result(
+                view, "scale-down-pending", choice.kind, s, p,
+                f"{head}; scale-down to {choice.slots} slots waits "
+                f"{cfg.scale_down_interval - waited:.0f}s more (scale-down.interval keeps the "
+                f"highest recommendation meanwhile)", inputs, target=target)
+        self._pending_down.clear()
+        return self._result(view, "scale-down", choice.kind, s, p,
+                            f"{head}: {choice.reason}", inputs, target=target)
+
+    # -- helpers and results ----------------------------------------------------------------
+    def _downtime(self, view: QueryView) -> float:
+        cfg = self.config
+        return restart_downtime(cfg.restart_time_tracking, cfg.restart_time,
+                                cfg.restart_time_tracking_limit,
+                                (*view.restart_downtimes, *self._downtimes))
+
+    def _reject(self, why: str) -> bool:
+        self.rejected += 1
+        self.last_rejection = why
+        return False
+
+    def _not_ready(self, view: QueryView, reason: str,
+                   inputs: DecisionInputs | None = None) -> ScalingDecision:
+        if inputs is None:
+            w = self._window
+            inputs = DecisionInputs((w.last_time or 0.0) - (w.first_time or 0.0), w.count)
+        return self._result(view, "not-ready", "none", view.slots, view.partitions, reason,
+                            inputs)
+
+    def _result(self, view: QueryView, outcome: Outcome, kind: Kind, slots: int,
+                partitions: int, reason: str, inputs: DecisionInputs,
+                target: tuple[int, int] | None = None) -> ScalingDecision:
+        self._last = make_decision(view.now, outcome, kind, slots, partitions, reason, inputs,
+                                   target, self.config.scaling_enabled)
+        return self._last
+
+    def snapshot(self) -> dict[str, object]:
+        """The policy's state for ``GET /queries/{id}/autoscaler`` (plain values)."""
+        fit = self._model.fit()
+        return {
+            "query": self.query,
+            "stabilizedAt": self._stable_from,
+            "windowSamples": self._window.count,
+            "pendingScaleDownSince": self._pending_down.since,
+            "blockedUntil": self._guard.block.until if self._guard.block else None,
+            "scalabilityObservations": self._model.observations,
+            "scalabilityFit": list(fit) if fit else None,
+            "rejectedSamples": self.rejected,
+            "lastRejection": self.last_rejection,
+            "lastDecision": self._last.as_dict() if self._last else None,
+        }

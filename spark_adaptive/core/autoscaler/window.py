@@ -1,0 +1,269 @@
+"""The metrics window of one query: recent micro-batches, with running sums.
+
+Contract
+--------
+* :meth:`MetricsWindow.add` takes an already cleaned sample (see
+  :func:`~spark_adaptive.core.autoscaler.samples.clean`) in O(1) amortized time:
+  entries older than the window are dropped from the left and their values
+  subtracted from the running sums, so no evaluation re-scans a history.
+* Two spans are kept: the whole *window* (``metrics.window``), averaged for the
+  processing rate and for the input rate, and the *newest* batches (the last
+  :data:`NEWEST_SPAN` seconds, at least two batches), from which a rise of the
+  input rate is read at once; the newest batch alone is read too, for a jump
+  that the newest seconds still dilute. That is the answer to FLINK-39306, where
+  a 0 -> 1M lag spike was diluted across the whole window.
+* Rates are rows over Spark's own interval between trigger starts (``rows /
+  inputRowsPerSecond``) where Spark gives it, else over the time between
+  completions: when batches grow, completions stretch while the rows a batch
+  reads are still the arrivals since the previous start.
+* The arrival rate is consumption plus backlog growth (Flink:
+  ``inputRate + d(lag)/dt``), the growth up to the batch before the newest: a
+  backlog that jumped in the newest batch is read as backlog (the catch-up
+  term), not yet as a rate. With no reported backlog it is the consumption.
+* The true processing rate per slot is rows per busy slot-second where busy time
+  is known; otherwise ``processedRowsPerSecond`` divided by the slots that had
+  work (a batch on ``s`` slots with ``P`` partitions keeps ``P / ceil(P/s)``
+  of them busy on average). Batches with no rows say nothing about it.
+* The backlog is the newest one, never a mean (see :meth:`MetricsWindow.backlog`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import NamedTuple
+
+from spark_adaptive.core.autoscaler.samples import LoadSample, clean
+
+NEWEST_SPAN = 20.0
+"""Seconds of the newest batches (at least two) whose arrival rate is read on its own."""
+
+
+class Entry(NamedTuple):
+    time: float
+    dt: float | None  # time since the previous accepted batch
+    rows: float | None
+    busy: float | None  # slot-seconds, only with rows > 0
+    busy_rows: float  # rows of a batch with busy time, else 0
+    rate_per_slot: float | None  # from processedRowsPerSecond, only with rows > 0
+    backlog: float | None
+    input_rate: float | None
+    duration: float | None
+    trigger: float | None
+    slots: int
+    partitions: int
+
+
+def entry_from(sample: LoadSample, last_time: float | None) -> Entry:
+    """A window entry from a sample whose time, slots and partitions were checked, each
+    other field cleaned to a usable number or None; ``last_time`` is the previous entry's."""
+    t, slots, partitions = sample.time, sample.slots, sample.partitions
+    dt = t - last_time if last_time is not None else None
+    rows = clean(sample.num_input_rows)
+    in_rate = clean(sample.input_rows_per_second)
+    if rows is None:
+        if in_rate is not None and dt is not None:
+            rows = in_rate * dt
+    elif in_rate:
+        # Spark's own interval: from the previous trigger's start to this one's. The rows a
+        # batch reads arrived during it, while the time between completions stretches when
+        # batches grow, which would hide the arrival rate behind the capacity.
+        dt = rows / in_rate
+    busy = rps = None
+    if rows:  # only a batch with rows says something about the processing rate
+        busy = clean(sample.busy_time) or None
+        proc = clean(sample.processed_rows_per_second)
+        if proc:
+            rps = proc / effective_slots(slots, partitions)
+    return Entry(t, dt, rows, busy, rows if busy and rows else 0.0, rps, clean(sample.backlog),
+                 in_rate, clean(sample.batch_duration), clean(sample.trigger_interval), slots,
+                 partitions)
+
+
+def effective_slots(slots: int, partitions: int) -> float:
+    """Slots that have a task on average: ``P / ceil(P / s)`` (never more than ``P``)."""
+    s = min(slots, partitions)
+    if s <= 0:
+        return 0.0
+    return partitions / -(-partitions // s)
+
+
+class _Sums:
+    """Running sums over one deque of entries."""
+
+    __slots__ = ("entries", "backlogs", "rows", "dt", "busy", "busy_rows", "rps", "n_rps")
+
+    def __init__(self) -> None:
+        self.entries: deque[Entry] = deque()
+        self.backlogs: deque[tuple[float, float]] = deque()
+        self.rows = self.dt = self.busy = self.busy_rows = self.rps = 0.0
+        self.n_rps = 0
+
+    def push(self, e: Entry) -> None:
+        self.entries.append(e)
+        if e.rows is not None and e.dt is not None:
+            self.rows += e.rows
+            self.dt += e.dt
+        if e.busy is not None:
+            self.busy += e.busy
+            self.busy_rows += e.busy_rows
+        if e.rate_per_slot is not None:
+            self.rps += e.rate_per_slot
+            self.n_rps += 1
+        if e.backlog is not None:
+            self.backlogs.append((e.time, e.backlog))
+
+    def trim(self, oldest: float, keep: int) -> None:
+        """Drop entries before ``oldest``, always keeping the newest ``keep``."""
+        entries = self.entries
+        while len(entries) > keep and entries[0].time < oldest:
+            e = entries.popleft()
+            if e.rows is not None and e.dt is not None:
+                self.rows -= e.rows
+                self.dt -= e.dt
+            if e.busy is not None:
+                self.busy -= e.busy
+                self.busy_rows -= e.busy_rows
+            if e.rate_per_slot is not None:
+                self.rps -= e.rate_per_slot
+                self.n_rps -= 1
+        first = entries[0].time if entries else math.inf
+        while self.backlogs and self.backlogs[0][0] < first:
+            self.backlogs.popleft()
+        if not entries:  # no float residue survives an empty window
+            self.rows = self.dt = self.busy = self.busy_rows = self.rps = 0.0
+            self.n_rps = 0
+
+    def arrival_rate(self, skip_newest: bool = True) -> float | None:
+        """Consumption plus backlog growth, leaving the newest batch's backlog change out
+        (``skip_newest``): a backlog that jumped in one batch may be a one-off dump, which
+        the catch-up term handles; only growth over two batches or more is a rate."""
+        if self.dt <= 0:
+            return None
+        rate = max(0.0, self.rows) / self.dt
+        b = self.backlogs
+        last = len(b) - (2 if skip_newest else 1)
+        if last >= 1:
+            (t0, b0), (t1, b1) = b[0], b[last]
+            if t1 > t0:
+                rate += (b1 - b0) / (t1 - t0)
+        return max(0.0, rate)
+
+
+class MetricsWindow:
+    """Samples of the last ``span`` seconds of one query, with O(1) aggregates."""
+
+    def __init__(self, span: float) -> None:
+        self.span = span
+        self.recent_span = min(span, NEWEST_SPAN)
+        self._all = _Sums()
+        self._last_time: float | None = None
+
+    # -- maintenance -----------------------------------------------------------------
+    def clear(self) -> None:
+        """Forget every sample (after a rescale, or when the clock went back)."""
+        self._all = _Sums()
+        self._last_time = None
+
+    def add(self, e: Entry) -> None:
+        self._all.push(e)
+        self._last_time = e.time
+        self._all.trim(e.time - self.span, keep=1)
+
+    @property
+    def last_time(self) -> float | None:
+        return self._last_time
+
+    @property
+    def count(self) -> int:
+        return len(self._all.entries)
+
+    @property
+    def first_time(self) -> float | None:
+        return self._all.entries[0].time if self._all.entries else None
+
+    @property
+    def newest(self) -> Entry | None:
+        return self._all.entries[-1] if self._all.entries else None
+
+    # -- aggregates ------------------------------------------------------------------
+    def window_arrival_rate(self) -> float | None:
+        """Arrival rate averaged over the window (rows/s), None without elapsed time."""
+        return self._all.arrival_rate()
+
+    def recent_arrival_rate(self) -> float | None:
+        """Arrival rate over the newest batches only (rows/s): the last
+        :data:`NEWEST_SPAN` seconds, at least two batches, read from the right end of the
+        window (a handful of entries, so no running sums are needed)."""
+        entries = self._all.entries
+        newest = entries[-1].time if entries else 0.0
+        rows = dt = 0.0
+        first: tuple[float, float] | None = None
+        second_newest: tuple[float, float] | None = None
+        n = 0
+        for e in reversed(entries):
+            if n >= 2 and e.time < newest - self.recent_span:
+                break
+            n += 1
+            if e.rows is not None and e.dt is not None:
+                rows += e.rows
+                dt += e.dt
+            if e.backlog is not None:
+                if n > 1 and second_newest is None:
+                    second_newest = (e.time, e.backlog)
+                first = (e.time, e.backlog)
+        if dt <= 0:
+            return None
+        rate = max(0.0, rows) / dt
+        if first is not None and second_newest is not None and second_newest[0] > first[0]:
+            rate += (second_newest[1] - first[1]) / (second_newest[0] - first[0])
+        return max(0.0, rate)
+
+    def newest_arrival_rate(self) -> float | None:
+        """Rows per second the newest batch read, for a jump under way (its backlog change
+        is left out, as in :meth:`recent_arrival_rate`)."""
+        s = self._all
+        if not s.entries:
+            return None
+        e = s.entries[-1]
+        if e.rows is None or not e.dt:
+            return None
+        return e.rows / e.dt
+
+    def rate_per_slot(self) -> tuple[float | None, str]:
+        """True processing rate per slot (rows per slot-second) and where it came from."""
+        s = self._all
+        if s.busy > 0 and s.busy_rows > 0:
+            return s.busy_rows / s.busy, "busy time"
+        if s.n_rps > 0 and s.rps > 0:
+            return s.rps / s.n_rps, "processedRowsPerSecond"
+        return None, "no batch with rows reported busy time or a processing rate"
+
+    def rows_total(self) -> float:
+        return max(0.0, self._all.rows)
+
+    def backlog(self, now: float, rate: float) -> float | None:
+        """Rows waiting at ``now``: the newest reported backlog plus what batches hide.
+
+        A source reports (Kafka: offsets behind latest) what the batch did not
+        read when it was planned. What arrives while a batch runs is reported by
+        nobody: when batches run longer than the trigger interval, the rows that
+        arrive during the overrun are work the next batch inherits, so the overrun
+        times the input rate is backlog too (for a source that reports none, all
+        of it). Back-to-back triggers (0) give no such signal; the utilization
+        (input rate over capacity) still does. And when no batch has completed for
+        longer than a batch takes, the rows arrived meanwhile (at ``rate``) are
+        added: a query stuck in one long batch is falling behind even though it
+        reports nothing.
+        """
+        s = self._all
+        e = s.entries[-1] if s.entries else None
+        if e is None:
+            return None
+        trigger = e.trigger or 0.0
+        duration = e.duration or 0.0
+        waiting = max(0.0, now - e.time - max(trigger, duration))
+        reported = s.backlogs[-1][1] if s.backlogs and s.backlogs[-1][0] == e.time else 0.0
+        overrun = max(0.0, duration - trigger) if trigger > 0 else 0.0
+        newest_rate = e.input_rate if e.input_rate is not None else rate
+        return reported + newest_rate * overrun + rate * waiting

@@ -1,0 +1,166 @@
+"""Bad inputs never raise and never scale; decisions are plain values; evaluation is cheap."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from typing import Any
+
+import pytest
+from autoscaler_fakes import config, make
+
+from spark_adaptive.core.autoscaler import LoadSample, QueryAutoscaler, QueryView
+from spark_adaptive.core.autoscaler.window import Entry, MetricsWindow
+from spark_adaptive.core.events import QueryProgress
+
+CALM = ("not-ready", "no-change")
+
+
+def _overloaded(**kw: Any) -> Any:
+    """A query that would scale up (utilization 0.95) if its inputs were good."""
+    return make(rate=7600, per_slot=1000, slots=8, partitions=48, **kw)
+
+
+@pytest.mark.parametrize("bad", [
+    dict(num_input_rows=None, input_rows_per_second=None, processed_rows_per_second=None,
+         batch_duration=None, trigger_interval=None, backlog=None, busy_time=None),
+    dict(num_input_rows=math.nan, input_rows_per_second=math.nan,
+         processed_rows_per_second=math.nan, busy_time=math.nan),
+    dict(num_input_rows=math.inf, input_rows_per_second=math.inf,
+         processed_rows_per_second=math.inf, busy_time=math.inf),
+    dict(num_input_rows=-5.0, input_rows_per_second=-1.0, processed_rows_per_second=-1.0,
+         busy_time=-3.0),
+    dict(num_input_rows="many", input_rows_per_second="fast", busy_time="long"),
+])
+def test_missing_or_bad_fields_never_raise_and_never_scale(bad: dict[str, Any]) -> None:
+    q = _overloaded()
+    q.run(200, **bad)
+    d = q.evaluate()
+    assert d.outcome in CALM
+    assert not d.actionable
+
+
+def test_zero_input_never_scales_and_says_why() -> None:
+    q = make(rate=0.0, per_slot=1000, slots=8, partitions=48)
+    q.run(200, num_input_rows=0.0, input_rows_per_second=0.0, processed_rows_per_second=0.0,
+          busy_time=0.0)
+    d = q.evaluate()
+    assert d.outcome == "no-change" and "no input" in d.reason
+    q = make(rate=6000, per_slot=1000, slots=8, partitions=48)
+    q.run(90)
+    q.run(120, num_input_rows=0.0, input_rows_per_second=0.0)  # the input stops
+    d = q.evaluate()
+    assert d.outcome == "no-change" and "no input" in d.reason
+
+
+def test_batches_with_zero_rows_say_nothing_about_the_rate_per_slot() -> None:
+    q = make(rate=6000, per_slot=1000, slots=8, partitions=48)
+    q.run(90)
+    q.run(10, num_input_rows=0.0, busy_time=0.5, processed_rows_per_second=0.0)
+    d = q.evaluate()
+    assert d.inputs.true_rate_per_slot == 1000.0
+
+
+def test_negative_backlog_is_treated_as_missing() -> None:
+    q = make(rate=6000, per_slot=1000, slots=8, partitions=48, backlog=-1e9)
+    q.run(90)
+    d = q.evaluate()
+    assert (d.outcome, d.inputs.backlog) == ("no-change", 0.0)
+
+
+def test_a_clock_going_back_restarts_the_window_without_scaling() -> None:
+    q = _overloaded()
+    q.run(85)
+    q.t = 10.0  # the clock jumps back
+    q.run(5)
+    assert "clock went back" in q.policy.last_rejection
+    d = q.evaluate()
+    assert d.outcome in CALM and d.outcome != "scale-up"
+    q.t = 1000.0
+    q.evaluate()
+    d = q.evaluate(now=500.0)  # an evaluation earlier than the previous one
+    assert d.outcome == "not-ready" and "clock went back" in d.reason
+
+
+@pytest.mark.parametrize("view", [
+    dict(slots=0), dict(partitions=0), dict(now=math.nan), dict(lower=5, upper=2),
+    dict(slots_per_executor=0), dict(cluster_max_slots=0), dict(max_useful_slots=0),
+])
+def test_a_bad_view_is_not_evaluated(view: dict[str, Any]) -> None:
+    q = _overloaded()
+    q.run(90)
+    d = q.evaluate(**view)
+    assert d.outcome == "not-ready" and d.reason.startswith("cannot evaluate")
+
+
+def test_samples_with_no_slots_or_bad_times_are_rejected() -> None:
+    p = QueryAutoscaler(config(), "q", started_at=0.0)
+    assert not p.observe(LoadSample(100.0, 0, 48))
+    assert not p.observe(LoadSample(math.nan, 4, 48))
+    assert not p.observe(LoadSample(math.inf, 4, 48))
+    assert p.rejected == 3
+    assert p.observe(LoadSample(100.0, 4, 48, batch_id=7))
+    assert not p.observe(LoadSample(105.0, 4, 48, batch_id=7))  # the same batch again
+    assert p.last_rejection == "batch 7 seen twice"
+
+
+def test_disabled_autoscaler_decides_nothing() -> None:
+    q = make(config(enabled=False), rate=7600, per_slot=1000, slots=8, partitions=48)
+    q.run(90)
+    assert q.evaluate().outcome == "not-ready"
+
+
+# -- values -----------------------------------------------------------------------------------
+def test_decisions_serialize_to_plain_json() -> None:
+    q = _overloaded()
+    q.run(90)
+    d = q.evaluate()
+    out = json.loads(json.dumps(d.as_dict()))
+    assert out["outcome"] == "scale-up" and out["targetSlots"] == 12
+    assert out["inputs"]["windowSpan"] == 60.0 and out["inputs"]["sampleCount"] == 13
+    assert out["inputs"]["inputRate"] == 7600.0
+    assert out["inputs"]["trueRatePerSlot"] == 1000.0
+    assert out["inputs"]["recommendedSlots"] == 9.5
+    snap = json.loads(json.dumps(q.policy.snapshot()))
+    assert snap["lastDecision"]["reason"] == d.reason
+    assert "scale-up 8->12 slots, 48->48 partitions (live)" in d.log_line()
+
+
+def test_a_sample_from_a_progress_event() -> None:
+    progress = QueryProgress(time=1.0, query_id="q", run_id="r", name=None, batch_id=3,
+                             num_input_rows=500, input_rows_per_second=100.0,
+                             processed_rows_per_second=250.0, batch_duration=2.0,
+                             trigger_execution=2.0)
+    s = LoadSample.from_progress(progress, time=42.0, slots=2, partitions=4,
+                                 trigger_interval=5.0, backlog=10.0, busy_time=3.0)
+    assert (s.time, s.batch_id, s.num_input_rows, s.backlog, s.busy_time) == (
+        42.0, 3, 500, 10.0, 3.0)
+
+
+def test_the_window_keeps_only_its_span_whatever_it_was_fed() -> None:
+    w = MetricsWindow(60.0)
+    for i in range(10_000):
+        t = 5.0 * i
+        w.add(Entry(t, 5.0, 100.0, 0.1, 100.0, None, None, 20.0, 1.0, 5.0, 1, 1))
+    assert w.count == 13
+    assert w.window_arrival_rate() == pytest.approx(20.0)
+    assert w.rate_per_slot() == (pytest.approx(1000.0), "busy time")
+
+
+def test_one_evaluation_of_100_queries_takes_well_under_10ms() -> None:
+    queries = []
+    for i in range(100):
+        q = make(rate=5000 + 40 * i, per_slot=1000, slots=8, partitions=48,
+                 backlog=None if i % 2 else 0.0)
+        q.run(90)
+        queries.append(q)
+    views = [q.view() for q in queries]
+    rounds = []
+    for _ in range(20):
+        start = time.perf_counter()
+        for q, v in zip(queries, views, strict=True):
+            q.policy.evaluate(v)
+        rounds.append(time.perf_counter() - start)
+    assert min(rounds) < 0.010  # the best round: free of another process's preemption
+    assert QueryView(1.0, 1, 1).problem() is None

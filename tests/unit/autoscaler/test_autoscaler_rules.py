@@ -1,0 +1,192 @@
+"""Flink's rules, one by one, on a fake query and virtual time (see autoscaler_fakes.BASE).
+
+BASE: window 60 s, stabilization 30 s, utilization 0.8 in [0.5, 0.9], catch-up 100 s,
+restart.time 10 s, scale-down interval 120 s, linear scaling, no effectiveness detection.
+"""
+
+from __future__ import annotations
+
+from autoscaler_fakes import config, first_action, make
+
+
+def test_no_decision_before_the_window_is_full() -> None:
+    # 7600 rows/s on 8 slots of 1000 rows/s: utilization 0.95 > 0.9
+    q = make(rate=7600, per_slot=1000, slots=8, partitions=48)
+    q.run(80)
+    d = q.evaluate()
+    assert d.outcome == "not-ready"
+    assert "collecting metrics: 50s of 60s" in d.reason
+    assert (d.target_slots, d.applied) == (8, False)
+    q.run(10)
+    d = q.evaluate()
+    # 7600 / 0.8 = 9500 rows/s -> 9.5 slots -> the smallest divisor of 48 above: 12
+    assert (d.outcome, d.kind, d.target_slots, d.target_partitions) == ("scale-up", "live", 12, 48)
+    assert d.applied and d.actionable
+
+
+def test_stabilization_after_a_rescale_ignores_samples_and_decides_nothing() -> None:
+    q = make(rate=7600, per_slot=1000, slots=8, partitions=48)
+    q.run(90)
+    q.apply(q.evaluate())  # live to 12 at t=90: stabilizing until 120
+    q.rate = 11400  # utilization 0.95 on 12 slots
+    for _ in range(2):
+        q.run(10)
+        d = q.evaluate()
+        assert d.outcome == "not-ready" and "stabilizing" in d.reason
+    q.run(10)  # t=120
+    assert q.policy.snapshot()["windowSamples"] == 1  # 95..115 were dropped; 120 is kept
+    q.run(50)  # t=170: 50 s collected
+    assert q.evaluate().outcome == "not-ready"
+    q.run(10)  # t=180: full
+    d = q.evaluate()
+    # 11400 / 0.8 = 14250 -> 14.25 slots -> 16
+    assert (d.outcome, d.target_slots) == ("scale-up", 16)
+
+
+def test_delayed_scale_down_applies_the_highest_recommendation_of_its_interval() -> None:
+    q = make(rate=4000, per_slot=1000, slots=16, partitions=48)
+    q.run(90)
+    d = q.evaluate()  # 4000 / 0.8 = 5000 -> 5 slots -> 6
+    assert (d.outcome, d.target_slots) == ("scale-down-pending", 6)
+    assert "waits 120s more" in d.reason
+    q.rate = 6000  # for a while 7.5 slots were needed -> 8
+    q.run_and_evaluate(60)
+    assert q.decisions[-1].target_slots == 8
+    q.rate = 4000
+    ds = q.run_and_evaluate(50)  # t=200: 110 s after the first recommendation
+    assert all(x.outcome == "scale-down-pending" for x in ds)
+    q.run(10)  # t=210: the interval is over
+    d = q.evaluate()
+    assert (d.outcome, d.kind, d.target_slots) == ("scale-down", "live", 8)
+
+
+def test_an_in_band_evaluation_cancels_a_pending_scale_down() -> None:
+    q = make(rate=4000, per_slot=1000, slots=16, partitions=48)
+    q.run(90)
+    assert q.evaluate().outcome == "scale-down-pending"
+    q.rate = 10000  # utilization 0.625: in band
+    q.run(60)
+    assert q.evaluate().outcome == "no-change"
+    q.rate = 4000
+    q.run(90)
+    d = q.evaluate()  # a new interval starts: no scale-down at the old deadline
+    assert d.outcome == "scale-down-pending" and "waits 120s more" in d.reason
+
+
+def test_scale_up_max_factor_limits_one_step() -> None:
+    q = make(config(scale_up_max_factor=1.0), rate=20000, per_slot=1000, slots=4, partitions=48)
+    q.run(90)
+    d = q.evaluate()  # 25+ slots needed; at most 4 x (1 + 1) = 8
+    assert (d.outcome, d.target_slots) == ("scale-up", 8)
+
+
+def test_scale_down_max_factor_limits_one_step() -> None:
+    q = make(config(scale_down_max_factor=0.5, scale_down_interval=0.0), rate=2000,
+             per_slot=1000, slots=48, partitions=48)
+    q.run(90)
+    d = q.evaluate()  # 2.5 slots needed; at least 48 x (1 - 0.5) = 24
+    assert (d.outcome, d.target_slots) == ("scale-down", 24)
+
+
+def test_a_backlog_raises_the_target_by_backlog_over_catch_up() -> None:
+    q = make(rate=6000, per_slot=1000, slots=8, partitions=48, backlog=0.0)
+    q.run(90)
+    assert q.evaluate().outcome == "no-change"  # utilization 0.75
+    q2 = make(rate=6000, per_slot=1000, slots=8, partitions=48, backlog=300_000.0)
+    q2.run(90)
+    d = q2.evaluate()
+    # 6000 / 0.8 + 300000 / 100 = 10500 rows/s -> 10.5 slots -> 12
+    assert (d.outcome, d.target_slots) == ("scale-up", 12)
+    assert d.inputs.backlog == 300_000.0 and d.inputs.target_rate == 10500.0
+
+
+def test_a_jump_of_the_input_rate_is_seen_at_once() -> None:
+    q = make(rate=6000, per_slot=1000, slots=8, partitions=48, trigger=5.0)
+    q.run(90)
+    assert q.evaluate().outcome == "no-change"
+    q.rate = 18000  # three times the input, one batch ago
+    q.run(5, trigger_interval=0.0)
+    d = q.evaluate()
+    # 18000 / 0.8 = 22500 -> 22.5 slots -> 24 in one step (the window's mean, 6923 rows/s,
+    # would have asked for 12)
+    assert (d.outcome, d.kind, d.target_slots) == ("scale-up", "live", 24)
+    assert d.inputs.input_rate == 18000.0
+    assert d.inputs.input_rate_window == (12 * 6000 + 18000) / 13
+
+
+def test_a_backlog_spike_is_seen_at_once_not_diluted() -> None:
+    q = make(rate=6000, per_slot=1000, slots=8, partitions=48, backlog=0.0)
+    q.run(90)
+    assert q.evaluate().outcome == "no-change"
+    q.run(5, backlog=1_000_000.0)  # FLINK-39306: a 0 -> 1M lag spike
+    d = q.evaluate()
+    # 6000 / 0.8 + 1e6 / 100 = 17500 -> 17.5 slots -> 24; the dump itself is not read as a
+    # rate of 200000 rows/s
+    assert (d.outcome, d.target_slots) == ("scale-up", 24)
+    assert d.inputs.input_rate == 6000.0
+
+
+def test_ineffective_scale_up_blocks_its_repetition_until_it_expires() -> None:
+    # Capacity stops growing above 8 slots: the source is the bottleneck.
+    def per_slot(eff: float) -> float:
+        return 1000.0 if eff <= 8 else 8000.0 / eff
+
+    q = make(config(effectiveness_detection=True, effectiveness_expiry=600.0), rate=7600,
+             per_slot=per_slot, slots=8, partitions=48)
+    q.run(90)
+    up = q.evaluate()
+    assert (up.outcome, up.target_slots) == ("scale-up", 12)
+    q.apply(up)  # t=90; stabilizing until 120, full window at 180
+    ds = q.run_and_evaluate(90)
+    assert ds[-1].outcome == "blocked"
+    assert "ineffective" in ds[-1].reason and ds[-1].target_slots == 16
+    assert not ds[-1].actionable
+    ds = q.run_and_evaluate(590)  # t=770: still blocked (until 780)
+    assert {d.outcome for d in ds} == {"blocked"}
+    q.run(10)
+    d = q.evaluate()
+    assert (d.outcome, d.target_slots) == ("scale-up", 16)  # expired: never blocked forever
+
+
+def test_a_query_falling_behind_lifts_the_block() -> None:
+    def per_slot(eff: float) -> float:
+        return 1000.0 if eff <= 8 else 8000.0 / eff
+
+    q = make(config(effectiveness_detection=True), rate=7600, per_slot=per_slot, slots=8,
+             partitions=48, backlog=0.0)
+    q.run(90)
+    q.apply(q.evaluate())
+    assert q.run_and_evaluate(90)[-1].outcome == "blocked"
+    q.backlog = 7600 * 40.0  # 40 s of input waiting: more than the 30 s threshold
+    q.run(10)
+    d = q.evaluate()
+    assert d.outcome == "scale-up"
+
+
+def test_recommend_only_computes_but_does_not_apply() -> None:
+    q = make(config(scaling_enabled=False), rate=7600, per_slot=1000, slots=8, partitions=48)
+    q.run(90)
+    d = q.evaluate()
+    assert (d.outcome, d.target_slots) == ("scale-up", 12)
+    assert d.applied is False and d.actionable is False
+    assert d.reason.startswith("recommend only (autoscaler.scaling.enabled=false)")
+    assert "[not applied]" in d.log_line()
+
+
+def test_nothing_is_decided_while_a_rescale_is_in_flight() -> None:
+    q = make(rate=7600, per_slot=1000, slots=8, partitions=48)
+    q.run(90)
+    d = q.evaluate(rescale_in_flight=True)
+    assert (d.outcome, d.reason) == ("not-ready", "a rescale is in flight")
+
+
+def test_a_rescale_reported_only_by_the_view_restarts_stabilization() -> None:
+    q = make(rate=7600, per_slot=1000, slots=8, partitions=48)
+    q.run(90)
+    d = q.evaluate(last_rescale_completed=85.0)  # e.g. a user's PUT, not the autoscaler
+    assert d.outcome == "not-ready" and "stabilizing" in d.reason
+
+
+def test_first_action_helper_finds_nothing_in_band() -> None:
+    q = make(rate=6000, per_slot=1000, slots=8, partitions=48)
+    assert first_action(q.run_and_evaluate(300)) is None

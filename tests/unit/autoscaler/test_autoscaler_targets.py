@@ -1,0 +1,197 @@
+"""Where a rescale goes: live first, restart pricing, caps, executors, observed scalability."""
+
+from __future__ import annotations
+
+import pytest
+from autoscaler_fakes import config, make
+
+from spark_adaptive.core.autoscaler.planning import (
+    divisors,
+    expected_overshoot,
+    restart_target,
+)
+
+
+# -- live first ---------------------------------------------------------------------------
+def test_a_balanced_slot_count_is_reached_live() -> None:
+    q = make(rate=5600, per_slot=1000, slots=4, partitions=48)
+    q.run(90, trigger_interval=0.0)
+    d = q.evaluate()  # 5600 / 0.8 = 7000 -> 7 slots -> 8 divides 48
+    assert (d.outcome, d.kind, d.target_slots, d.target_partitions) == ("scale-up", "live", 8, 48)
+    assert d.reason.endswith("live: 8 slots run the 48 partitions balanced, no restart")
+
+
+def test_a_restart_wins_when_no_balanced_count_fits_and_it_pays_back() -> None:
+    # 7 partitions (prime) on 7 slots, utilization 0.21: the only smaller balanced count,
+    # 1, cannot keep up. 1500 / 0.8 + 1500 x 10 / 100 = 2025 rows/s -> 3 slots.
+    q = make(config(scale_down_interval=0.0), rate=1500, per_slot=1000, slots=7, partitions=7)
+    q.run(90, trigger_interval=0.0)
+    d = q.evaluate()
+    assert (d.outcome, d.kind, d.target_slots, d.target_partitions) == (
+        "scale-down", "restart", 3, 12)
+    # the saving (4 slots x 90 s horizon) against 10 s of downtime x 7 slots
+    assert "waste 4 slots x 90s = 360 slot-s" in d.reason
+    assert "10.0s downtime x 7 slots = 70 slot-s" in d.reason
+
+
+def test_a_long_restart_loses_against_the_live_choice() -> None:
+    q = make(config(scale_down_interval=0.0, restart_time=100.0), rate=1500, per_slot=1000,
+             slots=7, partitions=7)
+    q.run(90, trigger_interval=0.0)
+    d = q.evaluate()  # 360 slot-s of waste against 700 slot-s of downtime
+    assert (d.outcome, d.target_slots, d.target_partitions) == ("no-change", 7, 7)
+    assert "700 slot-s" in d.reason
+
+
+def test_observed_restart_downtime_prices_the_restart_when_tracking_is_on() -> None:
+    q = make(config(scale_down_interval=0.0, restart_time_tracking=True), rate=1500,
+             per_slot=1000, slots=7, partitions=7, downtimes=[2.0, 120.0])
+    q.run(90, trigger_interval=0.0)
+    d = q.evaluate()  # the longest observed restart, 120 s, makes live win
+    assert d.outcome == "no-change"
+    assert d.inputs.restart_downtime == 120.0
+
+
+def test_a_query_that_cannot_restart_keeps_its_partitions() -> None:
+    q = make(config(scale_down_interval=0.0), rate=1500, per_slot=1000, slots=7, partitions=7,
+             can_restart=False)
+    q.run(90, trigger_interval=0.0)
+    d = q.evaluate()
+    assert (d.outcome, d.target_slots, d.target_partitions) == ("no-change", 7, 7)
+    assert "cannot change" in d.reason
+
+
+def test_a_restart_that_saves_nothing_is_not_taken() -> None:
+    q = make(config(scale_down_interval=0.0), rate=11900, per_slot=1000, slots=48,
+             partitions=48)
+    q.run(90, trigger_interval=0.0)
+    d = q.evaluate()  # 14875 rows/s -> 14.9 slots -> 16 live; a restart would need 18
+    assert (d.outcome, d.kind, d.target_slots) == ("scale-down", "live", 16)
+
+
+def test_a_restart_saving_less_than_the_bands_width_is_not_taken() -> None:
+    # 16 partitions on 8 slots, utilization 0.49: 4 slots cannot keep up, so 8 stays the
+    # live choice. A restart at 6 slots would save 2 of 8 (25%), less than the band's width
+    # 1 - 0.5 / 0.8 = 37.5%, though its 80 slot-s of downtime would pay back.
+    q = make(config(scale_down_interval=0.0), rate=3900, per_slot=1000, slots=8, partitions=16)
+    q.run(90, trigger_interval=0.0)
+    d = q.evaluate()
+    assert (d.outcome, d.target_slots, d.target_partitions) == ("no-change", 8, 16)
+    assert "would save 2 of 8 (25%), less than the band's width (38%)" in d.reason
+
+
+# -- caps -----------------------------------------------------------------------------------
+def test_never_more_slots_than_tasks() -> None:
+    q = make(rate=10000, per_slot=1000, slots=2, partitions=4, can_restart=False)
+    q.run(90, trigger_interval=0.0)
+    d = q.evaluate()
+    assert (d.outcome, d.target_slots, d.target_partitions) == ("scale-up", 4, 4)
+
+
+def test_a_stateless_query_gets_at_most_its_source_partitions() -> None:
+    for can_restart in (False, True):
+        q = make(rate=10000, per_slot=1000, slots=2, partitions=48, max_useful_slots=6,
+                 can_restart=can_restart)
+        q.run(90, trigger_interval=0.0)
+        d = q.evaluate()
+        assert d.outcome == "scale-up"
+        assert d.target_slots == 6
+
+
+def test_slot_targets_are_whole_executors() -> None:
+    q = make(rate=7000, per_slot=1000, slots=4, partitions=48, slots_per_executor=4)
+    q.run(90, trigger_interval=0.0)
+    d = q.evaluate()  # 8750 rows/s -> 8.75 slots -> 12 (3 executors of 4; 48 % 12 == 0)
+    assert (d.outcome, d.target_slots) == ("scale-up", 12)
+
+
+def test_never_above_the_cluster_maximum() -> None:
+    q = make(rate=20000, per_slot=1000, slots=4, partitions=48, cluster_max_slots=10,
+             can_restart=False)
+    q.run(90, trigger_interval=0.0)
+    d = q.evaluate()  # 25 slots wanted; the largest balanced count within 10 is 8
+    assert (d.outcome, d.target_slots) == ("scale-up", 8)
+    q = make(rate=20000, per_slot=1000, slots=4, partitions=48, cluster_max_slots=10)
+    q.run(90, trigger_interval=0.0)
+    d = q.evaluate()  # with a restart: all 10, at partitions that can grow live later
+    assert (d.outcome, d.kind, d.target_slots, d.target_partitions) == (
+        "scale-up", "restart", 10, 120)
+
+
+# -- observed scalability --------------------------------------------------------------
+def _sublinear(eff: float) -> float:
+    return 1000.0 / (1 + 0.02 * (eff - 1))
+
+
+@pytest.mark.parametrize("learn, expected", [(True, 30), (False, 20)])
+def test_observed_scalability_reaches_the_target_in_one_step(learn: bool, expected: int) -> None:
+    q = make(config(observed_scalability=learn), rate=3000, per_slot=_sublinear, slots=4,
+             partitions=120)
+    q.run(90, trigger_interval=0.0)
+    assert q.evaluate().outcome == "no-change"  # 4 slots observed
+    q.rate = 5000
+    q.run(60, trigger_interval=0.0)
+    up = q.evaluate()
+    assert (up.outcome, up.target_slots) == ("scale-up", 8)
+    q.apply(up)
+    q.run(90, trigger_interval=0.0)
+    assert q.evaluate().outcome == "no-change"  # 8 slots observed
+    q.rate = 14000
+    q.run(60, trigger_interval=0.0)
+    d = q.evaluate()
+    assert (d.outcome, d.target_slots) == ("scale-up", expected)
+    q.apply(d)
+    utilization = q.rate / q.capacity()
+    if learn:  # one step: 14000 rows/s on 30 slots is within the band
+        assert 0.5 <= utilization <= 0.9
+        assert d.inputs.scalability_coefficient == pytest.approx(1.14 / 1.508, rel=1e-3)
+    else:  # linear scaling undershoots: out of the band, another rescale follows
+        assert utilization > 0.9
+
+
+# -- planning helpers ----------------------------------------------------------------------
+def test_divisors() -> None:
+    assert divisors(1) == (1,)
+    assert divisors(48) == (1, 2, 3, 4, 6, 8, 12, 16, 24, 48)
+    assert divisors(49) == (1, 7, 49)
+
+
+def test_restart_partitions_leave_room_for_live_rescales() -> None:
+    assert restart_target(11, 1, 720, 4, 1, None, 1000) == (12, 24)
+    assert restart_target(3, 1, 720, 4, 1, None, 1000) == (3, 12)
+    assert restart_target(11, 1, 720, 1, 1, None, 1000) == (11, 11)  # Flink's P' = S'
+    assert restart_target(11, 1, 16, 4, 1, None, 1000) == (11, 11)  # bounded by upper
+    assert restart_target(30, 1, 720, 4, 1, None, 20) == (20, 20)  # the cluster's maximum
+    s, p = restart_target(9, 1, 720, 4, 4, None, 1000)  # whole executors of 4 slots
+    assert s % 4 == 0 and p % s == 0 and s >= 9
+
+
+def test_expected_overshoot_prefers_dense_divisors() -> None:
+    assert expected_overshoot(60, 15, 1, 60) < expected_overshoot(30, 15, 1, 30)
+    assert expected_overshoot(7, 7, 1, 7) > 0.5
+
+
+def test_a_query_falling_behind_scales_up_live_even_below_the_band() -> None:
+    cfg = config(utilization_min=0.7)
+    # 40 partitions on 10 slots: the balanced counts above are 20 and 40.
+    slow = make(cfg, rate=9200, per_slot=1000, slots=10, partitions=40)
+    slow.run(90, trigger_interval=0.0)
+    d = slow.evaluate()  # utilization 0.92: 20 slots would leave 0.46, a restart is cheaper
+    assert (d.outcome, d.kind) == ("scale-up", "restart")
+    assert d.target_slots < 20
+    behind = make(cfg, rate=12000, per_slot=1000, slots=10, partitions=40)
+    behind.run(90, trigger_interval=0.0)
+    d = behind.evaluate()  # utilization 1.2: the input outruns the capacity
+    assert (d.outcome, d.kind, d.target_slots, d.target_partitions) == (
+        "scale-up", "live", 20, 40)
+    assert "falling behind is scaled up live" in d.reason
+
+
+def test_a_query_falling_behind_scales_up_before_its_window_is_full() -> None:
+    q = make(rate=7600, per_slot=1000, slots=8, partitions=48, backlog=0.0)
+    q.run(60)
+    assert q.evaluate().outcome == "not-ready"  # 30 s collected, no backlog: wait
+    q.run(5, backlog=7600 * 20.0)  # 20 s of input waiting, above the 15 s threshold
+    d = q.evaluate()  # 7600 / 0.8 + 152000 / 100 = 11020 rows/s -> 11.02 slots -> 12
+    assert (d.outcome, d.target_slots) == ("scale-up", 12)
+    assert d.inputs.sample_count < 13
