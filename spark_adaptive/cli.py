@@ -7,6 +7,7 @@ Over a driver's REST API (``--url``, default ``http://127.0.0.1:4050`` or
     spark-adaptive requirements get QUERY                  a query's bounds
     spark-adaptive requirements set QUERY --lower L --upper U
     spark-adaptive history QUERY                           its rescales and restarts
+    spark-adaptive autoscaler QUERY                        its autoscaler: rates, decision
 
 ``QUERY`` is a Spark query id (or a unique prefix of one, as ``status``
 shows it), a query name or a spark-adaptive key. Each command takes
@@ -68,6 +69,9 @@ def _parser() -> argparse.ArgumentParser:
     history = sub.add_parser("history", parents=[common],
                              help="a query's rescales and restarts")
     history.add_argument("query")
+    autoscaler = sub.add_parser("autoscaler", parents=[common],
+                                help="a query's autoscaler: window, rates, last decision")
+    autoscaler.add_argument("query")
     reqs = sub.add_parser("requirements", help="a query's parallelism bounds")
     rsub = reqs.add_subparsers(dest="action", required=True)
     get = rsub.add_parser("get", parents=[common], help="show the bounds")
@@ -124,6 +128,16 @@ def _history(client: RestClient, args: argparse.Namespace) -> int:
     return 0
 
 
+def _autoscaler(client: RestClient, args: argparse.Namespace) -> int:
+    status = _resolving(client, args.query,
+                        lambda i: client.get(client.query_path(i, "autoscaler")))
+    if args.json:
+        _print_json(status)
+    else:
+        print("\n".join(tables.autoscaler_lines(status)))
+    return 0
+
+
 def _requirements(client: RestClient, args: argparse.Namespace) -> int:
     def read(ident: str) -> tuple[str, Any]:
         return ident, client.get(client.query_path(ident, "resource-requirements"))
@@ -156,7 +170,8 @@ def _requirements(client: RestClient, args: argparse.Namespace) -> int:
 
 
 _COMMANDS: dict[str, Callable[[RestClient, argparse.Namespace], int]] = {
-    "status": _status, "history": _history, "requirements": _requirements}
+    "status": _status, "history": _history, "requirements": _requirements,
+    "autoscaler": _autoscaler}
 
 
 def main(argv: list[str] | None = None) -> int:

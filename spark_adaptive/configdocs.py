@@ -23,6 +23,7 @@ SECTIONS = (
     ("Streaming scheduler", ("scheduler.", "failure-detection.", "parallelism.",
                              "max-parallelism")),
     ("Restart strategies", ("restart-strategy.",)),
+    ("Autoscaler", ("autoscaler.",)),
     ("Adaptive Batch Scheduler", ("batch.",)),
     ("REST API", ("rest.",)),
 )

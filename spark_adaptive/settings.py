@@ -3,6 +3,7 @@
 :class:`Settings` composes the option groups of each concern, each declared
 where it is used: :class:`~spark_adaptive.core.streaming.settings.SchedulerSettings`,
 :class:`~spark_adaptive.core.streaming.settings.RestartStrategySettings`,
+:class:`~spark_adaptive.core.autoscaler.config.AutoscalerConfig`,
 :class:`~spark_adaptive.core.batch.settings.BatchSettings`,
 :class:`~spark_adaptive.rest.settings.RestSettings`. :meth:`Settings.from_conf`
 reads and validates a whole Spark configuration at activation and raises one
@@ -15,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from spark_adaptive.core.autoscaler.config import AutoscalerConfig
 from spark_adaptive.core.batch.settings import BatchSettings
 from spark_adaptive.core.options import PREFIX, Option, changed_options, group, option
 from spark_adaptive.core.options import options_of as _options_of
@@ -43,6 +45,7 @@ class Settings:
         default_text="(the packaged jar)")
     scheduler: SchedulerSettings = group(SchedulerSettings)
     restart: RestartStrategySettings = group(RestartStrategySettings)
+    autoscaler: AutoscalerConfig = group(AutoscalerConfig)
     batch: BatchSettings = group(BatchSettings)
     rest: RestSettings = group(RestSettings)
 
@@ -52,7 +55,10 @@ class Settings:
 
         Raises :class:`ConfigurationError` listing every problem, each naming its key.
         """
-        settings, problems = _read(cls, conf, _reactive_defaults)
+        try:
+            settings, problems = _read(cls, conf, _reactive_defaults)
+        except ConfigurationError as e:  # a group that checks its own rules as it is built
+            settings, problems = None, e.problems
         if settings is not None:
             problems = settings._problems(conf)
         if problems or settings is None:
@@ -62,6 +68,11 @@ class Settings:
     def _problems(self, conf: Mapping[str, str]) -> list[str]:
         p = [*self.scheduler.problems(), *self.restart.problems(), *self.batch.problems(),
              *self.rest.problems()]
+        if self.autoscaler.enabled and self.scheduler.mode == "reactive":
+            p.append(f"{PREFIX}autoscaler.enabled=true cannot be combined with "
+                     f"{PREFIX}scheduler.mode=reactive: reactive mode gives every query every "
+                     "executor, the autoscaler gives each the executors its load needs. Use "
+                     "the adaptive mode (the default) with the autoscaler, or switch it off")
         if self.enabled and conf.get("spark.dynamicAllocation.enabled", "false").strip().lower() \
                 == "true":
             p.append("spark.dynamicAllocation.enabled=true cannot be combined with "

@@ -7,6 +7,7 @@ Routes (JSON in and out; ``{id}`` is a key, Spark query id or name, URL-encoded)
     GET  /queries/{id}/resource-requirements   {"parallelism": {"lowerBound": L, "upperBound": U}}
     PUT  /queries/{id}/resource-requirements   same body; 200 with {} once accepted
     GET  /queries/{id}/rescales                history (newest last) and counters
+    GET  /queries/{id}/autoscaler              the autoscaler's window, rates, last decision
     GET  /openapi.json                         the OpenAPI 3.0 document of all this
 
 Errors have Flink's REST error shape, ``{"errors": ["reason", ...]}``:
@@ -79,6 +80,7 @@ _ROUTES: tuple[tuple[re.Pattern[str], dict[str, str]], ...] = (
     (re.compile(_QUERY + r"/resource-requirements"),
      {"GET": "get_requirements", "PUT": "put_requirements"}),
     (re.compile(_QUERY + r"/rescales"), {"GET": "get_rescales"}),
+    (re.compile(_QUERY + r"/autoscaler"), {"GET": "get_autoscaler"}),
     (re.compile(r"/openapi\.json"), {"GET": "get_openapi"}),
 )
 
@@ -128,6 +130,13 @@ class RestApi:
         view = self._facade.rescales(self._facade.key_of(ident))
         return Response(200, wire.rescales_json(view.query_id, view.key, view.records,
                                                 view.counters))
+
+    def _get_autoscaler(self, ident: str, _body: bytes) -> Response:
+        status = self._facade.autoscaler(self._facade.key_of(ident))
+        if status is None:
+            return error(404, "The autoscaler is off for this application "
+                              "(spark.adaptive.autoscaler.enabled=false).")
+        return Response(200, wire.autoscaler_json(status))
 
     def _get_openapi(self, _ident: str, _body: bytes) -> Response:
         return Response(200, self._openapi())

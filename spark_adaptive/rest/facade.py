@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from spark_adaptive.core.loop import EventLoop
+from spark_adaptive.core.streaming.autoscaling import AutoscalerStatus, Autoscaling
 from spark_adaptive.core.streaming.history import Counters, RescaleRecord
 from spark_adaptive.core.streaming.persistence import PersistedRequirements, Undo
 from spark_adaptive.core.streaming.query import QuerySnapshot
@@ -73,6 +74,10 @@ class SchedulerFacade(Protocol):
         body did not give as an integer)."""
         ...
 
+    def autoscaler(self, key: str) -> AutoscalerStatus | None:
+        """The query's autoscaler, None when the autoscaler is off."""
+        ...
+
     def persist_requirements(self, key: str, requirements: ResourceRequirements) -> Undo | None:
         """Write the bounds beside the checkpoint; the undo, or None if not persisted."""
         ...
@@ -86,11 +91,13 @@ class RuntimeFacade:
     """:class:`SchedulerFacade` over an :class:`AdaptiveScheduler` and its event loop."""
 
     def __init__(self, loop: EventLoop, scheduler: AdaptiveScheduler,
-                 persisted: PersistedRequirements, timeout: float = 30.0) -> None:
+                 persisted: PersistedRequirements, timeout: float = 30.0,
+                 autoscaling: Autoscaling | None = None) -> None:
         self._loop = loop
         self._sched = scheduler
         self._persisted = persisted
         self._timeout = timeout
+        self._autoscaling = autoscaling
 
     def _call(self, fn: Callable[[], T]) -> T:
         # call_sync is typed ``object``; the value is whatever fn returned.
@@ -119,6 +126,12 @@ class RuntimeFacade:
     def check_requirements(self, key: str, lower: int | None,
                            upper: int | None) -> ResourceRequirements:
         return self._call(lambda: self._sched.check_requirements(key, lower, upper))
+
+    def autoscaler(self, key: str) -> AutoscalerStatus | None:
+        autoscaling = self._autoscaling
+        if autoscaling is None:
+            return None
+        return self._call(lambda: autoscaling.status(self._sched.query(key)))
 
     def persist_requirements(self, key: str, requirements: ResourceRequirements) -> Undo | None:
         return self._persisted.persist(key, requirements)

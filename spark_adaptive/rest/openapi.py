@@ -127,6 +127,54 @@ def _schemas() -> dict[str, Any]:
                 "reason": {"type": "string"},
             },
         },
+        "ScalingDecision": {
+            "type": "object",
+            "required": ["time", "outcome", "kind", "currentSlots", "targetSlots",
+                         "currentPartitions", "targetPartitions", "reason", "applied",
+                         "inputs"],
+            "properties": {
+                "time": {"type": "number", "description": "Seconds on the scheduler's clock."},
+                "outcome": {"type": "string", "enum": [
+                    "not-ready", "no-change", "scale-up", "scale-down", "scale-down-pending",
+                    "blocked"]},
+                "kind": {"type": "string", "enum": ["none", "live", "restart"]},
+                "currentSlots": _int("Slots the query runs on."),
+                "targetSlots": _int("Slots the decision asks for."),
+                "currentPartitions": _int("The query's partitions."),
+                "targetPartitions": _int("The partitions the decision asks for."),
+                "reason": {"type": "string"},
+                "applied": {"type": "boolean", "description": "Carried out (false in "
+                            "recommend-only mode and for outcomes that change nothing)."},
+                "inputs": {"type": "object", "description": "The figures the decision was "
+                           "computed from (rows per second, rows, seconds); null where not "
+                           "available."},
+            },
+        },
+        "Autoscaler": {
+            "type": "object",
+            "required": ["id", "enabled", "scalingEnabled", "evaluationInterval",
+                         "nextEvaluation", "waitingForResources", "window", "lastDecision"],
+            "properties": {
+                "id": {"type": "string"},
+                "enabled": {"type": "boolean"},
+                "scalingEnabled": {"type": "boolean", "description": "false: recommend only."},
+                "evaluationInterval": {"type": "number", "description": "Seconds."},
+                "nextEvaluation": _nullable({"type": "number",
+                                             "description": "Seconds from now."}),
+                "waitingForResources": {"type": "boolean", "description": "The slots the "
+                                        "autoscaler asked for have not come (yet)."},
+                "window": {"type": "object", "description": "The metrics window: its length, "
+                           "the span and count of the samples in it (seconds)."},
+                "inputRate": _nullable({"type": "number"}),
+                "backlog": _nullable({"type": "number"}),
+                "trueRatePerSlot": _nullable({"type": "number"}),
+                "targetRate": _nullable({"type": "number"}),
+                "utilization": _nullable({"type": "number"}),
+                "recommendation": _nullable({"type": "object"}),
+                "lastDecision": _nullable({"allOf": [_ref("ScalingDecision")]}),
+                "policy": {"type": "object", "description": "The policy's own state."},
+            },
+        },
         "Rescales": {
             "type": "object", "required": ["id", "key", "rescales", "counters"],
             "properties": {"id": {"type": "string"}, "key": {"type": "string"},
@@ -194,6 +242,11 @@ def document(url: str | None = None, token_required: bool = False) -> dict[str, 
         "/queries/{id}/rescales": {"parameters": [ident], "get": op(
             "getRescales", "The query's rescale and restart history, and its counters.",
             _json(_ref("Rescales"), "The history, newest last."), query_errors)},
+        "/queries/{id}/autoscaler": {"parameters": [ident], "get": op(
+            "getAutoscaler", "The query's autoscaler: its metrics window, true processing rate "
+            "per slot, target rate, recommendation, last decision and why, next evaluation. "
+            "404 when the autoscaler is off.",
+            _json(_ref("Autoscaler"), "The autoscaler's view of the query."), query_errors)},
         "/openapi.json": {"get": op("getOpenApi", "This document.",
                                     _json({"type": "object"}, "OpenAPI 3.0 document."),
                                     _errors(*auth))},

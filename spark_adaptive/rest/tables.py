@@ -110,3 +110,38 @@ def history_lines(history: dict[str, Any], width: int | None = None,
     lines.append(f"restarts {c.get('restarts', 0)}, rescales {c.get('rescales', 0)} "
                  f"(live {c.get('liveRescales', 0)}), failures {c.get('failures', 0)}")
     return lines
+
+
+def _rate(value: float | None, unit: str = "rows/s") -> str:
+    return "-" if value is None else f"{value:,.1f} {unit}"
+
+
+def autoscaler_lines(status: dict[str, Any]) -> list[str]:
+    """``spark-adaptive autoscaler QUERY``: the figures and the last decision, one per line."""
+    window = status.get("window") or {}
+    rec = status.get("recommendation")
+    decision = status.get("lastDecision") or {}
+    utilization = status.get("utilization")
+    backlog = status.get("backlog")
+    lines = [
+        f"query {short_id(str(status.get('id', '')))}: autoscaler "
+        + ("on" if status.get("scalingEnabled") else "recommending only"),
+        f"  window          {duration(window.get('span'))} of {duration(window.get('length'))},"
+        f" {window.get('samples') or 0} micro-batches",
+        f"  input rate      {_rate(status.get('inputRate'))}",
+        "  backlog         " + ("-" if backlog is None else f"{backlog:,.0f} rows"),
+        f"  rate per slot   {_rate(status.get('trueRatePerSlot'))}",
+        f"  target rate     {_rate(status.get('targetRate'))}",
+        "  utilization     " + ("-" if utilization is None else f"{utilization:.0%}"),
+    ]
+    if rec:
+        lines.append(f"  recommendation  {rec['outcome']}: {rec['slots']} slots, "
+                     f"{rec['partitions']} partitions ({rec['kind']})"
+                     + ("" if rec.get("applied") else ", not applied"))
+    if decision:
+        lines.append(f"  why             {decision.get('reason', '')}")
+    if status.get("waitingForResources"):
+        lines.append("  waiting for the slots it asked for to come")
+    nxt = status.get("nextEvaluation")
+    lines.append(f"  next evaluation in {duration(nxt)}")
+    return lines

@@ -9,9 +9,12 @@ is read here (:func:`parse_requirements`) before the core validates the bounds.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from spark_adaptive.core.autoscaler import ScalingDecision
+from spark_adaptive.core.streaming.autoscaling import AutoscalerStatus
 from spark_adaptive.core.streaming.history import Counters, Decision, RescaleRecord
 from spark_adaptive.core.streaming.query import QuerySnapshot
 from spark_adaptive.core.streaming.requirements import INCOMPLETE, ResourceRequirements
@@ -76,6 +79,47 @@ def rescales_json(query_id: str, key: str, records: tuple[RescaleRecord, ...],
     """``GET /queries/{id}/rescales``: the history, newest last, and its counters."""
     return {"id": query_id, "key": key, "rescales": [record_json(r) for r in records],
             "counters": counters_json(counters)}
+
+
+def scaling_decision_json(d: ScalingDecision) -> dict[str, Any]:
+    """An autoscaler decision: its outcome, target, reason, and the figures it used."""
+    out = {_camel(f.name): getattr(d, f.name) for f in dataclasses.fields(d)
+           if f.name != "inputs"}
+    out["inputs"] = {_camel(f.name): getattr(d.inputs, f.name)
+                     for f in dataclasses.fields(d.inputs)}
+    return out
+
+
+def autoscaler_json(s: AutoscalerStatus) -> dict[str, Any]:
+    """``GET /queries/{id}/autoscaler``: the window, the rates, the recommendation, the last
+    decision and why, and when the next evaluation is."""
+    d = s.decision
+    inputs = None if d is None else d.inputs
+    return {
+        "id": s.query_id, "enabled": s.enabled, "scalingEnabled": s.scaling_enabled,
+        "evaluationInterval": s.evaluation_interval, "nextEvaluation": s.next_evaluation,
+        "waitingForResources": s.waiting_for_resources,
+        "window": {"length": s.metrics_window,
+                   "span": None if inputs is None else inputs.window_span,
+                   "samples": None if inputs is None else inputs.sample_count},
+        "inputRate": None if inputs is None else inputs.input_rate,
+        "backlog": None if inputs is None else inputs.backlog,
+        "trueRatePerSlot": None if inputs is None else inputs.true_rate_per_slot,
+        "targetRate": None if inputs is None else inputs.target_rate,
+        "utilization": None if inputs is None else inputs.utilization,
+        "recommendation": None if d is None else {
+            "slots": d.target_slots, "partitions": d.target_partitions, "kind": d.kind,
+            "outcome": d.outcome, "applied": d.applied},
+        "lastDecision": None if d is None else scaling_decision_json(d),
+        "policy": {_camel(k): v for k, v in s.policy.items() if k != "lastDecision"},
+    }
+
+
+def _camel(name: str) -> str:
+    if "_" not in name:
+        return name
+    head, *rest = name.split("_")
+    return head + "".join(w.capitalize() for w in rest)
 
 
 def parse_requirements(body: Any) -> tuple[int | None, int | None, list[str]]:

@@ -21,6 +21,7 @@ from spark_adaptive.core.bus import EventBus, Handler
 from spark_adaptive.core.events import Event
 from spark_adaptive.core.loop import EventLoop
 from spark_adaptive.core.options import parse_duration
+from spark_adaptive.core.streaming.autoscaling import Autoscaling
 from spark_adaptive.core.streaming.persistence import PersistedRequirements
 from spark_adaptive.core.streaming.scheduler import AdaptiveScheduler
 from spark_adaptive.core.streaming.warm_up import WarmUp
@@ -77,6 +78,12 @@ class AdaptiveRuntime:
                 launch=warm_up_launcher(lambda: self._session,
                                         lambda: self.actuator.slots, self.loop.submit))
             self.bus.subscribe(self.warm_up.on_event, "executor warm-up")
+        self.autoscaling: Autoscaling | None = None
+        if settings.autoscaler.enabled and self.local_slots is None:
+            self.autoscaling = Autoscaling(
+                settings.autoscaler, self.scheduler, self.loop,
+                resource_wait=settings.scheduler.executing_stabilization)
+            self.bus.subscribe(self.autoscaling.on_event, "autoscaler")
         self.streaming = StreamingManager(self, self.scheduler)
         # Every subscriber above exists before the first event is posted.
         self.loop.start()
@@ -91,8 +98,8 @@ class AdaptiveRuntime:
                  jar if self.listener_path == "shim" else "no per-task filtering in the JVM")
         # Requirements accepted by the REST API live beside each query's checkpoint.
         self.persisted = PersistedRequirements(HadoopRequirementsStore(sc), settings.scheduler)
-        self.rest = serve(RuntimeFacade(self.loop, self.scheduler, self.persisted),
-                          settings.rest)
+        self.rest = serve(RuntimeFacade(self.loop, self.scheduler, self.persisted,
+                                        autoscaling=self.autoscaling), settings.rest)
         if self.rest is not None:
             self.on_close(self.rest.stop)  # closers run first: no request during shutdown
         if self.warm_up is not None:
@@ -147,6 +154,9 @@ class AdaptiveRuntime:
         for fn in reversed(self._closers):
             _quietly(fn, "a shutdown hook")
         _quietly(self.streaming.close, "the managed queries")
+        autoscaling = self.autoscaling
+        if autoscaling is not None:
+            _quietly(lambda: self.loop.call_sync(autoscaling.close), "the autoscaler")
         _quietly(lambda: self.loop.call_sync(self.scheduler.close), "the scheduler")
         _quietly(self.listener.close, "the Spark listener")
         _quietly(self.actuator.close, "the executor actuator")

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 from spark_adaptive.core.ports import QueryInfo
 from spark_adaptive.core.streaming import requirements as req
+from spark_adaptive.core.streaming.autoscaling import AutoscalerStatus
 from spark_adaptive.core.streaming.history import Counters, Decision, RescaleRecord, Trigger
 from spark_adaptive.core.streaming.persistence import (
     MemoryRequirementsStore,
@@ -80,6 +81,8 @@ class FakeScheduler:
         self.settings = SchedulerSettings(mode=mode, max_parallelism=max_parallelism)
         self.persisted = PersistedRequirements(self.store, self.settings)
         self.queries_by_key: dict[str, FakeQuery] = {}
+        #: What GET /queries/{id}/autoscaler answers (None: the autoscaler is off).
+        self.autoscaler_status: AutoscalerStatus | None = None
         self.add(FakeQuery("query-1", QUERY_ID, "orders", req.ResourceRequirements(1, 4)))
 
     def add(self, q: FakeQuery) -> FakeQuery:
@@ -123,6 +126,10 @@ class FakeScheduler:
             raise ConflictError(f"query {key} has finished; its requirements cannot change")
         return req.validate(lower, upper, max_parallelism=self.settings.max_parallelism,
                             default_upper=q.partitions)
+
+    def autoscaler(self, key: str) -> AutoscalerStatus | None:
+        self._find(key)
+        return self.autoscaler_status
 
     def persist_requirements(self, key: str, requirements: req.ResourceRequirements
                              ) -> Undo | None:

@@ -9,6 +9,8 @@ import pytest
 from rest_fakes import QUERY_ID, FailingStore, FakeQuery, FakeScheduler, serving
 
 from spark_adaptive import cli
+from spark_adaptive.core.autoscaler import AutoscalerConfig, QueryAutoscaler, QueryView
+from spark_adaptive.core.streaming.autoscaling import AutoscalerStatus
 from spark_adaptive.core.streaming.requirements import ResourceRequirements
 from spark_adaptive.rest import tables
 
@@ -189,3 +191,24 @@ def test_clock_shows_the_date_only_when_not_today() -> None:
     now = 1.7e9
     assert len(tables.clock(now, now=now)) == len("12:00:00")
     assert len(tables.clock(now - 3 * 86400, now=now)) == len("2023-11-11 12:00:00")
+
+
+def test_autoscaler_lines_and_its_absence(sched: FakeScheduler, url: str,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "--url", url, "autoscaler", "orders")
+    assert code == 2 and "autoscaler.enabled=false" in err
+    config = AutoscalerConfig(enabled=True, scaling_enabled=False)
+    policy = QueryAutoscaler(config, query="orders", started_at=0.0)
+    decision = policy.evaluate(QueryView(now=5.0, slots=2, partitions=4))
+    sched.autoscaler_status = AutoscalerStatus(QUERY_ID, True, False, 180.0, 10.0, 4.5, True,
+                                               decision, policy.snapshot())
+    code, out, _ = run(capsys, "--url", url, "autoscaler", "orders")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == "query 0f9c8b1e: autoscaler recommending only"
+    assert lines[1] == "  window          0.0s of 3m00s, 0 micro-batches"
+    assert "  recommendation  not-ready: 2 slots, 4 partitions (none), not applied" in lines
+    assert "  waiting for the slots it asked for to come" in lines
+    assert lines[-1] == "  next evaluation in 4.5s"
+    code, out, _ = run(capsys, "--url", url, "autoscaler", "orders", "--json")
+    assert json.loads(out)["lastDecision"]["outcome"] == "not-ready"

@@ -8,6 +8,8 @@ import pytest
 from openapi_spec_validator import validate
 from rest_fakes import QUERY_ID, FakeScheduler, bounds, call, serving
 
+from spark_adaptive.core.autoscaler import AutoscalerConfig, QueryAutoscaler, QueryView
+from spark_adaptive.core.streaming.autoscaling import AutoscalerStatus
 from spark_adaptive.rest import openapi
 from spark_adaptive.rest.api import _ROUTES
 
@@ -19,6 +21,7 @@ EXPECTED = {
     ("/queries/{id}/resource-requirements", "put"):
         {"200", "400", "404", "409", "413", "500", "503"},
     ("/queries/{id}/rescales", "get"): {"200", "404", "503"},
+    ("/queries/{id}/autoscaler", "get"): {"200", "404", "503"},
     ("/openapi.json", "get"): {"200"},
 }
 
@@ -72,6 +75,7 @@ def _conforms(value: Any, schema: dict[str, Any], doc: dict[str, Any]) -> None:
         return
     kind = schema.get("type")
     python: dict[str, Any] = {"object": dict, "array": list, "string": str, "integer": int,
+              "boolean": bool,
               "number": (int, float)}
     if kind:
         assert isinstance(value, python[kind]), (value, schema)
@@ -107,3 +111,22 @@ def test_answers_conform_to_the_document() -> None:
                   schema_of("/queries/{id}/rescales", "get"), doc)
         refused = call(server.url, "PUT", "/queries/orders/resource-requirements", bounds(0, 1))
         _conforms(refused.body, schema_of(path, "put", "400"), doc)
+
+
+def test_the_autoscaler_answer_conforms_and_is_404_when_it_is_off() -> None:
+    scheduler = FakeScheduler()
+    with serving(scheduler) as server:
+        doc = call(server.url, "GET", "/openapi.json").body
+        answers = doc["paths"]["/queries/{id}/autoscaler"]["get"]["responses"]
+        off = call(server.url, "GET", "/queries/orders/autoscaler")
+        assert off.status == 404 and "autoscaler.enabled=false" in off.body["errors"][0]
+        _conforms(off.body, answers["404"]["content"]["application/json"]["schema"], doc)
+        policy = QueryAutoscaler(AutoscalerConfig(enabled=True), query="orders", started_at=0.0)
+        decision = policy.evaluate(QueryView(now=5.0, slots=2, partitions=4))
+        scheduler.autoscaler_status = AutoscalerStatus(
+            QUERY_ID, True, True, 180.0, 10.0, 4.5, False, decision, policy.snapshot())
+        on = call(server.url, "GET", "/queries/orders/autoscaler")
+        assert on.status == 200
+        assert (on.body["id"], on.body["lastDecision"]["outcome"]) == (QUERY_ID, "not-ready")
+        assert on.body["recommendation"]["slots"] == 2 and on.body["nextEvaluation"] == 4.5
+        _conforms(on.body, answers["200"]["content"]["application/json"]["schema"], doc)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from spark_adaptive import configdocs
+from spark_adaptive.core.autoscaler import autoscaler_options
 from spark_adaptive.core.options import parse_duration, parse_size
 from spark_adaptive.errors import ConfigurationError
 from spark_adaptive.settings import Settings, all_options
@@ -18,7 +19,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_declared_keys_and_promised_defaults() -> None:
     """The public contract of DESIGN.md, pinned: changing one must be deliberate."""
     s = Settings()
-    assert {o.full_key: o.default for o in all_options()} == {
+    # The autoscaler's keys are pinned in tests/unit/autoscaler/test_autoscaler_config.py.
+    autoscaler = {o.full_key: o.default for o in autoscaler_options()}
+    assert {o.full_key: o.default for o in all_options()} == {**autoscaler, 
         "spark.adaptive.enabled": False,
         "spark.adaptive.listener": "auto",
         "spark.adaptive.shim.jar": "",
@@ -63,7 +66,7 @@ def test_declared_keys_and_promised_defaults() -> None:
         "spark.adaptive.rest.enabled": True,
         "spark.adaptive.rest.host": "127.0.0.1",
         "spark.adaptive.rest.port": 4050,
-        "spark.adaptive.rest.token": None,
+        "spark.adaptive.rest.token": None
     }
     assert s == Settings.from_conf({})
 
@@ -193,3 +196,22 @@ def test_text_file_split_follows_the_source_split_size() -> None:
     assert Settings().batch.text_file_split_bytes == 64 << 20
     given = Settings.from_conf({"spark.adaptive.batch.source-split-size": "32m"})
     assert given.batch.source_split_size == given.batch.text_file_split_bytes == 32 << 20
+
+
+def test_the_autoscaler_with_reactive_mode_is_an_error_naming_both_keys() -> None:
+    with pytest.raises(ConfigurationError) as err:
+        Settings.from_conf({"spark.adaptive.autoscaler.enabled": "true",
+                            "spark.adaptive.scheduler.mode": "reactive"})
+    (problem,) = err.value.problems
+    assert "spark.adaptive.autoscaler.enabled=true" in problem
+    assert "spark.adaptive.scheduler.mode=reactive" in problem
+    on = Settings.from_conf({"spark.adaptive.autoscaler.enabled": "true"})
+    assert on.autoscaler.enabled and on.scheduler.mode == "adaptive"
+
+
+def test_autoscaler_keys_are_read_with_every_other_key() -> None:
+    s = Settings.from_conf({"spark.adaptive.autoscaler.metrics.window": "5min",
+                            "spark.adaptive.autoscaler.utilization.target": "0.8"})
+    assert (s.autoscaler.metrics_window, s.autoscaler.utilization_target) == (300.0, 0.8)
+    with pytest.raises(ConfigurationError, match="utilization.target"):
+        Settings.from_conf({"spark.adaptive.autoscaler.utilization.target": "0.99"})

@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from spark_adaptive.core.options import PREFIX, Option, option
+from spark_adaptive.core.options import PREFIX, Option, changed_options, option, options_of, read
 from spark_adaptive.errors import ConfigurationError
 
 KEY_PREFIX = "autoscaler."
@@ -209,34 +209,21 @@ class AutoscalerConfig:
     # ------------------------------------------------------------------------------
     @classmethod
     def from_conf(cls, conf: Mapping[str, str]) -> AutoscalerConfig:
-        """Read the ``spark.adaptive.autoscaler.*`` entries of a Spark configuration.
+        """Read the ``spark.adaptive.autoscaler.*`` entries of a Spark configuration (the
+        application's settings read them with every other key: :mod:`spark_adaptive.settings`).
 
         Unknown ``spark.adaptive.autoscaler.*`` keys and bad values are reported with the
         broken cross-key rules, all at once, in one :class:`ConfigurationError`.
         """
-        by_key = {o.full_key: (f, o) for f, o in _fields()}
-        values: dict[str, Any] = {}
-        problems: list[str] = []
-        for key in sorted(conf):
-            if not key.startswith(PREFIX + KEY_PREFIX):
-                continue
-            if key not in by_key:
-                problems.append(f"{key} is not an autoscaler option; the keys are listed in "
-                                "docs/autoscaler.md")
-                continue
-            fld, opt = by_key[key]
-            try:
-                values[fld.name] = opt.parse(conf[key])
-            except ValueError as e:
-                problems.append(f"{key}={conf[key]!r} is not valid: {e}")
-        if problems:
+        own = {k: v for k, v in conf.items() if k.startswith(PREFIX + KEY_PREFIX)}
+        config, problems = read(cls, own)
+        if config is None:
             raise ConfigurationError(problems)
-        return cls(**values)
+        return config
 
     def as_conf(self) -> dict[str, str]:
         """The settings that differ from their defaults, as Spark conf entries."""
-        return {o.full_key: o.format(getattr(self, f.name))
-                for f, o in _fields() if getattr(self, f.name) != o.default}
+        return changed_options(self)
 
 
 def _k(key: str) -> str:
@@ -249,4 +236,4 @@ def _fields() -> list[tuple[dataclasses.Field[Any], Option]]:
 
 def autoscaler_options() -> list[Option]:
     """The options of :class:`AutoscalerConfig`, in declaration order (for docs and tables)."""
-    return [o for _, o in _fields()]
+    return [o for _, o in options_of(AutoscalerConfig)]

@@ -72,7 +72,8 @@ def test_bad_values_and_unknown_keys_name_the_key() -> None:
                                     P + "scaling.enabled": "yes"})
     text = str(e.value)
     assert P + "metrics.window='soon' is not valid" in text
-    assert P + "utilisation.target is not an autoscaler option" in text
+    assert (P + "utilisation.target is not a spark-adaptive option (did you mean "
+            + P + "utilization.target?)") in text
     assert P + "scaling.enabled='yes' is not valid: accepted values: true, false" in text
     assert len(e.value.problems) == 3
 

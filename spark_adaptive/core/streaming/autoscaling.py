@@ -1,0 +1,226 @@
+"""The autoscaler at work: one policy per managed query, fed and carried out here.
+
+:class:`Autoscaling` subscribes to the event bus beside the scheduler. For each
+managed query it keeps a :class:`~spark_adaptive.core.autoscaler.QueryAutoscaler`
+(the pure policy), and
+
+* turns every completed micro-batch into a
+  :class:`~spark_adaptive.core.autoscaler.LoadSample`: Spark's rates and batch
+  duration, the source's backlog (:func:`~spark_adaptive.core.streaming.load.backlog_rows`),
+  and the batch's busy time and task count
+  (:class:`~spark_adaptive.core.streaming.load.LoadTracker`);
+* tells the policy when a rescale completed (its window starts again after it);
+* evaluates every query each ``autoscaler.evaluation.interval``, from a
+  :class:`~spark_adaptive.core.autoscaler.QueryView` of the query as the
+  scheduler has it, and carries an actionable decision out through the same path
+  as a change of requirements (:meth:`AdaptiveScheduler.set_scaling_target`), so
+  the state machine, its timing rules, the clean restart and the history apply
+  unchanged.
+
+A target the cluster does not meet (executors asked for that do not come: no free
+worker, a cap) is not retried in a loop: after ``autoscaler.resource-wait`` the
+slots the query has are taken as the most the cluster gives it (the view's
+``cluster_max_slots``) until an executor joins or leaves; the query's status
+says it waits for resources. Every decision that changes something, and every
+change of outcome, is one INFO line with its reason.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from spark_adaptive.core.autoscaler import (
+    AutoscalerConfig,
+    LoadSample,
+    QueryAutoscaler,
+    QueryView,
+    ScalingDecision,
+)
+from spark_adaptive.core.clock import Cancellable, Timers
+from spark_adaptive.core.events import Event, ExecutorAdded, ExecutorRemoved, QueryProgress
+from spark_adaptive.core.streaming.history import LOGGER_NAME, Trigger
+from spark_adaptive.core.streaming.load import LoadTracker, backlog_rows
+from spark_adaptive.core.streaming.query import QueryScheduler
+from spark_adaptive.core.streaming.requirements import ScalingTarget
+from spark_adaptive.core.streaming.scheduler import AdaptiveScheduler
+from spark_adaptive.core.streaming.states import StateName
+
+log = logging.getLogger(__name__)
+decision_log = logging.getLogger(LOGGER_NAME)
+
+
+@dataclass(frozen=True)
+class AutoscalerStatus:
+    """One query's autoscaler as ``GET /queries/{id}/autoscaler`` shows it."""
+
+    query_id: str
+    enabled: bool
+    scaling_enabled: bool
+    metrics_window: float
+    evaluation_interval: float
+    next_evaluation: float | None
+    """Seconds from now, None when no evaluation is scheduled."""
+    waiting_for_resources: bool
+    decision: ScalingDecision | None
+    policy: dict[str, object]
+
+
+class _Watched:
+    """What :class:`Autoscaling` keeps per query besides its policy."""
+
+    def __init__(self, policy: QueryAutoscaler) -> None:
+        self.policy = policy
+        self.seen_record = 0  # the id of the last rescale record told to the policy
+        self.unmet_since: float | None = None
+        self.last_logged: tuple[str, int, int] | None = None
+
+
+class Autoscaling:
+    """Every managed query's autoscaler; all on the scheduler thread."""
+
+    def __init__(self, config: AutoscalerConfig, scheduler: AdaptiveScheduler,
+                 timers: Timers, *, resource_wait: float = 60.0) -> None:
+        self.config = config
+        self._sched = scheduler
+        self._timers = timers
+        self._resource_wait = resource_wait
+        self._load = LoadTracker()
+        self._queries: dict[str, _Watched] = {}
+        self._cluster_max_slots: int | None = None
+        self._timer: Cancellable | None = None
+        self._next_at: float | None = None
+        self._schedule()
+
+    # -- events ------------------------------------------------------------------------
+    def on_event(self, event: Event) -> None:
+        """A bus subscriber: samples from progress, task costs from stages."""
+        self._load.on_event(event)
+        if isinstance(event, (ExecutorAdded, ExecutorRemoved)):
+            self._cluster_max_slots = None  # the cluster changed: what it gives may too
+            return
+        if not isinstance(event, QueryProgress):
+            return
+        q = self._sched.query_of_run(event.run_id)
+        if q is None or q.finished:
+            return
+        watched = self._watch(q)
+        self._tell_rescales(q, watched)
+        batch = self._load.take(event.run_id)
+        sample = LoadSample.from_progress(
+            event, time=self._timers.now(), slots=max(1, q.running_slots),
+            partitions=max(1, q.partitions), trigger_interval=q.trigger_interval,
+            backlog=backlog_rows(event), busy_time=batch.busy_time)
+        if batch.tasks is not None:
+            q.observed_tasks = batch.tasks
+        watched.policy.observe(sample)
+
+    def _watch(self, q: QueryScheduler) -> _Watched:
+        watched = self._queries.get(q.key)
+        if watched is None:
+            policy = QueryAutoscaler(self.config, query=q.name or q.key,
+                                     started_at=self._timers.now())
+            watched = self._queries[q.key] = _Watched(policy)
+            watched.seen_record = max((r.id for r in q.history.records()), default=0)
+        return watched
+
+    def _tell_rescales(self, q: QueryScheduler, watched: _Watched) -> None:
+        """Completed rescales the policy has not heard of: its window starts after each."""
+        for record in q.history.records():
+            if record.id <= watched.seen_record or record.outcome == "pending":
+                continue
+            watched.seen_record = record.id
+            if record.outcome != "completed" or record.kind == "initial":
+                continue
+            downtime = record.duration if record.kind == "restart" else None
+            watched.policy.on_rescale_completed(
+                record.started + (record.duration or 0.0), slots=record.to_slots,
+                partitions=record.to_parallelism, kind=record.kind, downtime=downtime)
+
+    # -- evaluation --------------------------------------------------------------------
+    def _schedule(self) -> None:
+        delay = self.config.evaluation_interval
+        self._next_at = self._timers.now() + delay
+        self._timer = self._timers.call_later(delay, self._evaluate_all)
+
+    def _evaluate_all(self) -> None:
+        try:
+            for q in self._sched.queries():
+                if q.finished:
+                    self._queries.pop(q.key, None)
+                    continue
+                self.evaluate(q)
+        except Exception:  # a policy bug must not stop the scheduler thread's timers
+            log.exception("the autoscaler's evaluation failed; the queries run on unchanged")
+        finally:
+            self._schedule()
+
+    def evaluate(self, q: QueryScheduler) -> ScalingDecision | None:
+        """Evaluate one query now, and carry out an actionable decision."""
+        if q.state.name is not StateName.EXECUTING or not q.query_running:
+            return None
+        watched = self._watch(q)
+        self._tell_rescales(q, watched)
+        view = self._view(q, watched)
+        decision = watched.policy.evaluate(view)
+        self._log(q, watched, decision)
+        if decision.actionable:
+            target = ScalingTarget(decision.target_slots, decision.target_partitions)
+            self._sched.set_scaling_target(q.key, target)
+        return decision
+
+    def _view(self, q: QueryScheduler, watched: _Watched) -> QueryView:
+        now = self._timers.now()
+        share = q.slot_share() or 0
+        target = q.target
+        waiting = target is not None and share < min(target.slots, q.requirements.upper)
+        if waiting and watched.unmet_since is None:
+            watched.unmet_since = now
+        elif not waiting:
+            watched.unmet_since = None
+        if watched.unmet_since is not None and now - watched.unmet_since >= self._resource_wait:
+            self._cluster_max_slots = max(1, share)
+        completed = [r for r in q.history.records() if r.outcome == "completed"]
+        last = completed[-1] if completed else None
+        r = q.requirements
+        return QueryView(
+            now=now, slots=max(1, q.running_slots), partitions=max(1, q.partitions),
+            lower=r.lower, upper=r.upper,
+            max_useful_slots=None if q.stateful else q.observed_tasks,
+            can_restart=q.repartition_support().possible,
+            restart_downtimes=tuple(x.duration for x in completed
+                                    if x.kind == "restart" and x.trigger is not Trigger.FAILURE
+                                    and x.duration is not None),
+            rescale_in_flight=q.history.pending is not None or waiting,
+            last_rescale_completed=None if last is None or last.duration is None
+            else last.started + last.duration,
+            slots_per_executor=self._sched.resources.slots_per_executor(1) or 1,
+            cluster_max_slots=self._cluster_max_slots)
+
+    def _log(self, q: QueryScheduler, watched: _Watched, d: ScalingDecision) -> None:
+        key = (d.outcome, d.target_slots, d.target_partitions)
+        if key == watched.last_logged:
+            return
+        watched.last_logged = key
+        level = logging.INFO if d.outcome != "not-ready" else logging.DEBUG
+        decision_log.log(level, "query %s: %s", q.name or q.query_id or q.key, d.log_line())
+
+    # -- reading -----------------------------------------------------------------------
+    def status(self, q: QueryScheduler) -> AutoscalerStatus:
+        watched = self._queries.get(q.key)
+        share = q.slot_share() or 0
+        waiting = q.target is not None and share < min(q.target.slots, q.requirements.upper)
+        cfg = self.config
+        return AutoscalerStatus(
+            query_id=q.query_id or q.key, enabled=cfg.enabled, scaling_enabled=cfg.scaling_enabled,
+            metrics_window=cfg.metrics_window, evaluation_interval=cfg.evaluation_interval,
+            next_evaluation=None if self._next_at is None
+            else max(0.0, self._next_at - self._timers.now()),
+            waiting_for_resources=waiting,
+            decision=None if watched is None else watched.policy.last_decision,
+            policy={} if watched is None else watched.policy.snapshot())
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
