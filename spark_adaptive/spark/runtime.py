@@ -68,7 +68,8 @@ class AdaptiveRuntime:
         self.scheduler = AdaptiveScheduler(
             settings.scheduler, self.actuator, self.loop, self.loop.submit, task_cpus=task_cpus,
             default_slots_per_executor=int(cores) // task_cpus if cores else None,
-            heartbeat_interval=heartbeat, fixed_slots=self.local_slots, restart=settings.restart)
+            heartbeat_interval=heartbeat, fixed_slots=self.local_slots, restart=settings.restart,
+            autoscaled=settings.autoscaler.enabled)
         self.bus.subscribe(self.scheduler.on_event, "adaptive scheduler")
         self.warm_up: WarmUp | None = None
         if settings.scheduler.warm_up_new_executors and self.actuator.supported:

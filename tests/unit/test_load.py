@@ -28,9 +28,9 @@ def test_task_time_and_tasks_add_up_per_run_between_batches() -> None:
     t.on_event(_completed(12, 7.0))
     t.on_event(_completed(13, 9.0))  # another job group's stage
     t.on_event(_completed(99, 5.0))  # a stage of no known job
-    assert t.take("run-a") == BatchLoad(3.75, 12)
-    assert t.take("run-a") == BatchLoad(None, None)  # started again
-    assert t.take("run-b") == BatchLoad(7.0, 3)
+    assert t.take("run-a") == BatchLoad(3.75, 12, 2)
+    assert t.take("run-a") == BatchLoad(None, None, 0)  # started again
+    assert t.take("run-b") == BatchLoad(7.0, 3, 1)
 
 
 def test_without_task_time_busy_time_is_unknown() -> None:

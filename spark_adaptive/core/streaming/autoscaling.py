@@ -111,8 +111,9 @@ class Autoscaling:
             event, time=self._timers.now(), slots=max(1, q.running_slots),
             partitions=max(1, q.partitions), trigger_interval=q.trigger_interval,
             backlog=backlog_rows(event), busy_time=batch.busy_time)
-        if batch.tasks is not None:
-            q.observed_tasks = batch.tasks
+        # A micro-batch of one stage has no shuffle: its tasks (the source's partitions) are
+        # all the query can run at once, whatever its partition count.
+        q.observed_tasks = batch.tasks if batch.stages == 1 else None
         watched.policy.observe(sample)
 
     def _watch(self, q: QueryScheduler) -> _Watched:
@@ -186,7 +187,7 @@ class Autoscaling:
         return QueryView(
             now=now, slots=max(1, q.running_slots), partitions=max(1, q.partitions),
             lower=r.lower, upper=r.upper,
-            max_useful_slots=None if q.stateful else q.observed_tasks,
+            max_useful_slots=q.observed_tasks,
             can_restart=q.repartition_support().possible,
             restart_downtimes=tuple(x.duration for x in completed
                                     if x.kind == "restart" and x.trigger is not Trigger.FAILURE

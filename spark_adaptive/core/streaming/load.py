@@ -37,10 +37,12 @@ _STAGES = 4096
 @dataclass(frozen=True)
 class BatchLoad:
     """What the stages of one micro-batch cost: ``busy_time`` in slot-seconds (None when
-    the listener does not report task time) and the most ``tasks`` one stage ran."""
+    the listener does not report task time), the most ``tasks`` one stage ran, and how many
+    ``stages`` ran (one: no shuffle, so its tasks are all the query can run at once)."""
 
     busy_time: float | None
     tasks: int | None
+    stages: int = 0
 
 
 class LoadTracker:
@@ -50,6 +52,7 @@ class LoadTracker:
         self._run_of_stage: OrderedDict[int, str] = OrderedDict()
         self._busy: dict[str, float] = {}
         self._tasks: dict[str, int] = {}
+        self._stages: dict[str, int] = {}
         self._timed: set[str] = set()
 
     def on_event(self, event: Event) -> None:
@@ -63,6 +66,7 @@ class LoadTracker:
             run = self._run_of_stage.get(event.stage_id)
             if run is not None:
                 self._tasks[run] = max(self._tasks.get(run, 0), event.num_tasks)
+                self._stages[run] = self._stages.get(run, 0) + 1
         elif isinstance(event, StageCompleted):
             run = self._run_of_stage.get(event.stage_id)
             if run is not None and event.task_time is not None:
@@ -73,12 +77,7 @@ class LoadTracker:
         """What the run's stages cost since the last call for it, and start again."""
         busy = self._busy.pop(run_id, 0.0) if run_id in self._timed else None
         self._timed.discard(run_id)
-        return BatchLoad(busy, self._tasks.pop(run_id, None))
-
-    def forget(self, run_id: str) -> None:
-        self._busy.pop(run_id, None)
-        self._tasks.pop(run_id, None)
-        self._timed.discard(run_id)
+        return BatchLoad(busy, self._tasks.pop(run_id, None), self._stages.pop(run_id, 0))
 
 
 def backlog_rows(progress: QueryProgress) -> float | None:

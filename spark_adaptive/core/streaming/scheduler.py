@@ -103,6 +103,7 @@ class AdaptiveScheduler:
         random: Callable[[], float] = _random.random,
         fixed_slots: int | None = None,
         restart: RestartStrategySettings | None = None,
+        autoscaled: bool = False,
     ) -> None:
         """``default_slots_per_executor`` sizes executor requests until one executor is seen
         (``spark.executor.cores // spark.task.cpus`` when the app sets it);
@@ -110,9 +111,11 @@ class AdaptiveScheduler:
         feeds the exponential-delay jitter. ``fixed_slots`` makes the application a fixed
         pool of that many slots (local mode): no executor is requested or released, and
         bounds cannot change. ``restart``: the restart strategy's settings (none by
-        default)."""
+        default). ``autoscaled``: the autoscaler sizes the queries from their load, so a
+        first run starts at its configured partitions rather than at the slots there are."""
         self.settings = settings
         self._restart = restart if restart is not None else RestartStrategySettings()
+        self._autoscaled = autoscaled
         self._actuator = actuator
         self._timers = timers
         self._post = post
@@ -259,11 +262,18 @@ class AdaptiveScheduler:
         active = self._active()
         active[info.key] = requirements
         shares = determine_parallelism(self.resources.slots, active)
-        return first_start(
+        share = None if shares is None or self._autoscaled else shares.get(info.key)
+        plan = first_start(
             configured_partitions=info.configured_partitions,
             state_partitions=info.state_partitions,
-            share=None if shares is None else shares.get(info.key),
-            requirements=requirements, repartition=support)
+            share=share, requirements=requirements, repartition=support)
+        if self._autoscaled and plan.slots == 0 and shares is not None:
+            # The autoscaler sizes the query's slots from its load; its partitions are the
+            # app's, so that most slot counts up to them run it live.
+            return FirstStart(plan.parallelism, shares.get(info.key) or 0,
+                              f"starts at its configured {plan.parallelism} partitions: the "
+                              "autoscaler sizes its slots from its load")
+        return plan
 
     def adopt_query(
         self, driver: QueryDriver, requirements: req.ResourceRequirements, plan: FirstStart,
