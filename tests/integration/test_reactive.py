@@ -67,10 +67,15 @@ def test_unmodified_app_in_reactive_mode_follows_workers_exactly_once(local_clus
         rescales = app.rescales(q["id"])
         records = [(r["trigger"], r["kind"], r["toParallelism"]) for r in rescales["rescales"]
                    if r["kind"] != "live"]
+        # Both workers' executors usually register within the stabilization timeout, for one
+        # rescale onto 3; on a loaded machine the second may come later, and the query then
+        # rescales onto 2 first, as the timeout says it should.
+        grown = [p for trigger, _, p in records if trigger == "NEW_RESOURCES"]
+        assert grown in ([3], [2, 3]), rescales
         assert records == [("INITIAL_SCHEDULE", "initial", first["parallelism"]),
-                           ("NEW_RESOURCES", "restart", 3),
+                           *[("NEW_RESOURCES", "restart", p) for p in grown],
                            ("RESOURCES_LOST", "restart", 2)], rescales
-        assert rescales["counters"]["restarts"] == 2
+        assert rescales["counters"]["restarts"] == len(grown) + 1
         (tmp_path / "stop").touch()
         assert app.wait(120) == 0, app.tail()
     finally:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_adaptive.core import options
+from spark_adaptive import configdocs
 from spark_adaptive.testing.cluster import LocalCluster, free_port
 from spark_adaptive.testing.submit import SubmittedApp
 
@@ -43,7 +43,7 @@ APP = textwrap.dedent("""
 
 def _from_template(values: dict[str, str]) -> list[str]:
     """The template's line for each key, uncommented, its default replaced by the value."""
-    lines = options.defaults_template().splitlines()
+    lines = configdocs.template().splitlines()
     out = []
     for key, value in values.items():
         [line] = [ln for ln in lines if ln.startswith(f"# {key} ")]

@@ -24,6 +24,7 @@ import spark_adaptive
 from spark_adaptive.core import events as ev
 from spark_adaptive.spark.checkpoint import inspect_checkpoint
 from spark_adaptive.testing.recorder import EventRecorder
+from spark_adaptive.testing.streaming import history, snapshot
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.internals]
 
@@ -32,10 +33,6 @@ FAST = {
     "scheduler.executing.cooldown-after-rescaling": "0s",
     "scheduler.executing.resource-stabilization-timeout": "1s",
 }
-
-
-def _history(rt: Any, key: str) -> list[dict[str, Any]]:
-    return rt.loop.call_sync(lambda: [r.to_dict() for r in rt.scheduler.history(key)])
 
 
 def test_lowered_upper_bound_restarts_with_state_repartitioned_then_stops_cleanly(
@@ -66,14 +63,14 @@ def test_lowered_upper_bound_restarts_with_state_repartitioned_then_stops_cleanl
     mark = rec.mark()
     rec.wait_for(ev.QueryProgress, lambda e: e.state_partitions == 2 and e.num_input_rows > 0,
                  since=mark, timeout=120)
-    last = _history(rt, query.key)[-1]
+    last = history(rt, query.key)[-1]
     assert (last["kind"], last["fromParallelism"], last["toParallelism"]) == ("restart", 3, 2)
     assert last["outcome"] == "completed", last
     assert "repartition" in dict(last["timings"]), last
     assert query.id == query_id and query.runId != run
 
     query.stop_with_savepoint()  # for good, between two micro-batches
-    snap = rt.loop.call_sync(lambda: rt.scheduler.query(query.key).snapshot().to_dict())
+    snap = snapshot(rt, query.key)
     assert (snap["state"], snap["status"]) == ("Finished", "FINISHED")
     assert inspect_checkpoint(spark, str(cp)).complete
 

@@ -1,0 +1,368 @@
+"""Autoscaling on a real cluster: one plain app, run three ways on a varying load.
+
+A local standalone cluster of four one-core workers runs
+``examples/varying_load.py`` (a streaming query whose source follows a rate
+profile, each row costing ``--cost`` seconds of wall time) with
+
+* **static**: every worker for the whole run (allocation for the peak);
+* **dynamic**: Spark's dynamic allocation (``spark.dynamicAllocation.enabled``,
+  at most four executors, Spark's other defaults);
+* **autoscaler**: spark-adaptive with ``spark.adaptive.autoscaler.enabled``,
+  plus the documented keys in ``AUTOSCALER_CONF`` for a load that changes over
+  minutes.
+
+For each run it reports executor-seconds (executor processes alive, sampled
+every second from the source's start until the last row is written), the lag
+of every row (the time its work finished minus the time it arrived) as p50 /
+p99 / max, the seconds at which the oldest unprocessed row was older than the
+lag target, the rescales (from spark-adaptive's history), and checks that every
+row was written exactly once. The **oracle** is perfect tracking at 100%
+utilization: the integral of ceil(rate x cost) over the profile.
+
+Prints a table per profile, writes ``benchmarks/results/autoscale.json`` and
+one plot per profile (``autoscale-<profile>.png``).
+
+    .venv/bin/python benchmarks/autoscale.py [--profiles day,steps] [--modes ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from spark_adaptive.testing.cluster import LocalCluster
+from spark_adaptive.testing.submit import SubmittedApp, submit
+
+HERE = Path(__file__).parent
+RESULTS = HERE / "results"
+APP = HERE.parent / "examples" / "varying_load.py"
+WORKERS = 4
+COST = 0.004  # seconds of work per row: 250 rows/s per slot
+PARTITIONS = 12  # the source's partitions: 1, 2, 3, 4 slots all run balanced waves
+LAG_TARGET = 30.0
+
+# Profiles as (fraction of the duration, fraction of the cluster's capacity).
+# "day": a night, a morning rise, a plateau, a spike that needs the whole
+# cluster, an evening fall. "steps": sudden jumps up and down.
+PROFILES: dict[str, tuple[float, list[tuple[float, float]]]] = {
+    "day": (480.0, [(0.0, 0.06), (0.12, 0.06), (0.25, 0.35), (0.40, 0.40), (0.50, 0.40),
+                    (0.52, 0.80), (0.60, 0.80), (0.62, 0.45), (0.72, 0.30), (0.85, 0.15),
+                    (0.92, 0.06), (1.0, 0.06)]),
+    "steps": (360.0, [(0.0, 0.10), (0.15, 0.10), (0.16, 0.55), (0.40, 0.55), (0.41, 0.20),
+                      (0.60, 0.20), (0.61, 0.75), (0.80, 0.75), (0.81, 0.10), (1.0, 0.10)]),
+}
+
+COMMON_CONF = {
+    "spark.executor.cores": "1",
+    "spark.executor.memory": "512m",
+    "spark.sql.shuffle.partitions": str(PARTITIONS),
+}
+MODES: dict[str, dict[str, str]] = {
+    "static": {"spark.adaptive.enabled": "false", "spark.cores.max": str(WORKERS)},
+    "dynamic": {"spark.adaptive.enabled": "false",
+                "spark.dynamicAllocation.enabled": "true",
+                "spark.dynamicAllocation.maxExecutors": str(WORKERS)},
+    "autoscaler": {"spark.adaptive.enabled": "true",
+                   "spark.adaptive.autoscaler.enabled": "true"},
+}
+# A load that changes over minutes wants windows of seconds (docs/autoscaler.md).
+AUTOSCALER_CONF = {
+    "spark.adaptive.autoscaler.metrics.window": "30s",
+    "spark.adaptive.autoscaler.stabilization.interval": "10s",
+    "spark.adaptive.autoscaler.evaluation.interval": "5s",
+    "spark.adaptive.autoscaler.scale-down.interval": "30s",
+    "spark.adaptive.autoscaler.catch-up.duration": "30s",
+    "spark.adaptive.autoscaler.backlog-processing.lag-threshold": "10s",
+}
+
+
+def knots(profile: str) -> tuple[float, list[list[float]]]:
+    """The profile in seconds and rows/s."""
+    duration, shape = PROFILES[profile]
+    capacity = WORKERS / COST
+    return duration, [[round(f * duration, 3), round(c * capacity, 3)] for f, c in shape]
+
+
+def oracle(points: list[list[float]], step: float = 0.01) -> float:
+    """Executor-seconds of perfect tracking at 100% utilization."""
+    times = np.arange(0.0, points[-1][0], step)
+    rate = np.interp(times, [p[0] for p in points], [p[1] for p in points])
+    return float(np.sum(np.ceil(rate * COST - 1e-9)) * step)
+
+
+@dataclass
+class Sample:
+    t: float
+    executors: int
+    slots: int | None = None
+    parallelism: int | None = None
+    state: str | None = None
+
+
+@dataclass
+class Run:
+    profile: str
+    mode: str
+    start: float = 0.0
+    total_rows: int = 0
+    samples: list[Sample] = field(default_factory=list)
+    rescales: list[dict[str, Any]] = field(default_factory=list)
+    exit_code: int | None = None
+
+
+class Watcher(threading.Thread):
+    """Samples the app every second: executor processes, and spark-adaptive's view of it."""
+
+    def __init__(self, cluster: LocalCluster, app: SubmittedApp, run: Run, adaptive: bool) -> None:
+        super().__init__(daemon=True)
+        self.cluster, self.app, self.run_, self.adaptive = cluster, app, run, adaptive
+        self.stopped = threading.Event()
+        self.query: str | None = None
+
+    def run(self) -> None:
+        while not self.stopped.wait(1.0):
+            sample = Sample(time.time(), len(self.cluster.executors()))
+            if self.adaptive:
+                self._read_rest(sample)
+            self.run_.samples.append(sample)
+
+    def _read_rest(self, sample: Sample) -> None:
+        with contextlib.suppress(OSError, ValueError, KeyError, IndexError):
+            self.app._learn_rest_url()
+            q = self.app.queries()[0]
+            self.query = q["id"]
+            sample.slots, sample.parallelism, sample.state = (
+                q.get("slots"), q.get("parallelism"), q.get("state"))
+            self.run_.rescales = self.app.rescales(q["id"])["rescales"]
+
+
+def run_once(cluster: LocalCluster, profile: str, mode: str, work: Path,
+             extra: dict[str, str]) -> tuple[Run, dict[str, np.ndarray]]:
+    duration, points = knots(profile)
+    out = work / f"{profile}-{mode}"
+    shutil.rmtree(out, ignore_errors=True)
+    conf = {**COMMON_CONF, **MODES[mode], **(AUTOSCALER_CONF if mode == "autoscaler" else {}),
+            **(extra if mode == "autoscaler" else {})}
+    run = Run(profile, mode)
+    app = submit(cluster, APP, "--profile", json.dumps(points), "--out", str(out / "data"),
+                 "--checkpoint", str(out / "checkpoint"), "--partitions", str(PARTITIONS),
+                 "--cost", str(COST), conf=conf, log_path=out / "app.log")
+    watcher = Watcher(cluster, app, run, adaptive=mode == "autoscaler")
+    watcher.start()
+    print(f"  {profile}/{mode}: submitted, {duration:.0f}s profile; log {out / 'app.log'}",
+          flush=True)
+    last_report = time.time()
+    try:
+        while app.running():
+            time.sleep(1.0)
+            if time.time() - last_report >= 30 and watcher.run_.samples:
+                s = watcher.run_.samples[-1]
+                extra_info = f", {s.slots} slots, parallelism {s.parallelism}" \
+                    if s.slots is not None else ""
+                print(f"    {time.strftime('%H:%M:%S')}: {s.executors} executors{extra_info}",
+                      flush=True)
+                last_report = time.time()
+        run.exit_code = app.wait(60)
+    finally:
+        watcher.stopped.set()
+        watcher.join(5)
+        app.kill()
+    log_text = app.log_path.read_text(errors="replace")
+    for line in log_text.splitlines():
+        if line.startswith("source started at "):  # "source started at T: N rows over ..."
+            words = line.split()
+            run.start, run.total_rows = float(words[3].rstrip(":")), int(words[4])
+    if run.exit_code != 0 or not run.start:
+        raise RuntimeError(f"{profile}/{mode} failed (exit {run.exit_code}); see {app.log_path}")
+    _wait_for_no_executors(cluster)
+    return run, read_output(out / "data")
+
+
+def _wait_for_no_executors(cluster: LocalCluster, timeout: float = 60.0) -> None:
+    deadline = time.time() + timeout
+    while cluster.executors() and time.time() < deadline:
+        time.sleep(0.5)
+
+
+def read_output(path: Path) -> dict[str, np.ndarray]:
+    """The rows the file sink committed, read through its ``_spark_metadata`` log."""
+    log_dir = path / "_spark_metadata"
+    entries = sorted((p for p in log_dir.iterdir() if not p.name.startswith(".")),
+                     key=lambda p: int(p.name.split(".")[0]))
+    latest_compact = max((i for i, p in enumerate(entries) if p.name.endswith(".compact")),
+                         default=0)
+    files: list[str] = []
+    for p in entries[latest_compact:]:
+        for line in p.read_text().splitlines()[1:]:
+            entry = json.loads(line)
+            if entry.get("action", "add") == "add":
+                files.append(entry["path"].removeprefix("file://").removeprefix("file:"))
+    tables = [pq.read_table(f) for f in files]
+    columns = {name: np.concatenate([t[name].to_numpy() for t in tables])
+               for name in ("id", "ts", "done")} if tables else {
+        name: np.array([]) for name in ("id", "ts", "done")}
+    return columns
+
+
+def summarize(run: Run, rows: dict[str, np.ndarray]) -> dict[str, Any]:
+    duration, points = knots(run.profile)
+    total = run.total_rows
+    ids = rows["id"]
+    exactly_once = len(ids) == total and len(np.unique(ids)) == total
+    lag = rows["done"] - rows["ts"]
+    end = float(rows["done"].max()) if len(ids) else run.start + duration
+    times = np.array([s.t for s in run.samples])
+    execs = np.array([s.executors for s in run.samples], dtype=float)
+    inside = (times >= run.start) & (times <= max(end, run.start + duration))
+    executor_seconds = float(np.sum(execs[inside]))  # one sample per second
+    seconds = np.arange(math.floor(run.start), math.ceil(end))
+    oldest = _oldest_unprocessed(rows, seconds)
+    restarts = sum(1 for r in run.rescales if r.get("kind") == "restart")
+    live = sum(1 for r in run.rescales if r.get("kind") == "live")
+    return {
+        "profile": run.profile, "mode": run.mode,
+        "executor_seconds": executor_seconds,
+        "oracle": oracle(points),
+        "lag_p50": float(np.percentile(lag, 50)) if len(lag) else None,
+        "lag_p99": float(np.percentile(lag, 99)) if len(lag) else None,
+        "lag_max": float(lag.max()) if len(lag) else None,
+        "seconds_over_target": int(np.sum(oldest > LAG_TARGET)),
+        "rescales_live": live, "rescales_restart": restarts,
+        "rows": int(len(ids)), "rows_expected": total, "exactly_once": bool(exactly_once),
+        "drain_seconds": end - run.start - duration,
+    }
+
+
+def _oldest_unprocessed(rows: dict[str, np.ndarray], seconds: np.ndarray) -> np.ndarray:
+    """At each second, the age of the oldest row that had arrived and was not yet done."""
+    order = np.argsort(rows["ts"])
+    ts, done = rows["ts"][order], rows["done"][order]
+    ages = np.zeros(len(seconds))
+    for i, t in enumerate(seconds):
+        arrived = np.searchsorted(ts, t, side="right")
+        waiting = done[:arrived] > t
+        if waiting.any():
+            ages[i] = t - ts[:arrived][waiting][0]
+    return ages
+
+
+def table(summaries: list[dict[str, Any]]) -> str:
+    by_mode = {s["mode"]: s for s in summaries}
+    static = by_mode.get("static")
+    dynamic = by_mode.get("dynamic")
+    lines = [f"{'run':<11} {'exec-s':>7} {'/oracle':>8} {'/static':>8} {'/dynamic':>9} "
+             f"{'lag p50':>8} {'p99':>6} {'max':>6} {'s>30s':>6} {'live':>5} {'restart':>8} "
+             f"{'exactly-once':>13}"]
+    for s in summaries:
+        def ratio(other: dict[str, Any] | None, s: dict[str, Any] = s) -> str:
+            return f"{s['executor_seconds'] / other['executor_seconds']:.2f}x" if other else "-"
+        lines.append(
+            f"{s['mode']:<11} {s['executor_seconds']:7.0f} "
+            f"{s['executor_seconds'] / s['oracle']:7.2f}x {ratio(static):>8} {ratio(dynamic):>9} "
+            f"{s['lag_p50']:7.1f}s {s['lag_p99']:5.1f}s {s['lag_max']:5.1f}s "
+            f"{s['seconds_over_target']:6d} {s['rescales_live']:5d} {s['rescales_restart']:8d} "
+            f"{'yes' if s['exactly_once'] else 'NO':>13}")
+    lines.append(f"{'oracle':<11} {summaries[0]['oracle']:7.0f}")
+    return "\n".join(lines)
+
+
+def plot(profile: str, runs: list[tuple[Run, dict[str, np.ndarray]]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    duration, points = knots(profile)
+    fig, axes = plt.subplots(4, 1, figsize=(9, 9), sharex=True)
+    t = np.linspace(0, duration, 600)
+    rate = np.interp(t, [p[0] for p in points], [p[1] for p in points])
+    axes[0].plot(t, rate, color="black", label="input rate")
+    axes[0].plot(t, np.ceil(rate * COST - 1e-9) / COST, color="grey", ls=":",
+                 label="oracle capacity")
+    colors = {"static": "tab:blue", "dynamic": "tab:orange", "autoscaler": "tab:green"}
+    for run, rows in runs:
+        c = colors.get(run.mode, None)
+        if len(rows["done"]):
+            done = rows["done"] - run.start
+            bins = np.arange(0, math.ceil(done.max()) + 5, 5.0)
+            counts, _ = np.histogram(done, bins)
+            axes[0].step(bins[:-1], counts / 5.0, where="post", color=c, alpha=0.7,
+                         label=f"{run.mode}: rows done/s")
+            seconds = np.arange(math.floor(run.start), math.ceil(rows["done"].max()))
+            axes[1].plot(seconds - run.start, _oldest_unprocessed(rows, seconds), color=c,
+                         label=run.mode)
+        st = np.array([s.t - run.start for s in run.samples])
+        axes[2].step(st, [s.executors for s in run.samples], where="post", color=c,
+                     label=run.mode)
+        if run.mode == "autoscaler":
+            axes[3].step(st, [s.slots or 0 for s in run.samples], where="post", color=c,
+                         label="slots")
+            axes[3].step(st, [s.parallelism or 0 for s in run.samples], where="post",
+                         color="tab:red", ls="--", label="partitions")
+            for r in run.rescales:
+                when = r.get("time")
+                if isinstance(when, (int, float)):
+                    axes[3].axvline(when - run.start, color="grey", lw=0.5)
+    axes[1].axhline(LAG_TARGET, color="red", ls=":", label="lag target")
+    axes[0].set_ylabel("rows/s")
+    axes[1].set_ylabel("oldest waiting row (s)")
+    axes[2].set_ylabel("executors")
+    axes[3].set_ylabel("autoscaler")
+    axes[3].set_xlabel("seconds since the source started")
+    for ax in axes:
+        ax.legend(loc="upper right", fontsize=7)
+        ax.grid(alpha=0.3)
+    axes[0].set_title(f"profile '{profile}': {WORKERS} one-core workers, {COST * 1000:.0f} ms/row")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--profiles", default="day,steps")
+    parser.add_argument("--modes", default="static,dynamic,autoscaler")
+    parser.add_argument("--conf", action="append", default=[],
+                        help="extra spark.adaptive.* KEY=VALUE for the autoscaler run")
+    parser.add_argument("--work-dir", default="")
+    args = parser.parse_args()
+    extra = dict(kv.split("=", 1) for kv in args.conf)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    work = Path(args.work_dir or tempfile.mkdtemp(prefix="autoscale-bench-"))
+    results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M"), "workers": WORKERS,
+                               "cost": COST, "partitions": PARTITIONS,
+                               "autoscaler_conf": {**AUTOSCALER_CONF, **extra}, "profiles": {}}
+    with LocalCluster(workers=WORKERS, cores_per_worker=1, memory_per_worker="1g",
+                      work_dir=work / "cluster") as cluster:
+        for profile in args.profiles.split(","):
+            runs = []
+            summaries = []
+            for mode in args.modes.split(","):
+                run, rows = run_once(cluster, profile, mode, work, extra)
+                runs.append((run, rows))
+                summaries.append(summarize(run, rows))
+                print(table(summaries[-1:]).splitlines()[1], flush=True)
+            print(f"\nprofile {profile}:\n{table(summaries)}\n", flush=True)
+            plot(profile, runs, RESULTS / f"autoscale-{profile}.png")
+            results["profiles"][profile] = {
+                "summaries": summaries,
+                "runs": [{**asdict(r), "samples": [asdict(s) for s in r.samples]}
+                         for r, _ in runs]}
+            (RESULTS / "autoscale.json").write_text(json.dumps(results, indent=1))
+    print(f"wrote {RESULTS / 'autoscale.json'} and the plots beside it")
+
+
+if __name__ == "__main__":
+    main()

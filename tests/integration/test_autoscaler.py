@@ -1,0 +1,166 @@
+"""The autoscaler on a real cluster, with an unmodified app (``examples/varying_load.py``).
+
+A load step up gives the query more executors and slots, a step down gives them
+back after the scale-down interval, and every row is written exactly once
+across it all; recommend-only mode shows its decisions and changes nothing;
+with reactive mode the app refuses to start, naming both keys.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from spark_adaptive.testing.cluster import LocalCluster
+from spark_adaptive.testing.submit import SubmittedApp, submit
+
+pytestmark = pytest.mark.timeout(900)
+
+APP = Path(__file__).parents[2] / "examples" / "varying_load.py"
+COST = 0.004  # 250 rows/s per slot
+# Windows of seconds, for a load that changes within a test (docs/autoscaler.md).
+FAST = {
+    "spark.adaptive.enabled": "true",
+    "spark.adaptive.autoscaler.enabled": "true",
+    "spark.adaptive.autoscaler.metrics.window": "20s",
+    "spark.adaptive.autoscaler.stabilization.interval": "5s",
+    "spark.adaptive.autoscaler.evaluation.interval": "2s",
+    "spark.adaptive.autoscaler.scale-down.interval": "15s",
+    "spark.adaptive.autoscaler.catch-up.duration": "20s",
+    "spark.adaptive.autoscaler.backlog-processing.lag-threshold": "10s",
+    "spark.adaptive.scheduler.executing.cooldown-after-rescaling": "2s",
+    "spark.adaptive.scheduler.executing.resource-stabilization-timeout": "2s",
+    "spark.executor.cores": "1",
+}
+
+
+class Sampler(threading.Thread):
+    """Every second: the executor processes alive and the query as the REST API shows it."""
+
+    def __init__(self, cluster: LocalCluster, app: SubmittedApp) -> None:
+        super().__init__(daemon=True)
+        self.cluster, self.app = cluster, app
+        self.samples: list[dict[str, Any]] = []
+        self.rescales: list[dict[str, Any]] = []
+        self.autoscaler: list[dict[str, Any]] = []
+        self.stopped = threading.Event()
+        self.start_time = time.time()
+
+    def run(self) -> None:
+        while not self.stopped.wait(1.0):
+            sample: dict[str, Any] = {"t": time.time() - self.start_time,
+                                      "executors": len(self.cluster.executors())}
+            try:
+                q = self.app.queries()[0]
+                sample.update(slots=q["slots"], parallelism=q["parallelism"])
+                self.rescales = self.app.rescales(q["id"])["rescales"]
+                self.autoscaler.append(self.app.get(f"/queries/{q['id']}/autoscaler"))
+            except (OSError, ValueError, KeyError, IndexError):
+                pass  # not up yet, or ended
+            self.samples.append(sample)
+
+
+def _run(cluster: LocalCluster, tmp_path: Path, profile: list[list[float]],
+         conf: dict[str, str]) -> tuple[SubmittedApp, Sampler]:
+    app = submit(cluster, APP, "--profile", json.dumps(profile), "--out", str(tmp_path / "out"),
+                 "--checkpoint", str(tmp_path / "cp"), "--partitions", "6",
+                 "--cost", str(COST), conf=conf, log_path=tmp_path / "app.log")
+    app.wait_for_query()
+    sampler = Sampler(cluster, app)
+    sampler.start()
+    try:
+        assert app.wait(timeout=profile[-1][0] + 240) == 0, app.tail(60)
+    finally:
+        sampler.stopped.set()
+        sampler.join(5)
+        app.kill()
+    return app, sampler
+
+
+def _written_ids(out: Path) -> np.ndarray:
+    """Ids of the rows the file sink committed (read through its metadata log)."""
+    files: list[str] = []
+    for entry in sorted((out / "_spark_metadata").iterdir(), key=lambda p: p.name):
+        if entry.name.startswith("."):
+            continue
+        for line in entry.read_text().splitlines()[1:]:
+            files.append(json.loads(line)["path"].removeprefix("file://").removeprefix("file:"))
+    return np.concatenate([pq.read_table(f)["id"].to_numpy() for f in files])
+
+
+def _total_rows(app: SubmittedApp) -> int:
+    for line in app.log_path.read_text().splitlines():
+        if line.startswith("source started at "):
+            return int(line.split()[4])
+    raise AssertionError("the app did not report its source")
+
+
+def test_a_load_step_takes_executors_and_gives_them_back_exactly_once(
+        local_cluster_factory: Any, tmp_path: Path) -> None:
+    cluster = local_cluster_factory(3)
+    # 20 rows/s (a tenth of a slot) for 90 s, 500 rows/s (two slots of work) for 75 s,
+    # then 20 rows/s again for 90 s.
+    profile = [[0, 20], [90, 20], [91, 500], [165, 500], [166, 20], [255, 20]]
+    app, sampler = _run(cluster, tmp_path, profile, FAST)
+
+    ours = [r for r in sampler.rescales if r["trigger"] == "AUTOSCALER"]
+    downs = [r for r in ours if r["toSlots"] < r["fromSlots"]]
+    ups = [r for r in ours if r["toSlots"] > r["fromSlots"]]
+    assert downs and ups, sampler.rescales
+    assert all(r["outcome"] == "completed" for r in ours), ours
+    # Down to one slot on the night load, up on the step, down again after it.
+    assert downs[0]["time"] < ups[0]["time"] < downs[-1]["time"], ours
+    assert downs[0]["toSlots"] == 1 and ups[0]["toSlots"] >= 2 and downs[-1]["toSlots"] == 1
+
+    def executors_between(a: float, b: float) -> list[int]:
+        return [s["executors"] for s in sampler.samples if a <= s["t"] <= b]
+
+    assert max(executors_between(0, 10)) == 3  # the app started with every worker
+    assert min(executors_between(60, 90)) == 1  # given back on the night load
+    assert max(executors_between(130, 170)) >= 2  # taken for the step
+    assert executors_between(sampler.samples[-1]["t"] - 5, 1e9)[-1] == 1  # and given back
+
+    ids = _written_ids(tmp_path / "out")
+    total = _total_rows(app)
+    assert len(ids) == total and len(np.unique(ids)) == total
+
+
+def test_recommend_only_shows_decisions_and_changes_nothing(
+        local_cluster_factory: Any, tmp_path: Path) -> None:
+    cluster = local_cluster_factory(2)
+    conf = {**FAST, "spark.adaptive.autoscaler.scaling.enabled": "false"}
+    app, sampler = _run(cluster, tmp_path, [[0, 20], [60, 20]], conf)
+
+    assert not [r for r in sampler.rescales if r["trigger"] == "AUTOSCALER"], sampler.rescales
+    assert {s["executors"] for s in sampler.samples if s["t"] > 5} == {2}
+    decided = [a for a in sampler.autoscaler if a["recommendation"]
+               and a["recommendation"]["outcome"] == "scale-down"]
+    assert decided, sampler.autoscaler[-1]
+    last = decided[-1]
+    assert last["scalingEnabled"] is False and last["recommendation"]["applied"] is False
+    assert last["recommendation"]["slots"] == 1
+    assert "recommend" in app.log_path.read_text()
+    ids = _written_ids(tmp_path / "out")
+    assert len(ids) == _total_rows(app) == len(np.unique(ids))
+
+
+def test_with_reactive_mode_the_app_refuses_to_start_naming_both_keys(
+        local_cluster: LocalCluster, tmp_path: Path) -> None:
+    conf = {**FAST, "spark.adaptive.scheduler.mode": "reactive"}
+    app = submit(local_cluster, APP, "--profile", "[[0, 10], [30, 10]]",
+                 "--out", str(tmp_path / "out"), conf=conf, log_path=tmp_path / "app.log")
+    try:
+        code = app.wait(timeout=180)
+    finally:
+        app.kill()
+    log = app.log_path.read_text()
+    assert code != 0
+    assert "spark.adaptive.autoscaler.enabled" in log and "spark.adaptive.scheduler.mode" in log
+    assert not (tmp_path / "out" / "_spark_metadata").exists()  # no query ran
