@@ -13,13 +13,14 @@ from spark_adaptive.core.streaming.autoscaling import AutoscalerStatus
 from spark_adaptive.rest import openapi
 from spark_adaptive.rest.api import _ROUTES
 
-# Every (path, method) the API routes, with the statuses it can answer (401 aside).
+# Every (path, method) the API routes, with the statuses it can answer (401 aside, and the
+# HTTP layer's answers to any request, each operation's "default").
 EXPECTED = {
     ("/queries", "get"): {"200", "503"},
     ("/queries/{id}", "get"): {"200", "404", "503"},
     ("/queries/{id}/resource-requirements", "get"): {"200", "404", "503"},
     ("/queries/{id}/resource-requirements", "put"):
-        {"200", "400", "404", "409", "413", "500", "503"},
+        {"200", "400", "404", "409", "413", "415", "500", "503"},
     ("/queries/{id}/rescales", "get"): {"200", "404", "503"},
     ("/queries/{id}/autoscaler", "get"): {"200", "404", "503"},
     ("/openapi.json", "get"): {"200"},
@@ -32,7 +33,7 @@ def test_the_document_is_valid_openapi(token: bool) -> None:
 
 
 def _operations(doc: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
-    return {(path, method): set(op["responses"])
+    return {(path, method): set(op["responses"]) - {"default"}
             for path, item in doc["paths"].items()
             for method, op in item.items() if method != "parameters"}
 
@@ -54,10 +55,23 @@ def test_the_documented_routes_are_the_routed_ones() -> None:
 def test_error_answers_use_the_error_schema() -> None:
     doc = openapi.document()
     for (path, method), codes in EXPECTED.items():
-        for code in codes - {"200"}:
+        for code in (codes - {"200"}) | {"default"}:
             schema = doc["paths"][path][method]["responses"][code]["content"][
                 "application/json"]["schema"]
             assert schema == {"$ref": "#/components/schemas/Error"}, (path, method, code)
+
+
+def test_transport_errors_and_405_are_described() -> None:
+    doc = openapi.document()
+    for path, item in doc["paths"].items():
+        for method, op in item.items():
+            if method != "parameters":
+                text = op["responses"]["default"]["description"]
+                assert all(f"{code} " in text for code in openapi.TRANSPORT_ERRORS), text
+    answer = doc["components"]["responses"]["MethodNotAllowed"]
+    assert answer["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/Error"}
+    assert "Allow" in answer["headers"]
 
 
 def _conforms(value: Any, schema: dict[str, Any], doc: dict[str, Any]) -> None:
