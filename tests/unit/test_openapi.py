@@ -5,6 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from jsonschema.exceptions import ValidationError
+from openapi_schema_validator import OAS30Validator
+from openapi_schema_validator import validate as validate_value
 from openapi_spec_validator import validate
 from rest_fakes import QUERY_ID, FakeScheduler, bounds, call, serving
 
@@ -75,35 +78,9 @@ def test_transport_errors_and_405_are_described() -> None:
 
 
 def _conforms(value: Any, schema: dict[str, Any], doc: dict[str, Any]) -> None:
-    """A small structural check of a JSON value against a schema of the document."""
-    if "$ref" in schema:
-        schema = doc["components"]["schemas"][schema["$ref"].rsplit("/", 1)[-1]]
-    if "allOf" in schema:
-        if value is None and schema.get("nullable"):
-            return
-        for part in schema["allOf"]:
-            _conforms(value, part, doc)
-        return
-    if value is None:
-        assert schema.get("nullable"), schema
-        return
-    kind = schema.get("type")
-    python: dict[str, Any] = {"object": dict, "array": list, "string": str, "integer": int,
-              "boolean": bool,
-              "number": (int, float)}
-    if kind:
-        assert isinstance(value, python[kind]), (value, schema)
-    if "enum" in schema:
-        assert value in schema["enum"], (value, schema)
-    if kind == "object":
-        for name in schema.get("required", []):
-            assert name in value, (name, value)
-        for name, sub in schema.get("properties", {}).items():
-            if name in value:
-                _conforms(value[name], sub, doc)
-    if kind == "array":
-        for item in value:
-            _conforms(item, schema["items"], doc)
+    """A JSON value against a schema of the document, by an OpenAPI 3.0 schema validator
+    (``nullable``, ``$ref`` into the document's components, every keyword)."""
+    validate_value(value, {"components": doc["components"], **schema}, cls=OAS30Validator)
 
 
 def test_answers_conform_to_the_document() -> None:
@@ -125,6 +102,13 @@ def test_answers_conform_to_the_document() -> None:
                   schema_of("/queries/{id}/rescales", "get"), doc)
         refused = call(server.url, "PUT", "/queries/orders/resource-requirements", bounds(0, 1))
         _conforms(refused.body, schema_of(path, "put", "400"), doc)
+        with pytest.raises(ValidationError):  # the check has teeth
+            _conforms({"errors": [1]}, schema_of(path, "put", "400"), doc)
+        answer = call(server.url, "GET", f"/queries/{QUERY_ID}").body
+        with pytest.raises(ValidationError):
+            _conforms({**answer, "lastDecision": {"time": 1.0}},
+                      schema_of("/queries/{id}", "get"), doc)
+        _conforms({**answer, "lastDecision": None}, schema_of("/queries/{id}", "get"), doc)
 
 
 def test_the_autoscaler_answer_conforms_and_is_404_when_it_is_off() -> None:
