@@ -122,7 +122,7 @@ class RestApi:
                 return error(405, f"Method {method} is not allowed on {path}; allowed: "
                              f"{', '.join(sorted(methods))}.",
                              headers=(("Allow", ", ".join(sorted(methods))),))
-            if body and not is_json(content_type):
+            if method == "PUT" and body and not is_json(content_type):  # GET bodies: ignored
                 return error(415, "The request body must be JSON, sent with 'Content-Type: "
                              f"application/json'; got {content_type or 'no Content-Type'}.")
             ident = unquote(m.group("id")) if "id" in m.groupdict() else ""

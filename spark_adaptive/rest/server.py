@@ -115,6 +115,7 @@ class _Handler(socketserver.BaseRequestHandler):
 
     server: _Server
     request: socket.socket
+    _head = False  # the request being answered is a HEAD: its answer has no body
 
     def handle(self) -> None:
         rest, sock = self.server.rest, self.request
@@ -132,8 +133,7 @@ class _Handler(socketserver.BaseRequestHandler):
                 if got is None:
                     return
                 req, body = got
-                response = rest.respond(req, body)
-                self._send(conn, response, head=req.method == b"HEAD")
+                self._send(conn, rest.respond(req, body))
                 if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                     return  # h11 says this connection cannot carry another request
                 conn.start_next_cycle()
@@ -148,6 +148,7 @@ class _Handler(socketserver.BaseRequestHandler):
     def _read(self, conn: h11.Connection, rest: RestServer) -> tuple[h11.Request, bytes] | None:
         """The next complete request and its body; None when the client is done."""
         started = time.monotonic() if conn.trailing_data[0] else None
+        self._head = False
         req: h11.Request | None = None
         body = bytearray()
         while True:
@@ -173,6 +174,7 @@ class _Handler(socketserver.BaseRequestHandler):
                 conn.receive_data(data)
             elif isinstance(event, h11.Request):
                 req = event
+                self._head = req.method == b"HEAD"  # refused too, a HEAD gets no body
                 refusal = rest.refusal(req)
                 if refusal is not None:
                     raise _Refused(refusal)
@@ -186,8 +188,7 @@ class _Handler(socketserver.BaseRequestHandler):
             else:  # ConnectionClosed (PAUSED comes only after EndOfMessage)
                 return None
 
-    def _send(self, conn: h11.Connection, response: Response, *, head: bool = False,
-              close: bool = False) -> None:
+    def _send(self, conn: h11.Connection, response: Response, *, close: bool = False) -> None:
         if conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
             return  # a response is already out (cannot happen; never send two)
         data = (json.dumps(response.body) + "\n").encode("utf-8")
@@ -197,7 +198,7 @@ class _Handler(socketserver.BaseRequestHandler):
             headers.append(("Connection", "close"))
         out = conn.send(h11.Response(status_code=response.status, headers=headers,
                                      reason=_phrase(response.status)))
-        if not head:
+        if not self._head:
             out = (out or b"") + (conn.send(h11.Data(data=data)) or b"")
         self._write((out or b"") + (conn.send(h11.EndOfMessage()) or b""))
 

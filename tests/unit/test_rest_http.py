@@ -257,6 +257,16 @@ def test_head_is_405_with_allow_and_no_body(server: RestServer) -> None:
     assert reply.status == 405 and reply.headers["allow"] == "GET" and reply.body is None
 
 
+@pytest.mark.parametrize(("token", "length", "status"), [("t0ken", 0, 401), (None, 2000, 413)])
+def test_a_refused_head_gets_no_body(sched: FakeScheduler, token: str | None, length: int,
+                                     status: int) -> None:
+    """Found by the fuzz test: a HEAD refused before routing was answered with a body, which
+    h11 refused to send; the connection dropped with no answer."""
+    with serving(sched, token=token, max_body=1024) as server:
+        (reply,), _ = exchange(server, request("HEAD", "/queries", length=length), head=True)
+        assert reply.status == status and reply.body is None
+
+
 # -- malformed request lines and heads --------------------------------------------------
 @pytest.mark.parametrize("data", [
     b"GARBAGE\r\n\r\n",
@@ -323,6 +333,13 @@ def test_application_json_with_or_without_utf8_charset_is_taken(
     (reply,), _ = exchange(server, request("PUT", REQ, GOOD, content_type=content_type))
     assert reply.status == 200
     assert sched.queries_by_key["query-1"].applied == [ResourceRequirements(2, 3)]
+
+
+def test_a_get_body_is_ignored_whatever_its_type(server: RestServer) -> None:
+    """Only PUT takes a body; a GET's (meaningless in HTTP) is read and dropped, so the GET
+    answers what it documents (200, 404), not 415."""
+    (reply,), _ = exchange(server, request("GET", REQ, b"\xff", content_type="text/plain"))
+    assert reply.status == 200 and reply.body == bounds(1, 4)
 
 
 def test_an_empty_put_needs_no_content_type(server: RestServer, sched: FakeScheduler) -> None:
