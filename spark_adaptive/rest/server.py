@@ -28,7 +28,8 @@ Contract:
   ``Transfer-Encoding: chunked``, never both. A request is dispatched only once
   its body is complete: a client that closes early or stalls gets a 400 or 408
   and nothing is applied. Bodies are at most ``max_body`` bytes (else 413
-  without reading the rest), header sections at most :data:`MAX_HEAD` (431).
+  without reading the rest), header sections about 16 KiB (431). Reading,
+  writing and deadlines are :mod:`~spark_adaptive.rest.connection`'s.
 * Slow clients: a request must arrive whole within ``request_timeout`` seconds
   of its first byte (else 408); a kept-alive connection with no request is
   closed after ``idle_timeout``; at most ``max_connections`` at once (more get
@@ -47,20 +48,18 @@ from __future__ import annotations
 
 import errno
 import hmac
-import json
 import logging
 import socket
 import socketserver
 import threading
-import time
-from http import HTTPStatus
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import h11
 
 from spark_adaptive.rest import openapi
 from spark_adaptive.rest.api import ALL_METHODS, Response, RestApi, error
+from spark_adaptive.rest.connection import Connection, Owner, answer_and_close, too_large
 from spark_adaptive.rest.facade import SchedulerFacade
 from spark_adaptive.rest.settings import RestSettings
 
@@ -68,24 +67,13 @@ log = logging.getLogger(__name__)
 
 PORT_TRIES = 16
 MAX_BODY = 64 * 1024
-MAX_HEAD = 16 * 1024
-"""Bytes of request line and headers (h11's default limit); more is 431."""
 REQUEST_TIMEOUT = 10.0
 IDLE_TIMEOUT = 30.0
 MAX_CONNECTIONS = 64
-_RECV = 16 * 1024
 _UNAUTHORIZED = error(
     401, "Missing or wrong bearer token: send the header "
     "'Authorization: Bearer <spark.adaptive.rest.token>'.",
     headers=(("WWW-Authenticate", 'Bearer realm="spark-adaptive"'),))
-
-
-class _Refused(Exception):
-    """A request answered before it reached the API; the connection closes after it."""
-
-    def __init__(self, response: Response) -> None:
-        super().__init__(response.status)
-        self.response = response
 
 
 class _Server(socketserver.ThreadingTCPServer):
@@ -96,7 +84,7 @@ class _Server(socketserver.ThreadingTCPServer):
 
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self.rest._admit(request):
-            _answer_and_close(request, error(503, "Too many connections to the REST API; "
+            answer_and_close(request, error(503, "Too many connections to the REST API; "
                                                   "retry.", headers=(("Retry-After", "1"),)))
             return
         super().process_request(request, client_address)
@@ -108,104 +96,6 @@ class _Server(socketserver.ThreadingTCPServer):
 
 class _Server6(_Server):
     address_family = socket.AF_INET6
-
-
-class _Handler(socketserver.BaseRequestHandler):
-    """One connection: h11 parses, this reads, dispatches complete requests, writes."""
-
-    server: _Server
-    request: socket.socket
-    _head = False  # the request being answered is a HEAD: its answer has no body
-
-    def handle(self) -> None:
-        rest, sock = self.server.rest, self.request
-        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
-        try:
-            while True:
-                try:
-                    got = self._read(conn, rest)
-                except _Refused as r:
-                    self._send(conn, r.response, close=True)
-                    return
-                except h11.RemoteProtocolError as e:
-                    self._send(conn, _protocol_error(e), close=True)
-                    return
-                if got is None:
-                    return
-                req, body = got
-                self._send(conn, rest.respond(req, body))
-                if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
-                    return  # h11 says this connection cannot carry another request
-                conn.start_next_cycle()
-        except OSError:  # the client went away, or stalled while reading our answer
-            log.debug("REST connection from %s ended", self.client_address, exc_info=True)
-        except Exception:  # a bug of ours: say so, and close this connection only
-            log.exception("REST connection from %s failed", self.client_address)
-        finally:
-            _linger_close(sock)
-            rest._release(sock)
-
-    def _read(self, conn: h11.Connection, rest: RestServer) -> tuple[h11.Request, bytes] | None:
-        """The next complete request and its body; None when the client is done."""
-        started = time.monotonic() if conn.trailing_data[0] else None
-        self._head = False
-        req: h11.Request | None = None
-        body = bytearray()
-        while True:
-            event = conn.next_event()
-            if event is h11.NEED_DATA:
-                if conn.they_are_waiting_for_100_continue:
-                    self._write(conn.send(h11.InformationalResponse(status_code=100, headers=[])))
-                if started is None:
-                    self.request.settimeout(rest.idle_timeout)
-                else:
-                    left = started + rest.request_timeout - time.monotonic()
-                    if left <= 0:
-                        raise _Refused(_slow(rest))
-                    self.request.settimeout(left)
-                try:
-                    data = self.request.recv(_RECV)
-                except TimeoutError:
-                    if started is None:
-                        return None  # an idle kept-alive connection: closed quietly
-                    raise _Refused(_slow(rest)) from None
-                if started is None and data:
-                    started = time.monotonic()
-                conn.receive_data(data)
-            elif isinstance(event, h11.Request):
-                req = event
-                self._head = req.method == b"HEAD"  # refused too, a HEAD gets no body
-                refusal = rest.refusal(req)
-                if refusal is not None:
-                    raise _Refused(refusal)
-            elif isinstance(event, h11.Data):
-                body += event.data
-                if len(body) > rest.max_body:
-                    raise _Refused(_too_large(f"over {rest.max_body}", rest.max_body))
-            elif isinstance(event, h11.EndOfMessage):
-                assert req is not None
-                return req, bytes(body)
-            else:  # ConnectionClosed (PAUSED comes only after EndOfMessage)
-                return None
-
-    def _send(self, conn: h11.Connection, response: Response, *, close: bool = False) -> None:
-        if conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
-            return  # a response is already out (cannot happen; never send two)
-        data = (json.dumps(response.body) + "\n").encode("utf-8")
-        headers = [("Content-Type", "application/json"), ("Content-Length", str(len(data))),
-                   ("Cache-Control", "no-store"), *response.headers]
-        if close:
-            headers.append(("Connection", "close"))
-        out = conn.send(h11.Response(status_code=response.status, headers=headers,
-                                     reason=_phrase(response.status)))
-        if not self._head:
-            out = (out or b"") + (conn.send(h11.Data(data=data)) or b"")
-        self._write((out or b"") + (conn.send(h11.EndOfMessage()) or b""))
-
-    def _write(self, data: bytes | None) -> None:
-        if data:
-            self.request.settimeout(self.server.rest.request_timeout)
-            self.request.sendall(data)
 
 
 class RestServer:
@@ -268,7 +158,7 @@ class RestServer:
                               "Transfer-Encoding.")
         length = next((int(v) for n, v in req.headers if n == b"content-length"), 0)
         if length > self.max_body:
-            return _too_large(str(length), self.max_body)
+            return too_large(str(length), self.max_body)
         return None
 
     def respond(self, req: h11.Request, body: bytes) -> Response:
@@ -302,7 +192,8 @@ class RestServer:
             self._open.add(sock)
             return True
 
-    def _release(self, sock: socket.socket) -> None:
+    def release(self, sock: socket.socket) -> None:
+        """A connection is closed (:class:`~spark_adaptive.rest.connection.Owner`)."""
         with self._lock:
             self._open.discard(sock)
 
@@ -319,7 +210,7 @@ class RestServer:
         server = None
         for port in ports:
             try:
-                server = cls((self.host, port), _Handler)
+                server = cls((self.host, port), Connection)
                 break
             except OSError as e:
                 if e.errno != errno.EADDRINUSE:
@@ -364,65 +255,8 @@ class RestServer:
         log.debug("spark-adaptive REST API at %s stopped", self.url)
 
 
-def _phrase(status: int) -> bytes:
-    try:
-        return HTTPStatus(status).phrase.encode("ascii")
-    except ValueError:
-        return b""
-
-
-def _too_large(length: str, limit: int) -> Response:
-    return error(413, f"The request body of {length} bytes exceeds the limit of {limit} bytes.")
-
-
-def _slow(rest: RestServer) -> Response:
-    return error(408, f"The request did not arrive whole within {rest.request_timeout:g} "
-                      "seconds; nothing was done.")
-
-
-def _protocol_error(e: h11.RemoteProtocolError) -> Response:
-    # h11 hints 501 for a transfer coding other than chunked; this API answers no 5xx for
-    # what a client sent, and the request is refused either way.
-    status = e.error_status_hint if e.error_status_hint in (400, 431) else 400
-    return error(status, f"Malformed HTTP request ({e}); nothing was done.")
-
-
-def _answer_and_close(sock: socket.socket, response: Response) -> None:
-    """Answer on a connection that gets no thread (over the connection limit)."""
-    conn = h11.Connection(h11.SERVER)
-    data = (json.dumps(response.body) + "\n").encode("utf-8")
-    headers = [("Content-Type", "application/json"), ("Content-Length", str(len(data))),
-               ("Connection", "close"), *response.headers]
-    try:
-        sock.settimeout(1.0)
-        sock.sendall((conn.send(h11.Response(status_code=response.status, headers=headers,
-                                             reason=_phrase(response.status))) or b"") + data)
-    except OSError:
-        pass
-    _linger_close(sock, 0.2)
-
-
-def _linger_close(sock: socket.socket, linger: float = 1.0) -> None:
-    """Close so that the client reads our answer: closing with unread input would reset the
-    connection (RST) and could discard the answer in flight; so shut our side, then read
-    and drop what the client still sends, briefly."""
-    try:
-        sock.shutdown(socket.SHUT_WR)
-        deadline = time.monotonic() + linger
-        drained = 0
-        while drained < 1 << 20:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            sock.settimeout(left)
-            chunk = sock.recv(_RECV)
-            if not chunk:
-                break
-            drained += len(chunk)
-    except OSError:
-        pass
-    finally:
-        sock.close()
+if TYPE_CHECKING:
+    _OWNER: type[Owner] = RestServer  # mypy checks the view a connection has of its server
 
 
 def serve(facade: SchedulerFacade, settings: RestSettings) -> RestServer | None:
