@@ -27,12 +27,18 @@ import math
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 PREFIX = "spark.adaptive."
 MAX_PARALLELISM_LIMIT = 32768  # 2^15, Flink's UPPER_BOUND_MAX_PARALLELISM
+INT_LIMIT = 2**31 - 1
+"""The largest int option value (Java's Integer.MAX_VALUE, as Spark's own int options): a
+400-digit count would pass every declared bound and overflow later, in float arithmetic."""
+SIZE_LIMIT = 2**63 - 1
+"""The largest size in bytes (Java's Long.MAX_VALUE, as Spark's byte options)."""
 
 
 # -- value parsing ----------------------------------------------------------------
@@ -44,7 +50,9 @@ _SIZE_UNITS = {
     "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
     "g": 1 << 30, "gb": 1 << 30, "t": 1 << 40, "tb": 1 << 40,
 }  # fmt: skip
-_NUM_UNIT = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+# ASCII digits only (\d would take any script's digits, and float() would read them).
+_NUM_UNIT = re.compile(r"^\s*(-?[0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+_INT = re.compile(r"[+-]?[0-9]+")
 
 
 def parse_duration(text: str, unit: str = "s") -> float:
@@ -57,7 +65,10 @@ def parse_duration(text: str, unit: str = "s") -> float:
         raise ValueError(f"unknown time unit {suffix!r}")
     if number < 0:
         return math.inf
-    return number * _TIME_UNITS[suffix]
+    seconds = number * _TIME_UNITS[suffix]
+    if not math.isfinite(seconds):  # e.g. 400 digits: not "forever", an error
+        raise ValueError("too large")
+    return seconds
 
 
 def parse_size(text: str) -> int:
@@ -69,18 +80,28 @@ def parse_size(text: str) -> int:
         raise ValueError(f"unknown size unit {suffix!r}")
     if number < 0:
         raise ValueError("negative size")
-    return int(number * _SIZE_UNITS[suffix])
+    size = number * _SIZE_UNITS[suffix]
+    if not math.isfinite(size) or size > SIZE_LIMIT:  # int(inf) would raise OverflowError
+        raise ValueError("too large")
+    return int(size)
 
 
 def format_duration(seconds: float | None) -> str:
+    """Seconds as a user would write them; :func:`parse_duration` reads back the same value."""
     if seconds is None:
         return "(none)"
     if math.isinf(seconds):
         return "-1"
-    for suffix, size in (("h", 3600), ("min", 60), ("s", 1)):
-        if seconds >= size and float(seconds / size).is_integer():
-            return f"{int(seconds // size)}{suffix}"
-    return f"{int(round(seconds * 1000))}ms"
+    if seconds == 0:
+        return "0ms"
+    for suffix in ("h", "min", "s", "ms"):
+        size = _TIME_UNITS[suffix]
+        n = seconds / size
+        if seconds >= size and float(n).is_integer() and float(int(n)) * size == seconds:
+            return f"{int(n)}{suffix}"
+    # Not a whole number of any unit (1us, 0.0015s): the shortest exact decimal, without the
+    # exponent parse_duration does not take.
+    return format(Decimal(repr(float(seconds))), "f") + "s"
 
 
 def format_size(n: int | None) -> str:
@@ -136,14 +157,20 @@ class Option:
             return text
         if self.type == "int":
             try:
+                if not _INT.fullmatch(text):  # int() also takes 1_000 and other scripts' digits
+                    raise ValueError(text)
                 value: float = int(text)
-            except ValueError:
+            except ValueError:  # also over 4300 digits
                 raise ValueError("expected an integer") from None
+            if abs(value) > INT_LIMIT:
+                raise ValueError(f"must be between -{INT_LIMIT} and {INT_LIMIT}")
         elif self.type == "float":
             try:
                 value = float(text)
             except ValueError:
                 raise ValueError("expected a number") from None
+            if not math.isfinite(value):  # nan, inf, 1e400: no bound check can hold them
+                raise ValueError("expected a finite number")
         elif self.type == "duration":
             try:
                 value = parse_duration(text, self.unit or "s")
@@ -162,9 +189,11 @@ class Option:
                     "expected a size such as 16m, 64m, 1g (a bare number is bytes)") from None
         else:  # pragma: no cover - a declaration bug
             raise AssertionError(self.type)
-        if self.minimum is not None and value < self.minimum and not math.isinf(value):
+        # Only a forever duration is infinite (math.isinf of a 400-digit int would overflow).
+        forever = isinstance(value, float) and math.isinf(value)
+        if self.minimum is not None and value < self.minimum and not forever:
             raise ValueError(f"must be >= {self._fmt(self.minimum)}")
-        if self.maximum is not None and value > self.maximum and not math.isinf(value):
+        if self.maximum is not None and value > self.maximum and not forever:
             raise ValueError(f"must be <= {self._fmt(self.maximum)}")
         return value
 

@@ -1,8 +1,9 @@
 """The REST API on the driver, and its client: a thin adapter over the scheduler.
 
 * :mod:`~spark_adaptive.rest.api`: the routes and Flink's rules for them;
-* :mod:`~spark_adaptive.rest.server`: the standard-library HTTP server the
-  runtime starts (:func:`~spark_adaptive.rest.server.serve`);
+* :mod:`~spark_adaptive.rest.server`: the HTTP server the runtime starts
+  (:func:`~spark_adaptive.rest.server.serve`): h11's strict parser under a small
+  threaded socket server, one :mod:`~spark_adaptive.rest.connection` per client;
 * :mod:`~spark_adaptive.rest.facade`: what the API asks of the scheduler, and
   how (on the scheduler thread);
 * :mod:`~spark_adaptive.rest.openapi`: the OpenAPI document;

@@ -11,15 +11,20 @@ Routes (JSON in and out; ``{id}`` is a key, Spark query id or name, URL-encoded)
     GET  /openapi.json                         the OpenAPI 3.0 document of all this
 
 Errors have Flink's REST error shape, ``{"errors": ["reason", ...]}``:
-400 (every reason at once), 404 (unknown query or path), 405 (with ``Allow``),
-409 (an update of the query in flight, or the query has finished),
+400 (every reason at once), 404 (unknown query or path), 405 (with ``Allow``,
+for any method a route does not serve: ``OPTIONS``, ``TRACE``, ``CONNECT``,
+lowercase ``get``, made-up ones), 409 (an update of the query in flight, or
+the query has finished), 415 (a body that is not ``application/json``),
 500 (could not persist; nothing changed), 503 (the scheduler did not answer).
+The HTTP layer (:mod:`~spark_adaptive.rest.server`) adds 401, 408, 413 and
+framing errors before a request gets here.
 
 PUT follows Flink's ``JobResourceRequirementsUpdateHandler`` and
 ``Dispatcher.updateJobResourceRequirements``, in this order:
 
-1. a body that is not JSON, or an empty one → 400 (Flink's JSON decoding and
-   its empty-map check come before anything else);
+1. a body whose ``Content-Type`` is not ``application/json`` → 415; a body
+   that is not JSON, nests deeper than :data:`MAX_DEPTH`, or is empty → 400
+   (Flink's JSON decoding and its empty-map check come before anything else);
 2. the query is looked up → 404 (Flink resolves the job id as it reaches the
    JobMaster; a query that does not exist cannot have an update in flight);
 3. another update of the same query in flight → 409;
@@ -73,6 +78,12 @@ def error(status: int, *reasons: str, headers: tuple[tuple[str, str], ...] = ())
     return Response(status, {"errors": list(reasons)}, headers)
 
 
+MAX_DEPTH = 32
+"""Deepest nesting of arrays and objects a request body may have (the PUT body has 2)."""
+
+ALL_METHODS = ("GET", "PUT")
+"""Every method some route serves (the ``Allow`` of ``OPTIONS *`` and ``CONNECT``)."""
+
 _QUERY = r"/queries/(?P<id>[^/]+)"
 _ROUTES: tuple[tuple[re.Pattern[str], dict[str, str]], ...] = (
     (re.compile(r"/queries"), {"GET": "list_queries"}),
@@ -94,8 +105,12 @@ class RestApi:
         self._openapi = openapi
         self.in_flight = InFlight()
 
-    def handle(self, method: str, path: str, body: bytes = b"") -> Response:
-        """Route one request; never raises (unexpected errors are logged and answer 500)."""
+    def handle(self, method: str, path: str, body: bytes = b"",
+               content_type: str | None = None) -> Response:
+        """Route one request; never raises (unexpected errors are logged and answer 500).
+
+        ``method`` as sent (case matters: ``get`` is not ``GET``); ``content_type``: the
+        request's ``Content-Type`` header, if any (a non-empty body must be JSON)."""
         path = path.split("?", 1)[0].split("#", 1)[0]
         if len(path) > 1:
             path = path.rstrip("/")
@@ -107,6 +122,9 @@ class RestApi:
                 return error(405, f"Method {method} is not allowed on {path}; allowed: "
                              f"{', '.join(sorted(methods))}.",
                              headers=(("Allow", ", ".join(sorted(methods))),))
+            if method == "PUT" and body and not is_json(content_type):  # GET bodies: ignored
+                return error(415, "The request body must be JSON, sent with 'Content-Type: "
+                             f"application/json'; got {content_type or 'no Content-Type'}.")
             ident = unquote(m.group("id")) if "id" in m.groupdict() else ""
             try:
                 result: Response = getattr(self, "_" + methods[method])(ident, body)
@@ -203,10 +221,44 @@ def decode_body(raw: bytes) -> Any:
         raise RequirementsError([f"The request body is not UTF-8 text: {e}."]) from None
     if not text.strip():
         return None
+    if _depth(text) > MAX_DEPTH:
+        raise RequirementsError([f"The request body nests arrays or objects deeper than "
+                                 f"{MAX_DEPTH} levels."])
     try:
         return json.loads(text, parse_constant=_reject_constant)
     except ValueError as e:
         raise RequirementsError([f"The request body is not valid JSON: {e}."]) from None
+    except RecursionError:  # _depth counts what json would nest; this is a second guard
+        raise RequirementsError(["The request body nests too deeply."]) from None
+
+
+# A string, closed or not (so that an unclosed one ends the scan instead of being tried again
+# from every later quote, which would take quadratic time), or a bracket.
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"?|[\[\]{}]')
+
+
+def _depth(text: str) -> int:
+    """How deep the arrays and objects of a JSON text nest (brackets in strings aside), in
+    one linear pass and without recursion: ``json.loads`` recurses per level and would
+    raise ``RecursionError`` for a thousand ``[``. Not JSON is for ``json.loads`` to say."""
+    depth = deepest = 0
+    for m in _TOKEN.finditer(text):
+        token = m.group()
+        if token in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token in "]}":
+            depth -= 1
+    return deepest
+
+
+def is_json(content_type: str | None) -> bool:
+    """``application/json``, any case, with no parameter but ``charset=utf-8``."""
+    if not content_type:
+        return False
+    media, *params = (p.strip().lower() for p in content_type.split(";"))
+    return media == "application/json" and all(
+        p.replace(" ", "") in ("charset=utf-8", 'charset="utf-8"') for p in params)
 
 
 def _reject_constant(name: str) -> Any:

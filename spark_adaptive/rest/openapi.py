@@ -3,7 +3,14 @@
 Built from the same names the code uses (state names, trigger causes, the
 error shape), so it cannot drift far from what the server answers; a unit
 test checks every route, method and status code of :mod:`spark_adaptive.rest.api`
-against it and validates it with ``openapi-spec-validator``.
+against it and validates it with ``openapi-spec-validator``, and a fuzz test
+checks live answers against it (``tests/integration/test_rest_fuzz.py``).
+
+Each operation lists the answers of its route; its ``default`` answer covers
+what the HTTP layer may answer any request before routing
+(:data:`TRANSPORT_ERRORS`). A method a path does not serve gets 405
+(``components.responses.MethodNotAllowed``); OpenAPI has no place for
+operations that do not exist, so that answer is described once.
 """
 
 from __future__ import annotations
@@ -34,6 +41,13 @@ def _int(description: str, minimum: int | None = 0) -> dict[str, Any]:
 
 def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
     return {**schema, "nullable": True}
+
+
+def _nullable_ref(name: str) -> dict[str, Any]:
+    """A referenced object, or null. OpenAPI 3.0's ``nullable`` counts only beside a ``type``
+    (3.0.3), so ``{"nullable": true, "allOf": [ref]}`` refuses null for a strict validator;
+    this is the form that says what is meant."""
+    return {"anyOf": [_ref(name), {"type": "object", "nullable": True, "enum": [None]}]}
 
 
 def _schemas() -> dict[str, Any]:
@@ -81,7 +95,7 @@ def _schemas() -> dict[str, Any]:
                 "slots": _int("The query's share of the task slots."),
                 "executors": _int("Executors of the application."),
                 "requirements": _ref("ResourceRequirements"),
-                "lastDecision": _nullable({"allOf": [_ref("Decision")]}),
+                "lastDecision": _nullable_ref("Decision"),
                 "counters": _ref("Counters"),
                 "runId": _nullable({"type": "string"}),
                 "status": _nullable({"type": "string",
@@ -171,7 +185,7 @@ def _schemas() -> dict[str, Any]:
                 "targetRate": _nullable({"type": "number"}),
                 "utilization": _nullable({"type": "number"}),
                 "recommendation": _nullable({"type": "object"}),
-                "lastDecision": _nullable({"allOf": [_ref("ScalingDecision")]}),
+                "lastDecision": _nullable_ref("ScalingDecision"),
                 "policy": {"type": "object", "description": "The policy's own state."},
             },
         },
@@ -192,14 +206,31 @@ _ERRORS = {
     "409": "Another update of this query's requirements is in progress, or the query has "
            "finished. Nothing was changed.",
     "413": "The request body is larger than the limit.",
+    "415": "The request body is not sent as 'Content-Type: application/json' (a charset "
+           "parameter may say utf-8, nothing else). Nothing was changed.",
     "500": "The requirements could not be persisted beside the checkpoint. Nothing was "
            "changed; retry.",
     "503": "The scheduler did not answer in time; retry.",
 }
 
 
+TRANSPORT_ERRORS = {
+    "400": "a malformed request: request line, headers, framing (Content-Length, chunked), "
+           "or a body that ended early",
+    "408": "the request did not arrive whole in time",
+    "413": "a body over the limit (64 KiB)",
+    "431": "a header section over the limit (16 KiB)",
+    "503": "too many open connections (with Retry-After)",
+}
+"""What the HTTP layer may answer any request before it is routed (each operation's
+``default``); nothing is done for any of them."""
+
+
 def _errors(*codes: str) -> dict[str, Any]:
-    return {c: _json(_ref("Error"), _ERRORS[c]) for c in codes}
+    out = {c: _json(_ref("Error"), _ERRORS[c]) for c in codes}
+    out["default"] = _json(_ref("Error"), "Refused before routing; nothing was done: " + "; ".join(
+        f"{code} {why}" for code, why in TRANSPORT_ERRORS.items()) + ".")
+    return out
 
 
 def document(url: str | None = None, token_required: bool = False) -> dict[str, Any]:
@@ -235,7 +266,7 @@ def document(url: str | None = None, token_required: bool = False) -> dict[str, 
                        "description": "Empty: accepted (Flink answers an empty body)."},
                       "Accepted. The Spark-Adaptive-Persisted header says whether the bounds "
                       "were written beside the checkpoint."),
-                _errors("400", *auth, "404", "409", "413", "500", "503"),
+                _errors("400", *auth, "404", "409", "413", "415", "500", "503"),
                 requestBody={"required": True, "content": {"application/json": {
                     "schema": _ref("ResourceRequirements")}}}),
         },
@@ -256,9 +287,15 @@ def document(url: str | None = None, token_required: bool = False) -> dict[str, 
         "info": {"title": "spark-adaptive REST API", "version": __version__,
                  "description": "Declarative resource management of the Structured Streaming "
                                 "queries managed by spark-adaptive on this driver. Errors are "
-                                "{\"errors\": [reasons]}."},
+                                "{\"errors\": [reasons]}. A method a path does not serve "
+                                "is 405 with Allow (components.responses.MethodNotAllowed); "
+                                "a request body must be application/json."},
         "paths": paths,
-        "components": {"schemas": _schemas()},
+        "components": {"schemas": _schemas(), "responses": {"MethodNotAllowed": {
+            **_json(_ref("Error"), "Any method a path does not serve (OPTIONS, TRACE, CONNECT, "
+                    "HEAD, lowercase get, made-up ones): nothing was done. HEAD gets no body."),
+            "headers": {"Allow": {"description": "The methods the path serves, e.g. "
+                                  "'GET, PUT'.", "schema": {"type": "string"}}}}}},
     }
     if url:
         doc["servers"] = [{"url": url}]

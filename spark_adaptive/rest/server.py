@@ -1,4 +1,15 @@
-"""The REST API's HTTP/1.1 server on the driver: standard library only, one daemon thread.
+"""The REST API's HTTP/1.1 server on the driver: h11's parser under a small threaded socket server.
+
+Why h11: the parser is where requests break servers (a body shorter than its
+``Content-Length``, ``Content-Length: +47``, two conflicting lengths, chunked
+framing), and h11 is a maintained, strict, pure-Python HTTP/1.1 state machine
+(about 1,800 lines, no dependencies, no I/O of its own). It adds nothing to
+every Spark driver but itself: no event loop, no framework, no compiled code.
+An ASGI stack (uvicorn, hypercorn) would bring an asyncio loop and its thread
+into every app for an API that serves a few requests a minute; the standard
+library's ``http.server`` is what we replace (its parser is lenient and its
+errors are HTML). The sockets, threads and timeouts stay ours, in this module
+(``socketserver``, one daemon thread per connection, as ``http.server`` did).
 
 Contract:
 
@@ -11,11 +22,22 @@ Contract:
 * With a token, every request must carry ``Authorization: Bearer <token>``
   (compared in constant time), else 401 with ``WWW-Authenticate: Bearer``.
   This comes before routing, so without the token not even a 404 leaks
-  which paths exist.
-* Request bodies need a ``Content-Length`` (chunked bodies get 411) of at
-  most ``max_body`` bytes (else 413, and the connection is closed rather
-  than reading the rest).
-* Every answer is JSON with a ``Content-Length``; connections are kept alive.
+  which paths exist; the body of a refused request is not read.
+* Framing is h11's: ``Content-Length`` (digits only; two different values are
+  refused, identical repeats are one, as RFC 9110 section 8.6 allows) or
+  ``Transfer-Encoding: chunked``, never both. A request is dispatched only once
+  its body is complete: a client that closes early or stalls gets a 400 or 408
+  and nothing is applied. Bodies are at most ``max_body`` bytes (else 413
+  without reading the rest), header sections about 16 KiB (431). Reading,
+  writing and deadlines are :mod:`~spark_adaptive.rest.connection`'s.
+* Slow clients: a request must arrive whole within ``request_timeout`` seconds
+  of its first byte (else 408); a kept-alive connection with no request is
+  closed after ``idle_timeout``; at most ``max_connections`` at once (more get
+  503 with ``Retry-After``).
+* Every answer, errors included, is JSON (``{"errors": [...]}`` for errors)
+  with a status line and a ``Content-Length``; connections are kept alive
+  unless an error leaves the stream unreadable. Routing, 404, 405 and 415 are
+  :class:`~spark_adaptive.rest.api.RestApi`'s.
 
 :func:`serve` is what the runtime calls: it never raises, because an app
 must not fail for want of its REST API (several drivers on one host can
@@ -26,15 +48,18 @@ from __future__ import annotations
 
 import errno
 import hmac
-import json
 import logging
 import socket
 import socketserver
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import h11
 
 from spark_adaptive.rest import openapi
-from spark_adaptive.rest.api import Response, RestApi, error
+from spark_adaptive.rest.api import ALL_METHODS, Response, RestApi, error
+from spark_adaptive.rest.connection import Connection, Owner, answer_and_close, too_large
 from spark_adaptive.rest.facade import SchedulerFacade
 from spark_adaptive.rest.settings import RestSettings
 
@@ -42,99 +67,35 @@ log = logging.getLogger(__name__)
 
 PORT_TRIES = 16
 MAX_BODY = 64 * 1024
+REQUEST_TIMEOUT = 10.0
+IDLE_TIMEOUT = 30.0
+MAX_CONNECTIONS = 64
+_UNAUTHORIZED = error(
+    401, "Missing or wrong bearer token: send the header "
+    "'Authorization: Bearer <spark.adaptive.rest.token>'.",
+    headers=(("WWW-Authenticate", 'Bearer realm="spark-adaptive"'),))
 
 
-class _Server(ThreadingHTTPServer):
+class _Server(socketserver.ThreadingTCPServer):
     daemon_threads = True
+    allow_reuse_address = True  # rebinding after a restart, as http.server does
     allow_reuse_port = False  # two servers must never share a port
     rest: RestServer
 
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.rest._admit(request):
+            answer_and_close(request, error(503, "Too many connections to the REST API; "
+                                                  "retry.", headers=(("Retry-After", "1"),)))
+            return
+        super().process_request(request, client_address)
+
     def handle_error(self, request: object, client_address: object) -> None:
         # The default prints a traceback to stderr, e.g. for a client that went away.
-        log.debug("REST request from %s failed", client_address, exc_info=True)
-
-    def server_bind(self) -> None:
-        # HTTPServer.server_bind resolves the host's FQDN, a DNS lookup we do not need.
-        socketserver.TCPServer.server_bind(self)
-        host, port = self.server_address[:2]
-        self.server_name, self.server_port = str(host), int(port)
+        log.debug("REST connection from %s failed", client_address, exc_info=True)
 
 
 class _Server6(_Server):
     address_family = socket.AF_INET6
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _Server
-    server_version = "spark-adaptive"
-    timeout = 60  # seconds a kept-alive or slow connection may hold its thread idle
-
-    def do_GET(self) -> None:  # noqa: N802 - the names http.server dispatches to
-        self._handle("GET")
-
-    def do_PUT(self) -> None:  # noqa: N802
-        self._handle("PUT")
-
-    def do_POST(self) -> None:  # noqa: N802
-        self._handle("POST")
-
-    def do_DELETE(self) -> None:  # noqa: N802
-        self._handle("DELETE")
-
-    def do_PATCH(self) -> None:  # noqa: N802
-        self._handle("PATCH")
-
-    def do_HEAD(self) -> None:  # noqa: N802
-        self._handle("HEAD")
-
-    def _handle(self, method: str) -> None:
-        rest = self.server.rest
-        if not rest.authorized(self.headers.get("Authorization")):
-            self._send(error(401, "Missing or wrong bearer token: send the header "
-                             "'Authorization: Bearer <spark.adaptive.rest.token>'.",
-                             headers=(("WWW-Authenticate", 'Bearer realm="spark-adaptive"'),)),
-                       method, close=self._has_body())
-            return
-        if self.headers.get("Transfer-Encoding"):
-            self._send(error(411, "Send the request body with a Content-Length."), method,
-                       close=True)
-            return
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-            if length < 0:
-                raise ValueError(length)
-        except ValueError:
-            self._send(error(400, "Invalid Content-Length header."), method, close=True)
-            return
-        if length > rest.max_body:
-            self._send(error(413, f"The request body of {length} bytes exceeds the limit of "
-                             f"{rest.max_body} bytes."), method, close=True)
-            return
-        body = self.rfile.read(length) if length else b""
-        self._send(rest.api.handle(method, self.path, body), method)
-
-    def _has_body(self) -> bool:
-        return bool(self.headers.get("Transfer-Encoding")) or self.headers.get(
-            "Content-Length", "0").strip() not in ("", "0")
-
-    def _send(self, response: Response, method: str, close: bool = False) -> None:
-        data = (json.dumps(response.body) + "\n").encode("utf-8")
-        self.send_response(response.status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("Cache-Control", "no-store")
-        for name, value in response.headers:
-            self.send_header(name, value)
-        if close:
-            self.send_header("Connection", "close")
-            self.close_connection = True
-        self.end_headers()
-        if method != "HEAD":
-            self.wfile.write(data)
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - base signature
-        log.debug("%s %s", self.address_string(), format % args)
 
 
 class RestServer:
@@ -142,7 +103,9 @@ class RestServer:
 
     def __init__(self, api: RestApi, *, host: str = "127.0.0.1", port: int = 4050,
                  token: str | None = None, port_tries: int = PORT_TRIES,
-                 max_body: int = MAX_BODY, poll_interval: float = 0.5) -> None:
+                 max_body: int = MAX_BODY, poll_interval: float = 0.5,
+                 request_timeout: float = REQUEST_TIMEOUT, idle_timeout: float = IDLE_TIMEOUT,
+                 max_connections: int = MAX_CONNECTIONS) -> None:
         """``poll_interval``: how often the serving thread checks for :meth:`stop` (the
         longest a stop waits)."""
         self.api = api
@@ -150,10 +113,15 @@ class RestServer:
         self.host = host
         self.requested_port = port
         self.max_body = max_body
+        self.request_timeout = request_timeout
+        self.idle_timeout = idle_timeout
+        self.max_connections = max_connections
         self._token = token.encode("utf-8") if token else None
         self._tries = port_tries
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._open: set[socket.socket] = set()
         self.ready = threading.Event()
         self.port: int | None = None
 
@@ -174,8 +142,60 @@ class RestServer:
             return True
         scheme, _, given = (header or "").partition(" ")
         # compare_digest still compares when the scheme is wrong: no timing difference.
-        ok = hmac.compare_digest(given.strip().encode("utf-8"), self._token)
+        ok = hmac.compare_digest(given.strip().encode("utf-8", "replace"), self._token)
         return ok and scheme.lower() == "bearer"
+
+    # -- one request --------------------------------------------------------------------
+    def refusal(self, req: h11.Request) -> Response | None:
+        """What to answer a request whose head is in, before its body is read: the bearer
+        token, then framing and size. None: read the body and dispatch."""
+        auth = [v for n, v in req.headers if n == b"authorization"]
+        if not self.authorized(auth[0].decode("latin-1") if len(auth) == 1 else None):
+            return _UNAUTHORIZED
+        names = {n for n, _ in req.headers}
+        if b"transfer-encoding" in names and b"content-length" in names:
+            return error(400, "A request must not carry both Content-Length and "
+                              "Transfer-Encoding.")
+        length = next((int(v) for n, v in req.headers if n == b"content-length"), 0)
+        if length > self.max_body:
+            return too_large(str(length), self.max_body)
+        return None
+
+    def respond(self, req: h11.Request, body: bytes) -> Response:
+        """The answer to a complete request (never raises)."""
+        method = req.method.decode("latin-1")
+        target = req.target.decode("latin-1")
+        if not target.startswith("/"):
+            try:
+                split = urlsplit(target)
+            except ValueError:  # e.g. "http://[::1/queries"
+                split = urlsplit("")
+            if split.scheme in ("http", "https") and split.netloc:  # absolute-form
+                target = (split.path or "/") + (f"?{split.query}" if split.query else "")
+            elif method in ("CONNECT", "OPTIONS"):  # authority-form, or OPTIONS *
+                allowed = ", ".join(ALL_METHODS)
+                return error(405, f"Method {method} is not allowed on this server; allowed: "
+                             f"{allowed}.", headers=(("Allow", allowed),))
+            else:
+                return error(400, f"Malformed request target {target!r}: send a path such "
+                                  "as /queries.")
+        types = [v.decode("latin-1") for n, v in req.headers if n == b"content-type"]
+        response = self.api.handle(method, target, body, content_type=", ".join(types) or None)
+        log.debug("%s %s -> %d", method, target, response.status)
+        return response
+
+    # -- connections --------------------------------------------------------------------
+    def _admit(self, sock: socket.socket) -> bool:
+        with self._lock:
+            if len(self._open) >= self.max_connections:
+                return False
+            self._open.add(sock)
+            return True
+
+    def release(self, sock: socket.socket) -> None:
+        """A connection is closed (:class:`~spark_adaptive.rest.connection.Owner`)."""
+        with self._lock:
+            self._open.discard(sock)
 
     def start(self) -> str:
         """Bind (trying the next ports if need be), serve in a daemon thread; the URL.
@@ -190,7 +210,7 @@ class RestServer:
         server = None
         for port in ports:
             try:
-                server = cls((self.host, port), _Handler)
+                server = cls((self.host, port), Connection)
                 break
             except OSError as e:
                 if e.errno != errno.EADDRINUSE:
@@ -216,16 +236,27 @@ class RestServer:
         return self.url
 
     def stop(self) -> None:
-        """Stop serving and close the socket; idempotent."""
+        """Stop serving, close the socket and every open connection; idempotent."""
         server, self._server = self._server, None
         if server is None:
             return
         self.ready.clear()
         server.shutdown()
         server.server_close()
+        with self._lock:
+            open_now = list(self._open)
+        for sock in open_now:  # wakes the connection threads blocked in recv
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         if self._thread is not None:
             self._thread.join(5.0)
         log.debug("spark-adaptive REST API at %s stopped", self.url)
+
+
+if TYPE_CHECKING:
+    _OWNER: type[Owner] = RestServer  # mypy checks the view a connection has of its server
 
 
 def serve(facade: SchedulerFacade, settings: RestSettings) -> RestServer | None:

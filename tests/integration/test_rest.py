@@ -49,6 +49,8 @@ def _request(url: str, method: str, path: str, raw: bytes | None = None,
     parts = urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=30)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
+    if raw:
+        headers["Content-Type"] = "application/json"  # anything else is 415
     try:
         conn.request(method, path, body=raw, headers=headers)
         resp = conn.getresponse()

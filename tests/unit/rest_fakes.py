@@ -188,13 +188,18 @@ class Reply:
 
 
 def call(url: str, method: str, path: str, body: Any = None, *, raw: bytes | None = None,
-         headers: dict[str, str] | None = None) -> Reply:
-    """One request on a fresh connection; ``body`` is sent as JSON, ``raw`` as it is."""
+         headers: dict[str, str | None] | None = None) -> Reply:
+    """One request on a fresh connection; ``body`` is sent as JSON, ``raw`` as it is, both
+    with ``Content-Type: application/json`` unless ``headers`` give one (None: none)."""
     parts = urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=10)
     data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    sent = dict(headers or {})
+    if data is not None:
+        sent.setdefault("Content-Type", "application/json")
     try:
-        conn.request(method, path, body=data, headers=headers or {})
+        conn.request(method, path, body=data,
+                     headers={k: v for k, v in sent.items() if v is not None})
         resp = conn.getresponse()
         text = resp.read()
         return Reply(resp.status, {k.lower(): v for k, v in resp.getheaders()},

@@ -5,6 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from jsonschema.exceptions import ValidationError
+from openapi_schema_validator import OAS30Validator
+from openapi_schema_validator import validate as validate_value
 from openapi_spec_validator import validate
 from rest_fakes import QUERY_ID, FakeScheduler, bounds, call, serving
 
@@ -13,13 +16,14 @@ from spark_adaptive.core.streaming.autoscaling import AutoscalerStatus
 from spark_adaptive.rest import openapi
 from spark_adaptive.rest.api import _ROUTES
 
-# Every (path, method) the API routes, with the statuses it can answer (401 aside).
+# Every (path, method) the API routes, with the statuses it can answer (401 aside, and the
+# HTTP layer's answers to any request, each operation's "default").
 EXPECTED = {
     ("/queries", "get"): {"200", "503"},
     ("/queries/{id}", "get"): {"200", "404", "503"},
     ("/queries/{id}/resource-requirements", "get"): {"200", "404", "503"},
     ("/queries/{id}/resource-requirements", "put"):
-        {"200", "400", "404", "409", "413", "500", "503"},
+        {"200", "400", "404", "409", "413", "415", "500", "503"},
     ("/queries/{id}/rescales", "get"): {"200", "404", "503"},
     ("/queries/{id}/autoscaler", "get"): {"200", "404", "503"},
     ("/openapi.json", "get"): {"200"},
@@ -32,7 +36,7 @@ def test_the_document_is_valid_openapi(token: bool) -> None:
 
 
 def _operations(doc: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
-    return {(path, method): set(op["responses"])
+    return {(path, method): set(op["responses"]) - {"default"}
             for path, item in doc["paths"].items()
             for method, op in item.items() if method != "parameters"}
 
@@ -54,42 +58,29 @@ def test_the_documented_routes_are_the_routed_ones() -> None:
 def test_error_answers_use_the_error_schema() -> None:
     doc = openapi.document()
     for (path, method), codes in EXPECTED.items():
-        for code in codes - {"200"}:
+        for code in (codes - {"200"}) | {"default"}:
             schema = doc["paths"][path][method]["responses"][code]["content"][
                 "application/json"]["schema"]
             assert schema == {"$ref": "#/components/schemas/Error"}, (path, method, code)
 
 
+def test_transport_errors_and_405_are_described() -> None:
+    doc = openapi.document()
+    for item in doc["paths"].values():
+        for method, op in item.items():
+            if method != "parameters":
+                text = op["responses"]["default"]["description"]
+                assert all(f"{code} " in text for code in openapi.TRANSPORT_ERRORS), text
+    answer = doc["components"]["responses"]["MethodNotAllowed"]
+    assert answer["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/Error"}
+    assert "Allow" in answer["headers"]
+
+
 def _conforms(value: Any, schema: dict[str, Any], doc: dict[str, Any]) -> None:
-    """A small structural check of a JSON value against a schema of the document."""
-    if "$ref" in schema:
-        schema = doc["components"]["schemas"][schema["$ref"].rsplit("/", 1)[-1]]
-    if "allOf" in schema:
-        if value is None and schema.get("nullable"):
-            return
-        for part in schema["allOf"]:
-            _conforms(value, part, doc)
-        return
-    if value is None:
-        assert schema.get("nullable"), schema
-        return
-    kind = schema.get("type")
-    python: dict[str, Any] = {"object": dict, "array": list, "string": str, "integer": int,
-              "boolean": bool,
-              "number": (int, float)}
-    if kind:
-        assert isinstance(value, python[kind]), (value, schema)
-    if "enum" in schema:
-        assert value in schema["enum"], (value, schema)
-    if kind == "object":
-        for name in schema.get("required", []):
-            assert name in value, (name, value)
-        for name, sub in schema.get("properties", {}).items():
-            if name in value:
-                _conforms(value[name], sub, doc)
-    if kind == "array":
-        for item in value:
-            _conforms(item, schema["items"], doc)
+    """A JSON value against a schema of the document, by an OpenAPI 3.0 schema validator
+    (``nullable``, ``$ref`` into the document's components, every keyword)."""
+    validate_value(value, {"components": doc["components"], **schema}, cls=OAS30Validator)
 
 
 def test_answers_conform_to_the_document() -> None:
@@ -111,6 +102,13 @@ def test_answers_conform_to_the_document() -> None:
                   schema_of("/queries/{id}/rescales", "get"), doc)
         refused = call(server.url, "PUT", "/queries/orders/resource-requirements", bounds(0, 1))
         _conforms(refused.body, schema_of(path, "put", "400"), doc)
+        with pytest.raises(ValidationError):  # the check has teeth
+            _conforms({"errors": [1]}, schema_of(path, "put", "400"), doc)
+        answer = call(server.url, "GET", f"/queries/{QUERY_ID}").body
+        with pytest.raises(ValidationError):
+            _conforms({**answer, "lastDecision": {"time": 1.0}},
+                      schema_of("/queries/{id}", "get"), doc)
+        _conforms({**answer, "lastDecision": None}, schema_of("/queries/{id}", "get"), doc)
 
 
 def test_the_autoscaler_answer_conforms_and_is_404_when_it_is_off() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from spark_adaptive import configdocs
 from spark_adaptive.core.autoscaler import autoscaler_options
-from spark_adaptive.core.options import parse_duration, parse_size
+from spark_adaptive.core.options import format_duration, parse_duration, parse_size
 from spark_adaptive.errors import ConfigurationError
 from spark_adaptive.settings import Settings, all_options
 
@@ -215,3 +215,47 @@ def test_autoscaler_keys_are_read_with_every_other_key() -> None:
     assert (s.autoscaler.metrics_window, s.autoscaler.utilization_target) == (300.0, 0.8)
     with pytest.raises(ConfigurationError, match="utilization.target"):
         Settings.from_conf({"spark.adaptive.autoscaler.utilization.target": "0.99"})
+
+
+# -- found by tests/unit/test_options_fuzz.py ----------------------------------------------
+@pytest.mark.parametrize(("key", "value", "expected"), [
+    # 400 digits: OverflowError (math.isinf of an int) before; counts now fit a Java int.
+    ("spark.adaptive.batch.default-source-parallelism", "9" * 400, "must be between"),
+    ("spark.adaptive.rest.port", "9" * 400, "must be between"),
+    ("spark.adaptive.scheduler.min-parallelism-increase", "2147483648", "must be between"),
+    ("spark.adaptive.batch.min-parallelism", "1_000", "expected an integer"),
+    ("spark.adaptive.batch.min-parallelism", "\u0663", "expected an integer"),
+    # A size whose number overflows a float: OverflowError (int(inf)) before.
+    ("spark.adaptive.batch.avg-data-volume-per-task", "9" * 400 + "g", "expected a size"),
+    ("spark.adaptive.batch.skewed-threshold", "9" * 20 + "t", "expected a size"),
+    # NaN passed every bound check, inf skipped the maximum.
+    ("spark.adaptive.restart-strategy.exponential-delay.jitter-factor", "nan", "finite"),
+    ("spark.adaptive.restart-strategy.exponential-delay.jitter-factor", "inf", "finite"),
+    ("spark.adaptive.autoscaler.utilization.target", "-Infinity", "finite"),
+    # 400 digits of seconds read as infinity: "negative durations are not accepted" before.
+    ("spark.adaptive.scheduler.executor-loss-grace", "9" * 400, "expected a duration"),
+    # Named only max-backoff, left at its default, not the key that was set.
+    ("spark.adaptive.restart-strategy.exponential-delay.initial-backoff", "2min",
+     "max-backoff=1min is below spark.adaptive.restart-strategy.exponential-delay."
+     "initial-backoff=2min"),
+])
+def test_values_the_fuzz_found(key: str, value: str, expected: str) -> None:
+    with pytest.raises(ConfigurationError) as err:
+        Settings.from_conf({key: value})
+    assert key in str(err.value) and expected in str(err.value)
+
+
+def test_a_forever_duration_is_still_minus_one() -> None:
+    key = "spark.adaptive.scheduler.submission.resource-wait-timeout"
+    assert Settings.from_conf({key: "-1"}).scheduler.resource_wait_timeout == math.inf
+    with pytest.raises(ConfigurationError, match="expected a duration"):
+        Settings.from_conf({key: "9" * 400})  # not forever: too large
+
+
+@pytest.mark.parametrize("text", ["1us", "1001us", "0.5us", "1.0000001s", "1.5ms", "0",
+                                  "90s", "7ms", "0.0000001"])
+def test_durations_are_written_back_exactly(text: str) -> None:
+    """as_conf wrote sub-millisecond durations rounded to ms (1us came back as 0ms)."""
+    seconds = parse_duration(text)
+    assert parse_duration(format_duration(seconds)) == seconds
+    assert format_duration(0.5) == "500ms" and format_duration(1e-6) == "0.000001s"

@@ -245,7 +245,7 @@ def test_apply_failing_after_persisting_puts_the_old_file_back(sched: FakeSchedu
     assert q.requirements == ResourceRequirements(1, 3)
 
 
-# -- 413, 500, body framing -------------------------------------------------------------
+# -- 413, 500 (framing: test_rest_http.py) -----------------------------------------
 def test_a_body_over_the_limit_is_413() -> None:
     sched = FakeScheduler()
     with serving(sched, max_body=1024) as server:
@@ -269,12 +269,6 @@ def test_persistence_failure_is_500_and_changes_nothing() -> None:
         assert "disk full" in reason and reason.endswith("Please retry.")
         assert call(server.url, "GET", REQ).body == bounds(1, 4)
     assert sched.queries_by_key["query-1"].applied == []
-
-
-def test_bad_framing(url: str) -> None:
-    assert call(url, "PUT", REQ, raw=b"{}", headers={"Content-Length": "x"}).status == 400
-    chunked = call(url, "PUT", REQ, raw=b"", headers={"Transfer-Encoding": "chunked"})
-    assert chunked.status == 411
 
 
 def test_keep_alive_serves_several_requests_on_one_connection(url: str) -> None:
