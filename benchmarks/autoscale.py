@@ -50,7 +50,8 @@ RESULTS = HERE / "results"
 APP = HERE.parent / "examples" / "varying_load.py"
 WORKERS = 4
 COST = 0.004  # seconds of work per row: 250 rows/s per slot
-PARTITIONS = 12  # the source's partitions: 1, 2, 3, 4 slots all run balanced waves
+PARTITIONS = 4  # the source's partitions (a topic's); each task costs a slot ~0.15 s here
+TRIGGER = "4 seconds"
 LAG_TARGET = 30.0
 
 # Profiles as (fraction of the duration, fraction of the cluster's capacity).
@@ -158,7 +159,7 @@ def run_once(cluster: LocalCluster, profile: str, mode: str, work: Path,
     run = Run(profile, mode)
     app = submit(cluster, APP, "--profile", json.dumps(points), "--out", str(out / "data"),
                  "--checkpoint", str(out / "checkpoint"), "--partitions", str(PARTITIONS),
-                 "--cost", str(COST), conf=conf, log_path=out / "app.log")
+                 "--cost", str(COST), "--trigger", TRIGGER, conf=conf, log_path=out / "app.log")
     watcher = Watcher(cluster, app, run, adaptive=mode == "autoscaler")
     watcher.start()
     print(f"  {profile}/{mode}: submitted, {duration:.0f}s profile; log {out / 'app.log'}",

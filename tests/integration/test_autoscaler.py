@@ -70,8 +70,8 @@ class Sampler(threading.Thread):
 def _run(cluster: LocalCluster, tmp_path: Path, profile: list[list[float]],
          conf: dict[str, str]) -> tuple[SubmittedApp, Sampler]:
     app = submit(cluster, APP, "--profile", json.dumps(profile), "--out", str(tmp_path / "out"),
-                 "--checkpoint", str(tmp_path / "cp"), "--partitions", "6",
-                 "--cost", str(COST), conf=conf, log_path=tmp_path / "app.log")
+                 "--checkpoint", str(tmp_path / "cp"), "--partitions", "4",
+                 "--cost", str(COST), "--trigger", "3 seconds", conf=conf, log_path=tmp_path / "app.log")
     app.wait_for_query()
     sampler = Sampler(cluster, app)
     sampler.start()
@@ -105,9 +105,9 @@ def _total_rows(app: SubmittedApp) -> int:
 def test_a_load_step_takes_executors_and_gives_them_back_exactly_once(
         local_cluster_factory: Any, tmp_path: Path) -> None:
     cluster = local_cluster_factory(3)
-    # 20 rows/s (a tenth of a slot) for 90 s, 500 rows/s (two slots of work) for 75 s,
-    # then 20 rows/s again for 90 s.
-    profile = [[0, 20], [90, 20], [91, 500], [165, 500], [166, 20], [255, 20]]
+    # 20 rows/s (a tenth of a slot) for 90 s, 350 rows/s (one and a half slots of work) for
+    # 75 s, then 20 rows/s again for 90 s. The source's 4 partitions run balanced on 1 or 2.
+    profile = [[0, 20], [90, 20], [91, 350], [165, 350], [166, 20], [255, 20]]
     app, sampler = _run(cluster, tmp_path, profile, FAST)
 
     ours = [r for r in sampler.rescales if r["trigger"] == "AUTOSCALER"]
@@ -118,6 +118,7 @@ def test_a_load_step_takes_executors_and_gives_them_back_exactly_once(
     # Down to one slot on the night load, up on the step, down again after it.
     assert downs[0]["time"] < ups[0]["time"] < downs[-1]["time"], ours
     assert downs[0]["toSlots"] == 1 and ups[0]["toSlots"] >= 2 and downs[-1]["toSlots"] == 1
+    assert all(r["kind"] == "live" for r in ours), ours  # no shuffle: executors alone
 
     def executors_between(a: float, b: float) -> list[int]:
         return [s["executors"] for s in sampler.samples if a <= s["t"] <= b]

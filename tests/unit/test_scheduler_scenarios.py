@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 from scheduler_fakes import App, FakeDriver, query_info
 
+from spark_adaptive.core.events import JobStarted, StageCompleted, StageSubmitted
 from spark_adaptive.core.ports import RepartitionSupport
 from spark_adaptive.core.streaming.history import Trigger
 from spark_adaptive.core.streaming.requirements import ResourceRequirements, ScalingTarget
@@ -617,3 +618,38 @@ def test_new_bounds_from_the_rest_api_clear_the_autoscaler_target() -> None:
     assert app.scheduler.query("q").target == ScalingTarget(2, 4)
     app.scheduler.update_requirements("q", 1, 3)
     assert app.scheduler.query("q").target is None
+
+
+def _one_stage_batch(app: App, driver: FakeDriver, stage: int, tasks: int) -> None:
+    """A micro-batch whose job ran one stage of ``tasks`` tasks: no shuffle, no state."""
+    assert driver.run_id is not None
+    app.event(JobStarted(0.0, stage, (stage,), job_group=driver.run_id))
+    app.event(StageSubmitted(0.0, stage, 0, tasks))
+    app.event(StageCompleted(0.0, stage, 0, tasks, 0, 0, 0, 0.5, task_time=1.0))
+    app.event(driver.progress())
+
+
+def test_a_query_without_a_shuffle_follows_its_executors_live_and_never_restarts() -> None:
+    app = App()
+    app.add("1")
+    driver = FakeDriver(query_info("q", partitions=3))
+    app.register(driver)
+    _one_stage_batch(app, driver, 1, tasks=4)  # 4 source partitions; the 3 shuffle ones unused
+    q = app.scheduler.query("q")
+    support = q.repartition_support()
+    assert not support.possible and "one stage" in support.reason
+    app.add("2")
+    app.add("3")  # 3 slots: a query with a shuffle would restart at 3 partitions
+    app.advance(120)
+    app.remove("3")
+    app.advance(120)
+    assert driver.calls == [("start", 1)]
+    kinds = [(r.trigger, r.kind) for r in app.scheduler.history("q")]
+    assert kinds[0] == (Trigger.INITIAL_SCHEDULE, "initial")
+    assert kinds[1:] and all(kind == "live" for _, kind in kinds[1:]), kinds
+    # A batch with a shuffle (two stages) makes it restartable again.
+    app.event(JobStarted(0.0, 2, (2, 3), job_group=driver.run_id))
+    app.event(StageSubmitted(0.0, 2, 0, 4))
+    app.event(StageSubmitted(0.0, 3, 0, 3))
+    app.event(driver.progress())
+    assert q.repartition_support().possible

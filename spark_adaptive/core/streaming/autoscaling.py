@@ -40,7 +40,7 @@ from spark_adaptive.core.autoscaler import (
 from spark_adaptive.core.clock import Cancellable, Timers
 from spark_adaptive.core.events import Event, ExecutorAdded, ExecutorRemoved, QueryProgress
 from spark_adaptive.core.streaming.history import LOGGER_NAME, Trigger
-from spark_adaptive.core.streaming.load import LoadTracker, backlog_rows
+from spark_adaptive.core.streaming.load import BatchLoad, backlog_rows
 from spark_adaptive.core.streaming.query import QueryScheduler
 from spark_adaptive.core.streaming.requirements import ScalingTarget
 from spark_adaptive.core.streaming.scheduler import AdaptiveScheduler
@@ -85,7 +85,6 @@ class Autoscaling:
         self._sched = scheduler
         self._timers = timers
         self._resource_wait = resource_wait
-        self._load = LoadTracker()
         self._queries: dict[str, _Watched] = {}
         self._cluster_max_slots: int | None = None
         self._timer: Cancellable | None = None
@@ -95,7 +94,6 @@ class Autoscaling:
     # -- events ------------------------------------------------------------------------
     def on_event(self, event: Event) -> None:
         """A bus subscriber: samples from progress, task costs from stages."""
-        self._load.on_event(event)
         if isinstance(event, (ExecutorAdded, ExecutorRemoved)):
             self._cluster_max_slots = None  # the cluster changed: what it gives may too
             return
@@ -106,14 +104,11 @@ class Autoscaling:
             return
         watched = self._watch(q)
         self._tell_rescales(q, watched)
-        batch = self._load.take(event.run_id)
+        batch = q.last_batch or BatchLoad(None, None)  # the scheduler took it just before
         sample = LoadSample.from_progress(
             event, time=self._timers.now(), slots=max(1, q.running_slots),
             partitions=max(1, q.partitions), trigger_interval=q.trigger_interval,
             backlog=backlog_rows(event), busy_time=batch.busy_time)
-        # A micro-batch of one stage has no shuffle: its tasks (the source's partitions) are
-        # all the query can run at once, whatever its partition count.
-        q.observed_tasks = batch.tasks if batch.stages == 1 else None
         watched.policy.observe(sample)
 
     def _watch(self, q: QueryScheduler) -> _Watched:
@@ -187,7 +182,7 @@ class Autoscaling:
         return QueryView(
             now=now, slots=max(1, q.running_slots), partitions=max(1, q.partitions),
             lower=r.lower, upper=r.upper,
-            max_useful_slots=q.observed_tasks,
+            max_useful_slots=_useful_slots(q),
             can_restart=q.repartition_support().possible,
             restart_downtimes=tuple(x.duration for x in completed
                                     if x.kind == "restart" and x.trigger is not Trigger.FAILURE
@@ -225,3 +220,14 @@ class Autoscaling:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+
+def _useful_slots(q: QueryScheduler) -> int | None:
+    """The most slots a query without a shuffle can use: the tasks of its one stage. Known
+    only when it ran fewer tasks than it had slots, or more: a source that sizes its tasks
+    by the cluster (the file source splits by the default parallelism) runs as many as
+    there are slots, and capping it there would keep it from ever growing."""
+    tasks = q.observed_tasks
+    if tasks is None or tasks == q.running_slots:
+        return None
+    return tasks

@@ -39,6 +39,7 @@ from spark_adaptive.core.streaming.history import (
     RescaleHistory,
     Trigger,
 )
+from spark_adaptive.core.streaming.load import BatchLoad
 from spark_adaptive.core.streaming.requirements import ResourceRequirements, ScalingTarget
 from spark_adaptive.core.streaming.restart import Failure, FailureResult, RestartBackoffStrategy
 from spark_adaptive.core.streaming.states import (
@@ -153,7 +154,9 @@ class QueryScheduler:
         self._slots_held = 0
         self._target: ScalingTarget | None = None
         self.observed_tasks: int | None = None
-        """The most tasks one stage of its last micro-batch ran (what it can use at once)."""
+        """Tasks of its micro-batches' only stage, when they run in one (no shuffle)."""
+        self.last_batch: BatchLoad | None = None
+        """What the stages of its last completed micro-batch cost."""
         self._stateful = driver.info.stateful or driver.info.state_partitions is not None
         self._support: tuple[tuple[str | None, bool], RepartitionSupport] | None = None
         self._last_progress: QueryProgress | None = None
@@ -485,7 +488,21 @@ class QueryScheduler:
     def slot_share(self) -> int | None:
         return self._app.slot_share(self.key)
 
+    def observe_batch(self, batch: BatchLoad) -> None:
+        """The stages of the micro-batch whose progress comes next. A batch of one stage has
+        no shuffle: its tasks are its source's partitions, whatever the partition count."""
+        self.last_batch = batch
+        if batch.stages == 1 and batch.tasks:
+            self.observed_tasks = batch.tasks
+        elif batch.stages > 1:
+            self.observed_tasks = None
+
     def repartition_support(self) -> RepartitionSupport:
+        if self.observed_tasks is not None and not self._stateful:
+            return RepartitionSupport(
+                False, f"its micro-batches run in one stage (no shuffle, no state): their "
+                       f"{self.observed_tasks} tasks are its source's partitions whatever its "
+                       "partition count, so a restart would change nothing")
         key = (self.run_id, self._stateful)
         if self._support is None or self._support[0] != key:
             self._support = (key, self._driver.repartition_support(self._stateful))

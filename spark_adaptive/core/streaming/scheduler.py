@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from spark_adaptive.core.clock import Timers
-from spark_adaptive.core.events import QUERY_EVENTS, Event
+from spark_adaptive.core.events import QUERY_EVENTS, Event, QueryProgress
 from spark_adaptive.core.ports import (
     ExecutorActuator,
     QueryDriver,
@@ -48,6 +48,7 @@ from spark_adaptive.core.streaming.allocator import (
     first_start,
 )
 from spark_adaptive.core.streaming.history import LOGGER_NAME, RescaleRecord
+from spark_adaptive.core.streaming.load import LoadTracker
 from spark_adaptive.core.streaming.query import (
     Post,
     QueryScheduler,
@@ -134,16 +135,21 @@ class AdaptiveScheduler:
         self._listeners: list[Callable[[StateChange], None]] = []
         # Events of runs whose start has not reported yet (see on_event), by run id.
         self._early: OrderedDict[str, list[Event]] = OrderedDict()
+        self.load = LoadTracker()
+        """What each run's micro-batches cost, from its jobs' stages."""
 
     # -- events -----------------------------------------------------------------------
     def on_event(self, event: Event) -> None:
         """Feed one event (an :class:`~spark_adaptive.core.events.EventBus` subscriber)."""
         if self.resources.handle(event):
             return
+        self.load.on_event(event)
         if not isinstance(event, QUERY_EVENTS):
             return
         q = self.query_of_run(event.run_id)
         if q is not None:
+            if isinstance(event, QueryProgress):
+                q.observe_batch(self.load.take(event.run_id))
             q.on_query_event(event)
             return
         # Spark reports a run's first events before its start returns to us: keep them
