@@ -50,7 +50,7 @@ RESULTS = HERE / "results"
 APP = HERE.parent / "examples" / "varying_load.py"
 WORKERS = 4
 COST = 0.004  # seconds of work per row: 250 rows/s per slot
-PARTITIONS = 4  # the source's partitions (a topic's); each task costs a slot ~0.15 s here
+PARTITIONS = 4  # the source's partitions (a topic's): each task costs its slot a fixed overhead
 TRIGGER = "4 seconds"
 LAG_TARGET = 30.0
 

@@ -71,7 +71,8 @@ def _run(cluster: LocalCluster, tmp_path: Path, profile: list[list[float]],
          conf: dict[str, str]) -> tuple[SubmittedApp, Sampler]:
     app = submit(cluster, APP, "--profile", json.dumps(profile), "--out", str(tmp_path / "out"),
                  "--checkpoint", str(tmp_path / "cp"), "--partitions", "4",
-                 "--cost", str(COST), "--trigger", "3 seconds", conf=conf, log_path=tmp_path / "app.log")
+                 "--cost", str(COST), "--trigger", "3 seconds", conf=conf,
+                 log_path=tmp_path / "app.log")
     app.wait_for_query()
     sampler = Sampler(cluster, app)
     sampler.start()
