@@ -115,7 +115,10 @@ def test_a_load_step_takes_executors_and_gives_them_back_exactly_once(
     downs = [r for r in ours if r["toSlots"] < r["fromSlots"]]
     ups = [r for r in ours if r["toSlots"] > r["fromSlots"]]
     assert downs and ups, sampler.rescales
-    assert all(r["outcome"] == "completed" for r in ours), ours
+    # Executors asked for join one by one, each a live step of the same scale-up: a step
+    # may be superseded by the next, none fails, and the last of each direction completes.
+    assert not [r for r in ours if r["outcome"] not in ("completed", "superseded")], ours
+    assert ups[-1]["outcome"] == downs[-1]["outcome"] == "completed", ours
     # Down to one slot on the night load, up on the step, down again after it.
     assert downs[0]["time"] < ups[0]["time"] < downs[-1]["time"], ours
     assert downs[0]["toSlots"] == 1 and ups[0]["toSlots"] >= 2 and downs[-1]["toSlots"] == 1
@@ -127,7 +130,8 @@ def test_a_load_step_takes_executors_and_gives_them_back_exactly_once(
     assert max(executors_between(0, 10)) == 3  # the app started with every worker
     assert min(executors_between(60, 90)) == 1  # given back on the night load
     assert max(executors_between(130, 170)) >= 2  # taken for the step
-    assert executors_between(sampler.samples[-1]["t"] - 5, 1e9)[-1] == 1  # and given back
+    running = [s for s in sampler.samples if "slots" in s]  # while the REST API answered
+    assert running[-1]["executors"] == 1  # and given back
 
     ids = _written_ids(tmp_path / "out")
     total = _total_rows(app)

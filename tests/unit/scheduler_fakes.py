@@ -35,7 +35,7 @@ from spark_adaptive.core.ports import (
 )
 from spark_adaptive.core.streaming.allocator import RescaleDecision
 from spark_adaptive.core.streaming.history import RescaleHistory, Trigger
-from spark_adaptive.core.streaming.requirements import ResourceRequirements
+from spark_adaptive.core.streaming.requirements import ResourceRequirements, ScalingTarget
 from spark_adaptive.core.streaming.restart import Failure, FailureResult
 from spark_adaptive.core.streaming.scheduler import AdaptiveScheduler
 from spark_adaptive.core.streaming.states import SchedulingParams, State
@@ -84,6 +84,7 @@ class StateContext:
         self.support = support
         self.fixed_partitions = fixed_partitions
         self.target_partitions = target_partitions
+        self.target: ScalingTarget | None = None
         self.running = running
         self.failure_results = list(failure_results or [])
         self.handled_failures: list[Failure] = []

@@ -31,6 +31,7 @@ class Load:
     def __init__(self, app: App, driver: FakeDriver, autoscaling: Autoscaling) -> None:
         self.app, self.driver, self.autoscaling = app, driver, autoscaling
         self.rate = 50.0
+        self.overhead = 0.0  # slot-seconds every batch costs whatever its rows (its tasks')
         self.batch = 0
         self.stage = 0
 
@@ -38,7 +39,7 @@ class Load:
         q = self.app.scheduler.query("q")
         slots = max(1, q.running_slots)
         rows = self.rate
-        busy = rows * COST
+        busy = self.overhead + rows * COST
         duration = max(0.1, busy / min(slots, q.partitions))
         run = self.driver.run_id
         assert run is not None
@@ -59,13 +60,16 @@ class Load:
             self.second()
 
 
-def _setup(**config: Any) -> tuple[App, FakeDriver, Autoscaling, Load]:
+def _setup(executors: int = 1, resource_wait: float = 60.0,
+           **config: Any) -> tuple[App, FakeDriver, Autoscaling, Load]:
     app = App(Settings.from_conf({"spark.adaptive.scheduler.executing.cooldown-after-rescaling":
                                   "5s"}), autoscaled=True)
-    app.add("1")
+    for e in range(1, executors + 1):
+        app.add(str(e))
     driver = FakeDriver(query_info("q", partitions=8))
     app.register(driver)
-    autoscaling = Autoscaling(AutoscalerConfig(**{**QUICK, **config}), app.scheduler, app.vt)
+    autoscaling = Autoscaling(AutoscalerConfig(**{**QUICK, **config}), app.scheduler, app.vt,
+                              resource_wait=resource_wait)
     return app, driver, autoscaling, Load(app, driver, autoscaling)
 
 
@@ -121,3 +125,52 @@ def test_a_failing_policy_leaves_the_queries_as_they_are(caplog: Any) -> None:
     assert app.scheduler.query("q").target is None
     assert "the autoscaler's evaluation failed" in caplog.text
     assert driver.calls == [("start", 8)]
+
+
+def test_a_fixed_cost_per_batch_is_not_taken_for_a_cost_per_row() -> None:
+    # Every batch costs 0.5 slot-s whatever its rows. At 10 rows/s a slot seems to process
+    # 10 / 0.6 = 17 rows a busy second; at 150 rows/s the work is 0.5 + 1.5 = 2 slots'
+    # worth, not the 150 / 17 = 9 slots that rate would ask for.
+    app, driver, autoscaling, load = _setup()
+    load.overhead, load.rate = 0.5, 10.0
+    load.run(40)
+    load.rate = 150.0
+    q = app.scheduler.query("q")
+    for _ in range(20):
+        load.second()
+        decision = autoscaling.status(q).decision
+        if decision is not None and decision.outcome == "scale-up":
+            break
+    assert decision is not None and decision.outcome == "scale-up", decision
+    assert "slot-s a batch" in decision.inputs.rate_source
+    assert q.target is not None and 2 <= q.target.slots <= 4, decision
+
+
+def test_executors_that_do_not_come_stop_holding_the_policy_back() -> None:
+    app, driver, autoscaling, load = _setup(resource_wait=10.0)
+    load.rate = 300.0
+    load.run(30)
+    q = app.scheduler.query("q")
+    assert q.target is not None and q.target.slots >= 4
+    app.add("2")  # one of the executors asked for comes; the others never do
+    load.run(8)
+    assert autoscaling.status(q).waiting_for_resources
+    assert autoscaling._view(q, autoscaling._watch(q)).rescale_in_flight  # still coming
+    load.run(15)  # no executor for the resource wait: the policy decides again
+    view = autoscaling._view(q, autoscaling._watch(q))
+    assert not view.rescale_in_flight and view.cluster_max_slots == 2
+    ups = [r for r in app.scheduler.history("q") if r.trigger is Trigger.AUTOSCALER]
+    assert ups and ups[-1].to_slots == 2 and ups[-1].outcome == "completed"
+
+
+def test_an_autoscaled_query_follows_unbalanced_executors_live_until_its_first_target() -> None:
+    # Executors registering after the start, before the first batch showed how the query
+    # runs: three for eight partitions would restart an adaptive query at three. Under the
+    # autoscaler the partition count is its to change, so the query follows them live.
+    app, driver, autoscaling, load = _setup()
+    app.add("2")
+    app.add("3")
+    app.advance(15.0)
+    q = app.scheduler.query("q")
+    assert driver.calls == [("start", 8)]
+    assert q.snapshot().slots == 3 and q.partitions == 8

@@ -28,7 +28,9 @@ Each evaluation, in order (Flink's operator, ``ScalingMetricCollector`` ->
    and a fall only once the whole window shows it; the newest batch alone sets
    it when it reads :data:`JUMP` times more. Backlog is the newest one plus the
    batch overrun (see :mod:`.window`), never a window mean.
-   True rate per slot from busy time, else from ``processedRowsPerSecond``.
+   True rate per slot from busy time, else from ``processedRowsPerSecond``; with
+   a batch's fixed cost separated from its cost per row where the window allows
+   (:meth:`.window.MetricsWindow.rate_per_slot_at`), at the load to be processed.
 3. **Target.** ``capacity = input / utilization.target + backlog / catch-up``,
    plus ``input x restart time / catch-up`` for a restart (Flink's terms).
 4. **Band.** Scale up when the capacity is below ``input / utilization.max +
@@ -209,7 +211,6 @@ class QueryAutoscaler:
     def _decide(self, view: QueryView, full: bool) -> ScalingDecision:
         cfg, w, now = self.config, self._window, view.now
         lam_w, lam_r = w.window_arrival_rate(), w.recent_arrival_rate()
-        rate, rate_src = w.rate_per_slot()
         span = (w.last_time or 0.0) - (w.first_time or 0.0)
         rates = [x for x in (lam_w, lam_r) if x is not None]
         lam = max(rates) if rates else None
@@ -218,6 +219,11 @@ class QueryAutoscaler:
             lam = lam_n  # a jump under way: the newest batch already shows it
         backlog = w.backlog(now, lam or 0.0) or 0.0
         behind = backlog > 0 and (not lam or backlog / lam > cfg.backlog_lag_threshold)
+        cu = cfg.catch_up_duration
+        catch = backlog / cu if cu > 0 else 0.0
+        # The rate per slot at the load to be processed: a batch's fixed cost is spread over
+        # the rows of the input and of the backlog being caught up.
+        rate, rate_src = w.rate_per_slot_at((lam or 0.0) + catch)
         if not full and not behind:
             return self._collecting(view)
         base = DecisionInputs(window_span=span, sample_count=w.count, input_rate=lam,
@@ -237,8 +243,6 @@ class QueryAutoscaler:
         self._model.record(eff, rate, now, p)
         self._guard.judge(cap, now, self._model)
         downtime = self._downtime(view)
-        cu = cfg.catch_up_duration
-        catch = backlog / cu if cu > 0 else 0.0
         need_live = lam / cfg.utilization_target + catch
         need_restart = need_live + (lam * downtime / cu if cu > 0 else 0.0)
         up_at = lam / cfg.utilization_max + catch

@@ -24,6 +24,12 @@ Contract
   is known; otherwise ``processedRowsPerSecond`` divided by the slots that had
   work (a batch on ``s`` slots with ``P`` partitions keeps ``P / ceil(P/s)``
   of them busy on average). Batches with no rows say nothing about it.
+* A batch's busy time is a fixed part (its tasks' scheduling, deserialization,
+  source and sink set-up: paid per task, whatever the rows) plus a part per row.
+  Where the window's batches read different row counts, a least-squares line of
+  busy time over rows separates them (:meth:`MetricsWindow.batch_cost`): rows
+  per busy slot-second at a quiet load then no longer understate the rate at a
+  busy one, where the fixed part is spread over more rows.
 * The backlog is the newest one, never a mean (see :meth:`MetricsWindow.backlog`).
 """
 
@@ -37,6 +43,11 @@ from spark_adaptive.core.autoscaler.samples import LoadSample, clean
 
 NEWEST_SPAN = 20.0
 """Seconds of the newest batches (at least two) whose arrival rate is read on its own."""
+
+MIN_ROW_SPREAD = 0.25
+"""Row counts must vary by this coefficient of variation across the window's batches before
+busy time is split into a fixed and a per-row part: with alike batches the line's slope is
+noise."""
 
 
 class Entry(NamedTuple):
@@ -91,22 +102,28 @@ def effective_slots(slots: int, partitions: int) -> float:
 class _Sums:
     """Running sums over one deque of entries."""
 
-    __slots__ = ("entries", "backlogs", "rows", "dt", "busy", "busy_rows", "rps", "n_rps")
+    __slots__ = ("entries", "backlogs", "rows", "dt", "n_dt", "busy", "busy_rows", "rps",
+                 "n_rps", "n_busy", "rr", "rb")
 
     def __init__(self) -> None:
         self.entries: deque[Entry] = deque()
         self.backlogs: deque[tuple[float, float]] = deque()
         self.rows = self.dt = self.busy = self.busy_rows = self.rps = 0.0
-        self.n_rps = 0
+        self.n_rps = self.n_dt = self.n_busy = 0
+        self.rr = self.rb = 0.0  # sums of rows^2 and rows x busy, over batches with busy time
 
     def push(self, e: Entry) -> None:
         self.entries.append(e)
         if e.rows is not None and e.dt is not None:
             self.rows += e.rows
             self.dt += e.dt
+            self.n_dt += 1
         if e.busy is not None:
             self.busy += e.busy
             self.busy_rows += e.busy_rows
+            self.n_busy += 1
+            self.rr += e.busy_rows * e.busy_rows
+            self.rb += e.busy_rows * e.busy
         if e.rate_per_slot is not None:
             self.rps += e.rate_per_slot
             self.n_rps += 1
@@ -121,9 +138,13 @@ class _Sums:
             if e.rows is not None and e.dt is not None:
                 self.rows -= e.rows
                 self.dt -= e.dt
+                self.n_dt -= 1
             if e.busy is not None:
                 self.busy -= e.busy
                 self.busy_rows -= e.busy_rows
+                self.n_busy -= 1
+                self.rr -= e.busy_rows * e.busy_rows
+                self.rb -= e.busy_rows * e.busy
             if e.rate_per_slot is not None:
                 self.rps -= e.rate_per_slot
                 self.n_rps -= 1
@@ -132,7 +153,8 @@ class _Sums:
             self.backlogs.popleft()
         if not entries:  # no float residue survives an empty window
             self.rows = self.dt = self.busy = self.busy_rows = self.rps = 0.0
-            self.n_rps = 0
+            self.n_rps = self.n_dt = self.n_busy = 0
+            self.rr = self.rb = 0.0
 
     def arrival_rate(self, skip_newest: bool = True) -> float | None:
         """Consumption plus backlog growth, leaving the newest batch's backlog change out
@@ -238,6 +260,50 @@ class MetricsWindow:
         if s.n_rps > 0 and s.rps > 0:
             return s.rps / s.n_rps, "processedRowsPerSecond"
         return None, "no batch with rows reported busy time or a processing rate"
+
+    def batch_cost(self) -> tuple[float, float] | None:
+        """``(fixed, per_row)``: the busy slot-seconds of a batch as ``fixed + per_row x
+        rows``, fitted by least squares over the window's batches with busy time; None
+        unless at least three of them read row counts that vary by :data:`MIN_ROW_SPREAD`
+        and the line is a cost (a positive slope, a non-negative intercept)."""
+        s = self._all
+        n = s.n_busy
+        if n < 3 or s.busy_rows <= 0:
+            return None
+        mean_r, mean_b = s.busy_rows / n, s.busy / n
+        var = s.rr / n - mean_r * mean_r
+        if var <= (MIN_ROW_SPREAD * mean_r) ** 2:
+            return None
+        per_row = (s.rb / n - mean_r * mean_b) / var
+        fixed = mean_b - per_row * mean_r
+        if not per_row > 0 or fixed < 0:
+            return None
+        return fixed, per_row
+
+    def batch_interval(self) -> float | None:
+        """Seconds between batches: the trigger interval, or with back-to-back triggers the
+        mean time between the window's batches."""
+        s = self._all
+        e = s.entries[-1] if s.entries else None
+        if e is not None and e.trigger:
+            return e.trigger
+        if s.n_dt > 0 and s.dt > 0:
+            return s.dt / s.n_dt
+        return None
+
+    def rate_per_slot_at(self, load: float) -> tuple[float | None, str]:
+        """Rows per busy slot-second while the query processes ``load`` rows per second.
+
+        With a fitted :meth:`batch_cost` and a known batch interval ``T`` that is ``load
+        / (fixed / T + per_row x load)``: the fixed part is paid once a batch whatever
+        its rows. Otherwise the window's own rate (:meth:`rate_per_slot`), which holds
+        the fixed part at the window's load."""
+        cost, interval = self.batch_cost(), self.batch_interval()
+        if cost is None or not interval or load <= 0:
+            return self.rate_per_slot()
+        fixed, per_row = cost
+        return (load / (fixed / interval + per_row * load),
+                f"busy time: {fixed:.2f} slot-s a batch plus {per_row * 1e3:.3g} ms a row")
 
     def rows_total(self) -> float:
         return max(0.0, self._all.rows)

@@ -18,7 +18,8 @@ managed query it keeps a :class:`~spark_adaptive.core.autoscaler.QueryAutoscaler
   unchanged.
 
 A target the cluster does not meet (executors asked for that do not come: no free
-worker, a cap) is not retried in a loop: after ``autoscaler.resource-wait`` the
+worker, a cap) is not retried in a loop: once no executor has joined it for the
+resource wait (``scheduler.executing.resource-stabilization-timeout``), the
 slots the query has are taken as the most the cluster gives it (the view's
 ``cluster_max_slots``) until an executor joins or leaves; the query's status
 says it waits for resources. Every decision that changes something, and every
@@ -72,7 +73,8 @@ class _Watched:
     def __init__(self, policy: QueryAutoscaler) -> None:
         self.policy = policy
         self.seen_record = 0  # the id of the last rescale record told to the policy
-        self.unmet_since: float | None = None
+        self.unmet_since: float | None = None  # since when its target's slots are missing
+        self.unmet_share = 0  # the slots it had then
         self.last_logged: tuple[str, int, int] | None = None
 
 
@@ -170,11 +172,15 @@ class Autoscaling:
         share = q.slot_share() or 0
         target = q.target
         waiting = target is not None and share < min(target.slots, q.requirements.upper)
-        if waiting and watched.unmet_since is None:
-            watched.unmet_since = now
+        if waiting and (watched.unmet_since is None or share != watched.unmet_share):
+            watched.unmet_since, watched.unmet_share = now, share  # executors still come
         elif not waiting:
             watched.unmet_since = None
-        if watched.unmet_since is not None and now - watched.unmet_since >= self._resource_wait:
+        gave_up = (watched.unmet_since is not None
+                   and now - watched.unmet_since >= self._resource_wait)
+        if gave_up:
+            # No executor came for resource-wait: what the query has is what the cluster
+            # gives it (until an executor joins or leaves), and the policy decides again.
             self._cluster_max_slots = max(1, share)
         completed = [r for r in q.history.records() if r.outcome == "completed"]
         last = completed[-1] if completed else None
@@ -187,7 +193,7 @@ class Autoscaling:
             restart_downtimes=tuple(x.duration for x in completed
                                     if x.kind == "restart" and x.trigger is not Trigger.FAILURE
                                     and x.duration is not None),
-            rescale_in_flight=q.history.pending is not None or waiting,
+            rescale_in_flight=q.history.pending is not None or (waiting and not gave_up),
             last_rescale_completed=None if last is None or last.duration is None
             else last.started + last.duration,
             slots_per_executor=self._sched.resources.slots_per_executor(1) or 1,

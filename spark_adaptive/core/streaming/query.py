@@ -129,8 +129,10 @@ class QueryScheduler:
         post: Post,
         app: AppView,
         history_limit: int = 100,
+        autoscaled: bool = False,
     ) -> None:
         self._driver = driver
+        self._autoscaled = autoscaled
         self.key = driver.info.key
         self.name = driver.info.name
         self._requirements = requirements
@@ -245,11 +247,18 @@ class QueryScheduler:
 
     @property
     def target_partitions(self) -> int | None:
-        """The autoscaler's partition count within the bounds, when it set a target."""
+        """The autoscaler's partition count within the bounds, when it set a target. Until
+        its first target, an autoscaled query keeps the partitions it runs: the autoscaler
+        owns the partition count, and executors coming and going are followed live (a
+        restart to balance them before the autoscaler has seen one batch would be wasted)."""
         if self._target is None:
-            return None
+            if not self._autoscaled or not self._partitions:
+                return None
+            target = self._partitions
+        else:
+            target = self._target.partitions
         r = self._requirements
-        return max(r.lower, min(r.upper, self._target.partitions))
+        return max(r.lower, min(r.upper, target))
 
     def on_query_event(self, event: Event) -> None:
         """An event of this query's current run (others are dropped)."""
@@ -533,7 +542,8 @@ class QueryScheduler:
             return fixed[0], f"keeps {fixed[0]} partitions ({fixed[1]}); {share} slots available"
         target = self.target_partitions
         if target is not None:
-            return target, f"the autoscaler's {target} partitions; {share} slots available"
+            whose = "the autoscaler's" if self._target is not None else "keeps its"
+            return target, f"{whose} {target} partitions; {share} slots available"
         bounds = f"[{self._requirements.lower}, {self._requirements.upper}]"
         return share, f"{share} slots available within bounds {bounds}"
 

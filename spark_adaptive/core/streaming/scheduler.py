@@ -305,7 +305,7 @@ class AdaptiveScheduler:
                 self._restart,
                 info.checkpoint_location is not None and not info.non_replayable_sources,
                 self._random),
-            timers=self._timers, post=self._post, app=self)
+            timers=self._timers, post=self._post, app=self, autoscaled=self._autoscaled)
         q.add_listener(self._on_state_change)
         self._queries[info.key] = q
         q.adopt_first_run(plan, result)

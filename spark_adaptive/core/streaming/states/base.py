@@ -24,7 +24,7 @@ from spark_adaptive.core.clock import Action, Cancellable
 from spark_adaptive.core.events import Event
 from spark_adaptive.core.ports import RepartitionSupport, StartResult, StopResult
 from spark_adaptive.core.streaming.history import RescaleHistory, Trigger
-from spark_adaptive.core.streaming.requirements import ResourceRequirements
+from spark_adaptive.core.streaming.requirements import ResourceRequirements, ScalingTarget
 from spark_adaptive.core.streaming.restart import Failure, FailureResult
 from spark_adaptive.core.streaming.settings import SchedulerSettings
 from spark_adaptive.errors import ConflictError
@@ -233,6 +233,11 @@ class SeesResources(Protocol):
     @property
     def target_partitions(self) -> int | None:
         """The autoscaler's partition count, when it set a target."""
+        ...
+
+    @property
+    def target(self) -> ScalingTarget | None:
+        """The autoscaler's target, if it set one."""
         ...
 
     def repartition_support(self) -> RepartitionSupport: ...

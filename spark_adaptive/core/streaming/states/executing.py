@@ -145,6 +145,12 @@ class Executing(State):
     def _trigger(self, d: RescaleDecision) -> Trigger:
         if self._changed_by is not None:
             return self._changed_by
+        target = self._ctx.target
+        if target is not None and (d.current_slots < d.target_slots <= target.slots
+                                   or d.current_slots > d.target_slots >= target.slots):
+            # Executors the autoscaler asked for join (or leave) one by one: each step
+            # toward its target is its rescale.
+            return Trigger.AUTOSCALER
         if d.target_slots != d.current_slots:
             grew = d.target_slots > d.current_slots
         else:
