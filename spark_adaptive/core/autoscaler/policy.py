@@ -287,6 +287,9 @@ class QueryAutoscaler:
         choice = choose(Plan.of(view, cfg, rate, lam, nl, nr, downtime, urgent), self._model)
         util = inputs.utilization or 0.0
         head = f"utilization {util:.2f} above {cfg.utilization_max:g}"
+        if util <= cfg.utilization_max:  # the backlog's catch-up term made it a scale-up
+            head = (f"utilization {util:.2f}, but a backlog of {backlog:.0f} rows is to be "
+                    f"caught up within {cfg.catch_up_duration:g}s")
         if choice is None or choice.slots <= s and choice.partitions == p:
             why = choice.reason if choice is not None else "no slot count helps"
             return self._result(view, "no-change", "none", s, p,
