@@ -43,6 +43,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from spark_adaptive.testing.cluster import LocalCluster
+from spark_adaptive.testing.streaming import file_sink_files
 from spark_adaptive.testing.submit import SubmittedApp, submit
 
 HERE = Path(__file__).parent
@@ -199,17 +200,7 @@ def _wait_for_no_executors(cluster: LocalCluster, timeout: float = 60.0) -> None
 
 def read_output(path: Path) -> dict[str, np.ndarray]:
     """The rows the file sink committed, read through its ``_spark_metadata`` log."""
-    log_dir = path / "_spark_metadata"
-    entries = sorted((p for p in log_dir.iterdir() if not p.name.startswith(".")),
-                     key=lambda p: int(p.name.split(".")[0]))
-    latest_compact = max((i for i, p in enumerate(entries) if p.name.endswith(".compact")),
-                         default=0)
-    files: list[str] = []
-    for p in entries[latest_compact:]:
-        for line in p.read_text().splitlines()[1:]:
-            entry = json.loads(line)
-            if entry.get("action", "add") == "add":
-                files.append(entry["path"].removeprefix("file://").removeprefix("file:"))
+    files = file_sink_files(path)
     tables = [pq.read_table(f) for f in files]
     columns = {name: np.concatenate([t[name].to_numpy() for t in tables])
                for name in ("id", "ts", "done")} if tables else {

@@ -6,6 +6,9 @@
   idempotent sink), with a checkpoint location; :func:`latest_aggregate` reads the
   newest batch written and :func:`assert_counted_exactly_once` checks that every row
   the source produced up to then was counted exactly once.
+* :func:`file_sink_files`: the files a file sink committed, read through its
+  ``_spark_metadata`` log as Spark's own readers do (the newest compaction and the
+  batches after it), so files of a batch that was re-run are never counted twice.
 * :func:`wait_until`: poll a condition until it holds, or fail saying what it waited for.
 * :func:`history` and :func:`snapshot`: what spark-adaptive's REST API would answer
   about a query of an app running in this process (``spark_adaptive.enable``'s runtime).
@@ -22,6 +25,7 @@ Example (on the local cluster of :mod:`spark_adaptive.testing.cluster`)::
 from __future__ import annotations
 
 import glob
+import json
 import os
 import time
 from collections.abc import Callable
@@ -30,6 +34,26 @@ from typing import Any, TypeVar
 from spark_adaptive.rest.wire import query_json, record_json
 
 T = TypeVar("T")
+
+
+def file_sink_files(out: str | os.PathLike[str]) -> list[str]:
+    """Paths of the files the file sink writing to ``out`` committed. Spark's log holds one
+    file per batch and, every ``spark.sql.streaming.fileSink.log.compactInterval`` batches,
+    a ``.compact`` file with everything before it: reading from the newest one on sees
+    each committed file once."""
+    log_dir = os.path.join(os.fspath(out), "_spark_metadata")
+    entries = sorted((n for n in os.listdir(log_dir) if not n.startswith(".")),
+                     key=lambda n: int(n.split(".")[0]))
+    first = max((i for i, n in enumerate(entries) if n.endswith(".compact")), default=0)
+    files: list[str] = []
+    for name in entries[first:]:
+        with open(os.path.join(log_dir, name), encoding="utf-8") as f:
+            lines = f.read().splitlines()[1:]  # the first line is the log's version
+        for line in lines:
+            entry = json.loads(line)
+            if entry.get("action", "add") == "add":
+                files.append(entry["path"].removeprefix("file://").removeprefix("file:"))
+    return files
 
 
 def wait_until(check: Callable[[], T], timeout: float = 120.0, what: str = "the condition",

@@ -109,7 +109,7 @@ def test_recommend_only_decides_and_changes_nothing() -> None:
     decision = autoscaling.status(q).decision
     assert decision is not None and decision.outcome == "scale-up" and not decision.applied
     assert "recommend only" in decision.reason
-    assert q.target is None and app.actuator.requested == [8]
+    assert q.target is None and app.actuator.requested == []  # no executor asked for
     assert [r.kind for r in app.scheduler.history("q")] == ["initial"]
 
 

@@ -208,6 +208,10 @@ class AdaptiveScheduler:
         back is declared once the queries let go (:meth:`released_slots`)."""
         if not active or self.resources.fixed_slots is not None:
             return  # nothing to size for, or nothing can change; leave the executors alone
+        if self._autoscaled and any(self._queries[k].target is None for k in active):
+            # The autoscaler sizes the executors from the load; until it has decided for
+            # every query (or when it only recommends), the app keeps what Spark gave it.
+            return
         wanted = desired_slots(active, self.settings.max_parallelism)
         in_use = sum(q.slots_in_use for q in self._queries.values())
         slots = max(wanted, in_use)
@@ -218,8 +222,9 @@ class AdaptiveScheduler:
         per = self.resources.slots_per_executor(self._default_slots_per_executor)
         held = (f"; the running queries still use {in_use} slots, the rest are released when "
                 "they let go" if in_use > wanted else "")
-        decision_log.info("request %d executors in total: the queries' upper bounds want %d "
-                          "slots, %s slots per executor%s", total, wanted, per, held)
+        whose = "the autoscaler's targets" if self._autoscaled else "the queries' upper bounds"
+        decision_log.info("request %d executors in total: %s want %d slots, %s slots per "
+                          "executor%s", total, whose, wanted, per, held)
         try:
             released = self._actuator.request_total_executors(total)
         except Exception:
