@@ -15,7 +15,7 @@ JAR    := spark_adaptive/jars/spark-adaptive-shim.jar
 SHIM_SOURCES := $(shell find jvm-shim/src -name '*.java' 2>/dev/null)
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-oldest demo test test-unit test-integration test-oldest lint docs bench \
+.PHONY: setup setup-oldest demo demo-autoscale test test-unit test-integration test-oldest lint docs bench \
 	dist clean java
 
 setup: java $(STAMP) $(JAR)
@@ -45,6 +45,9 @@ $(STAMP_OLDEST): pyproject.toml setup.py
 
 demo: setup
 	$(BIN)/python examples/demo.py
+
+demo-autoscale: setup
+	$(BIN)/python benchmarks/autoscale.py --profiles steps --modes autoscaler --results demo-output
 
 test: setup lint test-unit test-integration test-oldest
 

@@ -23,6 +23,9 @@ Prints a table per profile, writes ``benchmarks/results/autoscale.json`` and
 one plot per profile (``autoscale-<profile>.png``).
 
     .venv/bin/python benchmarks/autoscale.py [--profiles day,steps] [--modes ...]
+
+``make demo-autoscale`` runs the autoscaler alone on the "steps" profile and
+writes its picture to ``demo-output/autoscale-steps.png``.
 """
 
 from __future__ import annotations
@@ -329,9 +332,12 @@ def main() -> None:
     parser.add_argument("--conf", action="append", default=[],
                         help="extra spark.adaptive.* KEY=VALUE for the autoscaler run")
     parser.add_argument("--work-dir", default="")
+    parser.add_argument("--results", default=str(RESULTS),
+                        help="where the JSON and the plots go (default %(default)s)")
     args = parser.parse_args()
     extra = dict(kv.split("=", 1) for kv in args.conf)
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    results_dir = Path(args.results)
+    results_dir.mkdir(parents=True, exist_ok=True)
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="autoscale-bench-"))
     results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M"), "workers": WORKERS,
                                "cost": COST, "partitions": PARTITIONS,
@@ -347,13 +353,13 @@ def main() -> None:
                 summaries.append(summarize(run, rows))
                 print(table(summaries[-1:]).splitlines()[1], flush=True)
             print(f"\nprofile {profile}:\n{table(summaries)}\n", flush=True)
-            plot(profile, runs, RESULTS / f"autoscale-{profile}.png")
+            plot(profile, runs, results_dir / f"autoscale-{profile}.png")
             results["profiles"][profile] = {
                 "summaries": summaries,
                 "runs": [{**asdict(r), "samples": [asdict(s) for s in r.samples]}
                          for r, _ in runs]}
-            (RESULTS / "autoscale.json").write_text(json.dumps(results, indent=1))
-    print(f"wrote {RESULTS / 'autoscale.json'} and the plots beside it")
+            (results_dir / "autoscale.json").write_text(json.dumps(results, indent=1))
+    print(f"wrote {results_dir / 'autoscale.json'} and the plots beside it")
 
 
 if __name__ == "__main__":
