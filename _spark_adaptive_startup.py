@@ -9,9 +9,11 @@ SparkContext has started with ``spark.adaptive.enabled=true`` (from
 wrapper imports spark_adaptive and activates it for that context. With the key
 absent or false, spark_adaptive is never imported.
 
-Before the SparkContext starts, and only when the configuration it is given
-enables spark-adaptive, the wrapper also sets ``spark.executor.heartbeatInterval``
-to 3s unless the app set it: spark-adaptive treats an executor silent for
+Before the SparkContext starts, and only when spark-adaptive is enabled (in the
+conf the context is given, or in what ``spark-submit`` passed the driver JVM:
+its ``--conf`` keys and ``spark-defaults.conf``), the wrapper also sets
+``spark.executor.heartbeatInterval`` to 3s unless it is set already:
+spark-adaptive treats an executor silent for
 ``spark.adaptive.failure-detection.timeout`` (20s) as hung, which needs
 heartbeats more often than Spark's default 10s (executors read the interval
 when they start, so it cannot be changed later).
@@ -51,14 +53,45 @@ def _enabled(sc):
     return _conf_enables(getattr(sc, "_conf", None))
 
 
-def _prepare(args, kwargs):
+def _submitted(cls, conf, gateway):
+    """The driver JVM's system properties, where ``spark-submit`` puts its ``--conf`` keys
+    and ``spark-defaults.conf`` (PySpark's SparkConf reads them when the context starts, so
+    a session builder's conf does not hold them yet); None when they cannot be read.
+
+    It connects to (or launches) the JVM the way ``SparkContext.__init__`` does first
+    (``_ensure_initialized``), with the same gateway and conf, so nothing starts
+    differently; a context that would refuse to start (Spark Connect mode) is left alone."""
+    if gateway is not None or "SPARK_CONNECT_MODE_ENABLED" in os.environ:
+        return None
+    ensure = getattr(cls, "_ensure_initialized", None)
+    if ensure is None:
+        return None
+    try:
+        ensure(None, None, conf)
+        return cls._jvm.java.lang.System
+    except Exception:
+        return None  # __init__ meets the same problem next and raises it as Spark does
+
+
+def _prepare(cls, args, kwargs):
     """Settings spark-adaptive needs before the context starts (only when it is enabled)."""
     conf = kwargs.get("conf", args[7] if len(args) > 7 else None)
-    if conf is None or not _conf_enables(conf):
-        return
+    props = None
     try:
-        if not conf.contains(_HEARTBEAT):
+        if conf is None or not _conf_enables(conf):
+            props = _submitted(cls, conf, kwargs.get("gateway", args[8] if len(args) > 8
+                                                     else None))
+            value = props.getProperty("spark.adaptive.enabled") if props is not None else None
+            if str(value).strip().lower() != "true":
+                return
+        if conf is not None and conf.contains(_HEARTBEAT):
+            return
+        if props is not None and props.getProperty(_HEARTBEAT) is not None:
+            return
+        if conf is not None:
             conf.set(_HEARTBEAT, HEARTBEAT_INTERVAL)
+        elif props is not None:
+            props.setProperty(_HEARTBEAT, HEARTBEAT_INTERVAL)
     except Exception:
         pass  # a conf without these methods: leave it as it is
 
@@ -104,7 +137,7 @@ def _patch(module):
     original = cls.__init__
 
     def __init__(self, *args, **kwargs):
-        _prepare(args, kwargs)
+        _prepare(cls, args, kwargs)
         original(self, *args, **kwargs)
         if _enabled(self):
             from spark_adaptive.activation import activate_context

@@ -3,7 +3,9 @@
 The file is made the way ``conf/spark-defaults.conf.template`` says: its lines for the
 keys wanted, uncommented, with new values. ``spark-submit`` reads it from
 ``$SPARK_CONF_DIR`` (a temporary directory) and runs an unmodified streaming app; the
-app's REST API must list its query, managed in the mode the file sets.
+app's REST API must list its query, managed in the mode the file sets. The same app
+with the keys as ``spark-submit --conf`` instead. Either way the app's session builder
+does not hold the keys, and the executors must still get spark-adaptive's 3 s heartbeat.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ APP = textwrap.dedent("""
     from pyspark.sql import SparkSession, functions as F
 
     spark = SparkSession.builder.appName("defaults-app").getOrCreate()
+    conf = spark.sparkContext.getConf()
+    print("heartbeat", conf.get("spark.executor.heartbeatInterval", "unset"), flush=True)
     query = (spark.readStream.format("rate").option("rowsPerSecond", 5).load()
              .groupBy((F.col("value") % 3).alias("k")).count()
              .writeStream.outputMode("complete").queryName("from-defaults")
@@ -52,24 +56,27 @@ def _from_template(values: dict[str, str]) -> list[str]:
     return out
 
 
-def test_keys_in_spark_defaults_conf_manage_an_unmodified_app(local_cluster: LocalCluster,
-                                                              tmp_path: Path) -> None:
+@pytest.mark.parametrize("where", ["spark-defaults.conf", "--conf"])
+def test_keys_set_at_submit_manage_an_unmodified_app(
+        local_cluster: LocalCluster, tmp_path: Path, where: str) -> None:
     port = free_port()
     conf_dir = tmp_path / "conf"
     conf_dir.mkdir()
-    adaptive = _from_template({"spark.adaptive.enabled": "true",
-                               "spark.adaptive.scheduler.mode": "reactive",
-                               "spark.adaptive.rest.port": str(port)})
+    keys = {"spark.adaptive.enabled": "true", "spark.adaptive.scheduler.mode": "reactive",
+            "spark.adaptive.rest.port": str(port)}
+    adaptive = _from_template(keys)
     assert adaptive[0].split() == ["spark.adaptive.enabled", "true"]
     (conf_dir / "spark-defaults.conf").write_text("\n".join([
         "# written by hand, as in $SPARK_HOME/conf",
-        *adaptive,
+        *(adaptive if where == "spark-defaults.conf" else []),
         "spark.driver.host                127.0.0.1",
         "spark.driver.bindAddress         127.0.0.1",
         "spark.executor.memory            512m",
         "spark.ui.enabled                 false",
         "spark.sql.shuffle.partitions     2",
         ""]))
+    submit_conf = [] if where == "spark-defaults.conf" else [
+        arg for k, v in keys.items() for arg in ("--conf", f"{k}={v}")]
     app = tmp_path / "app.py"
     app.write_text(APP)
     stop = tmp_path / "stop"
@@ -79,7 +86,8 @@ def test_keys_in_spark_defaults_conf_manage_an_unmodified_app(local_cluster: Loc
     with open(log, "wb") as out:
         process = subprocess.Popen(
             [str(Path(sys.executable).parent / "spark-submit"), "--master",
-             local_cluster.master_url, str(app), str(tmp_path / "checkpoint"), str(stop)],
+             local_cluster.master_url, *submit_conf, str(app), str(tmp_path / "checkpoint"),
+             str(stop)],
             stdout=out, stderr=subprocess.STDOUT, env=env, cwd=tmp_path,
             stdin=subprocess.DEVNULL, start_new_session=True)
     submitted = SubmittedApp(process, log, f"http://127.0.0.1:{port}")
@@ -90,6 +98,8 @@ def test_keys_in_spark_defaults_conf_manage_an_unmodified_app(local_cluster: Loc
         text = log.read_text(errors="replace")
         assert "spark-adaptive enabled (mode reactive)" in text
         assert "managing streaming query" in text
+        assert "heartbeat 3s" in text  # set before the context started, for the executors
+        assert "under 3 heartbeat intervals" not in text
     finally:
         stop.touch()
     assert submitted.wait(120) == 0, submitted.tail(60)

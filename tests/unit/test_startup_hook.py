@@ -106,6 +106,68 @@ def test_heartbeat_interval_is_set_before_an_enabled_context_starts(
     assert plain.values == {}  # not enabled: nothing touched
 
 
+class _System:
+    """The driver JVM's system properties, as spark-submit leaves them."""
+
+    def __init__(self, props: dict[str, str]) -> None:
+        self.props = props
+
+    def getProperty(self, key: str) -> str | None:  # noqa: N802 - Java's name
+        return self.props.get(key)
+
+    def setProperty(self, key: str, value: str) -> None:  # noqa: N802 - Java's name
+        self.props[key] = value
+
+
+def _submitted_module(props: dict[str, str]) -> Any:
+    """A SparkContext whose JVM (connected in ``_ensure_initialized``) holds ``props``; the
+    conf it starts with is the one given plus those properties, as PySpark's is."""
+    system = _System(props)
+
+    class SparkContext:
+        _jvm: Any = None
+        initialized: list[Any] = []
+
+        @classmethod
+        def _ensure_initialized(cls, instance: Any = None, gateway: Any = None,
+                                conf: Any = None) -> None:
+            cls.initialized.append(instance)
+            cls._jvm = types.SimpleNamespace(java=types.SimpleNamespace(
+                lang=types.SimpleNamespace(System=system)))
+
+        def __init__(self, conf: Any = None) -> None:
+            self._ensure_initialized(self, None, conf)
+            self._conf = _Conf({**system.props, **(conf.values if conf else {})})
+
+        def stop(self) -> None:
+            pass
+
+    return types.SimpleNamespace(SparkContext=SparkContext)
+
+
+def test_heartbeat_interval_is_set_when_spark_submit_enabled_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # spark-submit --conf spark.adaptive.enabled=true, then SparkSession.builder.getOrCreate():
+    # the builder's conf does not hold the key; the driver JVM's system properties do.
+    calls: list[Any] = []
+    fake = types.ModuleType("spark_adaptive.activation")
+    fake.activate_context = calls.append  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "spark_adaptive.activation", fake)
+    for conf in (None, _Conf({"spark.app.name": "app"})):
+        mod = _submitted_module({"spark.adaptive.enabled": "true"})
+        hook._patch(mod)
+        sc = mod.SparkContext(conf=conf)
+        assert sc._conf.values["spark.executor.heartbeatInterval"] == "3s"
+        assert calls[-1] is sc
+    own = _submitted_module({"spark.adaptive.enabled": "true",
+                             "spark.executor.heartbeatInterval": "5s"})
+    hook._patch(own)
+    assert own.SparkContext()._conf.values["spark.executor.heartbeatInterval"] == "5s"
+    plain = _submitted_module({})
+    hook._patch(plain)
+    assert "spark.executor.heartbeatInterval" not in plain.SparkContext()._conf.values
+
+
 def _connect_module() -> Any:
     class Builder:
         def __init__(self) -> None:
