@@ -20,6 +20,7 @@ import pytest
 
 from spark_adaptive import configdocs
 from spark_adaptive.testing.cluster import LocalCluster, free_port
+from spark_adaptive.testing.streaming import wait_until
 from spark_adaptive.testing.submit import SubmittedApp
 
 pytestmark = pytest.mark.timeout(300)
@@ -95,9 +96,13 @@ def test_keys_set_at_submit_manage_an_unmodified_app(
         query = submitted.wait_for_query(timeout=180)
         assert query["name"] == "from-defaults"
         assert query["state"] in ("WaitingForResources", "CreatingExecutionGraph", "Executing")
-        text = log.read_text(errors="replace")
+        # The REST API may list the query a moment before its log line is written.
+        def managed() -> str | None:
+            text = log.read_text(errors="replace")
+            return text if "managing streaming query" in text else None
+
+        text = wait_until(managed, timeout=30, what="the log line of the managed query")
         assert "spark-adaptive enabled (mode reactive)" in text
-        assert "managing streaming query" in text
         assert "heartbeat 3s" in text  # set before the context started, for the executors
         assert "under 3 heartbeat intervals" not in text
     finally:
