@@ -20,7 +20,8 @@ Each evaluation, in order (Flink's operator, ``ScalingMetricCollector`` ->
    after each completed rescale (its samples are not even kept), and until the
    window has collected for ``metrics.window`` (at least three batches), unless
    the query is falling behind (backlog older than
-   ``backlog-processing.lag-threshold``): then a scale-up, and only that, may
+   ``backlog-processing.lag-threshold``, or, from two batches on, an input rate
+   :data:`OVERLOAD` times its capacity): then a scale-up, and only that, may
    be decided on a partial window. Falling behind is not noise, and a query
    whose batches grew long completes few of them.
 2. **Rates.** Arrival rate = consumption + backlog growth, over the window and
@@ -75,6 +76,11 @@ MIN_BATCHES = 3
 SETTLED = 0.9
 """A scale-down is recommended only once the newest seconds' input rate is at least this
 fraction of the window's: the window no longer mixes in a higher rate."""
+
+OVERLOAD = 1.1
+"""On a window not yet full, an input rate this far above the capacity measured counts as
+falling behind (a scale-up, and only that, may then be decided): beyond batch-to-batch
+noise, and a backlog grows at the excess from now on."""
 
 JUMP = 1.25
 """The newest batch alone sets the input rate when it is this much above the newest
@@ -224,6 +230,10 @@ class QueryAutoscaler:
         # The rate per slot at the load to be processed: a batch's fixed cost is spread over
         # the rows of the input and of the backlog being caught up.
         rate, rate_src = w.rate_per_slot_at((lam or 0.0) + catch)
+        if not full and not behind and rate is not None and lam is not None and w.count >= 2:
+            # Input above what the query can process grows a backlog from now on, whatever
+            # the source reports (many report none): that is falling behind too.
+            behind = lam > OVERLOAD * rate * effective_slots(view.slots, view.partitions)
         if not full and not behind:
             return self._collecting(view)
         base = DecisionInputs(window_span=span, sample_count=w.count, input_rate=lam,

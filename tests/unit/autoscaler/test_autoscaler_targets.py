@@ -195,3 +195,16 @@ def test_a_query_falling_behind_scales_up_before_its_window_is_full() -> None:
     d = q.evaluate()  # 7600 / 0.8 + 152000 / 100 = 11020 rows/s -> 11.02 slots -> 12
     assert (d.outcome, d.target_slots) == ("scale-up", 12)
     assert d.inputs.sample_count < 13
+
+
+def test_input_above_capacity_scales_up_before_the_window_is_full_without_a_backlog() -> None:
+    # A source that reports no backlog (a rate or Python source): 7600 rows/s on a capacity of
+    # 4000 grows a backlog from the first batch on; a few batches are enough to say so.
+    q = make(rate=7600, per_slot=1000, slots=4, partitions=48)
+    q.run(40)  # 30 s of stabilization after the start, then two batches of a 60 s window
+    d = q.evaluate()  # 7600 / 0.8 = 9500 rows/s -> 9.5 slots -> 12 (balanced for 48)
+    assert (d.outcome, d.kind) == ("scale-up", "live"), d.reason
+    assert d.target_slots == 12 and d.inputs.window_span < 60  # the window is not full
+    calm = make(rate=3000, per_slot=1000, slots=4, partitions=48)  # within its capacity
+    calm.run(40)
+    assert calm.evaluate().outcome == "not-ready"
