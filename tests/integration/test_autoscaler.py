@@ -30,7 +30,7 @@ COST = 0.004  # 250 rows/s per slot
 FAST = {
     "spark.adaptive.enabled": "true",
     "spark.adaptive.autoscaler.enabled": "true",
-    "spark.adaptive.autoscaler.metrics.window": "20s",
+    "spark.adaptive.autoscaler.metrics.window": "30s",
     "spark.adaptive.autoscaler.stabilization.interval": "5s",
     "spark.adaptive.autoscaler.evaluation.interval": "2s",
     "spark.adaptive.autoscaler.scale-down.interval": "15s",
@@ -72,7 +72,7 @@ def _run(cluster: LocalCluster, tmp_path: Path, profile: list[list[float]],
          conf: dict[str, str]) -> tuple[SubmittedApp, Sampler]:
     app = submit(cluster, APP, "--profile", json.dumps(profile), "--out", str(tmp_path / "out"),
                  "--checkpoint", str(tmp_path / "cp"), "--partitions", "4",
-                 "--cost", str(COST), "--trigger", "3 seconds", conf=conf,
+                 "--cost", str(COST), "--trigger", "6 seconds", conf=conf,
                  log_path=tmp_path / "app.log")
     app.wait_for_query()
     sampler = Sampler(cluster, app)
@@ -102,8 +102,10 @@ def test_a_load_step_takes_executors_and_gives_them_back_exactly_once(
         local_cluster_factory: Any, tmp_path: Path) -> None:
     cluster = local_cluster_factory(3)
     # 20 rows/s (a tenth of a slot) for 90 s, 350 rows/s (one and a half slots of work) for
-    # 75 s, then 20 rows/s again for 90 s. The source's 4 partitions run balanced on 1 or 2.
-    profile = [[0, 20], [90, 20], [91, 350], [165, 350], [166, 20], [255, 20]]
+    # 75 s, then 20 rows/s again for 120 s. The source's 4 partitions run balanced on 1 or 2.
+    # A 6 s trigger keeps the fixed cost of each batch (its four tasks, whatever their rows)
+    # small beside the rows' work, so the night load is clearly one slot's.
+    profile = [[0, 20], [90, 20], [91, 350], [165, 350], [166, 20], [285, 20]]
     app, sampler = _run(cluster, tmp_path, profile, FAST)
 
     ours = [r for r in sampler.rescales if r["trigger"] == "AUTOSCALER"]
@@ -137,7 +139,7 @@ def test_recommend_only_shows_decisions_and_changes_nothing(
         local_cluster_factory: Any, tmp_path: Path) -> None:
     cluster = local_cluster_factory(2)
     conf = {**FAST, "spark.adaptive.autoscaler.scaling.enabled": "false"}
-    app, sampler = _run(cluster, tmp_path, [[0, 20], [60, 20]], conf)
+    app, sampler = _run(cluster, tmp_path, [[0, 20], [80, 20]], conf)
 
     assert not [r for r in sampler.rescales if r["trigger"] == "AUTOSCALER"], sampler.rescales
     # While the query ran: executors that exit as the app stops are replaced by the master.
