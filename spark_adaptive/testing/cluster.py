@@ -287,16 +287,20 @@ class LocalCluster:
 
     # -- executors ---------------------------------------------------------------
     def executors(self, app_id: str | None = None) -> list[ExecutorProcess]:
-        """Executor processes running under this cluster's workers."""
-        out = []
+        """Executor processes running under this cluster's workers. A process the executor
+        JVM is forking (to start its Python workers) carries the executor's command line for
+        a moment; it is the executor's child, and is not counted."""
+        out: list[ExecutorProcess] = []
         for w in self.workers:
             try:
                 children = psutil.Process(w.pid).children(recursive=True)
             except psutil.NoSuchProcess:
                 continue
+            found: dict[int, tuple[ExecutorProcess, int]] = {}
             for p in children:
                 try:
                     cmd = p.cmdline()
+                    parent = p.ppid()
                 except (psutil.NoSuchProcess, psutil.AccessDenied):
                     continue
                 if EXECUTOR_CLASS not in cmd:
@@ -305,7 +309,8 @@ class LocalCluster:
                 aid = _arg(cmd, "--app-id")
                 if eid is None or (app_id is not None and aid != app_id):
                     continue
-                out.append(ExecutorProcess(eid, aid or "", p.pid, w.name))
+                found[p.pid] = (ExecutorProcess(eid, aid or "", p.pid, w.name), parent)
+            out.extend(e for e, parent in found.values() if parent not in found)
         return out
 
     def executor(self, executor_id: str, app_id: str | None = None) -> ExecutorProcess:
