@@ -16,12 +16,16 @@ SHIM_SOURCES := $(shell find jvm-shim/src -name '*.java' 2>/dev/null)
 PYTEST_ARGS ?=
 
 .PHONY: setup setup-oldest demo demo-autoscale test test-unit test-integration test-oldest lint docs bench \
-	dist clean java
+	dist clean java chromium
 
 setup: java $(STAMP) $(JAR)
 
 java:
 	@jvm-shim/ensure-java.sh
+
+# The browser test of the operators' page drives the system's Chromium.
+chromium:
+	@tests/ensure-chromium.sh
 
 $(STAMP): pyproject.toml setup.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -59,7 +63,7 @@ lint: setup
 test-unit: setup
 	$(BIN)/pytest tests/unit -q $(PYTEST_ARGS)
 
-test-integration: setup
+test-integration: setup chromium
 	$(BIN)/pytest tests/integration -q --durations=15 $(PYTEST_ARGS)
 
 # The tests load the jar compiled against the newest pyspark (one jar for all); compiling

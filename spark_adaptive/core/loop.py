@@ -40,6 +40,8 @@ class EventLoop:
         self._stopped = threading.Event()
         self.handled = 0
         self.failed = 0
+        self.lag = 0.0
+        """Seconds the last submitted action waited in the queue before it ran."""
 
     # -- Timers ---------------------------------------------------------------
     def now(self) -> float:
@@ -58,7 +60,11 @@ class EventLoop:
     # -- work -----------------------------------------------------------------
     def submit(self, action: Action, what: str = "") -> None:
         """Run ``action`` on the loop thread. Safe from any thread; never blocks."""
-        self._queue.put((action, what))
+        self._queue.put((action, what, time.monotonic()))
+
+    def queued(self) -> int:
+        """Actions waiting to run (approximate, as the queue's own size is)."""
+        return self._queue.qsize()
 
     def in_loop(self) -> bool:
         return threading.current_thread() is self._thread
@@ -135,6 +141,7 @@ class EventLoop:
             if item is _STOP:
                 return
             if isinstance(item, tuple):
-                action, what = item
+                action, what, submitted = item
+                self.lag = time.monotonic() - submitted
                 self._guarded(action, what or "event")
             self._run_due_timers()

@@ -8,7 +8,13 @@ Routes (JSON in and out; ``{id}`` is a key, Spark query id or name, URL-encoded)
     PUT  /queries/{id}/resource-requirements   same body; 200 with {} once accepted
     GET  /queries/{id}/rescales                history (newest last) and counters
     GET  /queries/{id}/autoscaler              the autoscaler's window, rates, last decision
+    GET  /queries/{id}/samples                 recent samples (what the page charts)
     GET  /openapi.json                         the OpenAPI 3.0 document of all this
+    GET  /metrics                              Prometheus' text format (not JSON)
+    GET  /, /ui/{file}                         the operators' page (HTML, CSS, JavaScript)
+
+The page and its files are the only answers that need no bearer token (they hold
+no data: the page asks for the token and sends it with each API call).
 
 Errors have Flink's REST error shape, ``{"errors": ["reason", ...]}``:
 400 (every reason at once), 404 (unknown query or path), 405 (with ``Allow``,
@@ -56,8 +62,9 @@ from spark_adaptive.errors import (
     RequirementsError,
     UnknownQueryError,
 )
-from spark_adaptive.rest import wire
+from spark_adaptive.rest import page, wire
 from spark_adaptive.rest.facade import InFlight, SchedulerFacade
+from spark_adaptive.rest.metrics import Exporter
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +77,11 @@ query has no checkpoint location (the bounds then last until the driver stops)."
 class Response:
     status: int
     body: Any
-    """JSON-serialisable."""
+    """JSON-serialisable; ignored when ``raw`` is given."""
     headers: tuple[tuple[str, str], ...] = ()
+    raw: bytes | None = None
+    """A body that is not JSON (the metrics, the page), sent as it is."""
+    content_type: str = "application/json"
 
 
 def error(status: int, *reasons: str, headers: tuple[tuple[str, str], ...] = ()) -> Response:
@@ -92,8 +102,25 @@ _ROUTES: tuple[tuple[re.Pattern[str], dict[str, str]], ...] = (
      {"GET": "get_requirements", "PUT": "put_requirements"}),
     (re.compile(_QUERY + r"/rescales"), {"GET": "get_rescales"}),
     (re.compile(_QUERY + r"/autoscaler"), {"GET": "get_autoscaler"}),
+    (re.compile(_QUERY + r"/samples"), {"GET": "get_samples"}),
     (re.compile(r"/openapi\.json"), {"GET": "get_openapi"}),
+    (re.compile(r"/metrics"), {"GET": "get_metrics"}),
+    (re.compile(r"/"), {"GET": "get_page"}),
+    (re.compile(r"/ui/(?P<file>[^/]+)"), {"GET": "get_asset"}),
 )
+
+PUBLIC = re.compile(r"/(?:ui/[^/?#]*)?(?:[?#].*)?")
+"""Targets served without the bearer token: the page and its files."""
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """What a route reads of its request: the ``{id}`` (or file name) of the path, the
+    body, and the ``Accept`` header."""
+
+    ident: str
+    body: bytes = b""
+    accept: str | None = None
 
 
 class RestApi:
@@ -103,14 +130,16 @@ class RestApi:
                  openapi: Callable[[], dict[str, Any]] = dict) -> None:
         self._facade = facade
         self._openapi = openapi
+        self._exporter = Exporter(facade)
         self.in_flight = InFlight()
 
     def handle(self, method: str, path: str, body: bytes = b"",
-               content_type: str | None = None) -> Response:
+               content_type: str | None = None, accept: str | None = None) -> Response:
         """Route one request; never raises (unexpected errors are logged and answer 500).
 
         ``method`` as sent (case matters: ``get`` is not ``GET``); ``content_type``: the
-        request's ``Content-Type`` header, if any (a non-empty body must be JSON)."""
+        request's ``Content-Type`` header, if any (a non-empty body must be JSON);
+        ``accept``: its ``Accept`` header (``/metrics`` answers OpenMetrics if asked)."""
         path = path.split("?", 1)[0].split("#", 1)[0]
         if len(path) > 1:
             path = path.rstrip("/")
@@ -125,52 +154,71 @@ class RestApi:
             if method == "PUT" and body and not is_json(content_type):  # GET bodies: ignored
                 return error(415, "The request body must be JSON, sent with 'Content-Type: "
                              f"application/json'; got {content_type or 'no Content-Type'}.")
-            ident = unquote(m.group("id")) if "id" in m.groupdict() else ""
+            ident = unquote(next(iter(m.groupdict().values()), ""))  # {id} or {file}
             try:
-                result: Response = getattr(self, "_" + methods[method])(ident, body)
+                incoming = Incoming(ident, body, accept)
+                result: Response = getattr(self, "_" + methods[method])(incoming)
                 return result
             except Exception as e:
                 return self._refusal(e, method, path)
         return error(404, f"No such resource: {path}. See /openapi.json for the routes.")
 
     # -- routes ---------------------------------------------------------------------
-    def _list_queries(self, _ident: str, _body: bytes) -> Response:
+    def _list_queries(self, r: Incoming) -> Response:
         return Response(200, [wire.query_json(q) for q in self._facade.queries()])
 
-    def _get_query(self, ident: str, _body: bytes) -> Response:
-        return Response(200, wire.query_json(self._facade.query(ident)))
+    def _get_query(self, r: Incoming) -> Response:
+        return Response(200, wire.query_json(self._facade.query(r.ident)))
 
-    def _get_requirements(self, ident: str, _body: bytes) -> Response:
-        key = self._facade.key_of(ident)
+    def _get_requirements(self, r: Incoming) -> Response:
+        key = self._facade.key_of(r.ident)
         return Response(200, wire.requirements_json(self._facade.requirements(key)))
 
-    def _get_rescales(self, ident: str, _body: bytes) -> Response:
-        view = self._facade.rescales(self._facade.key_of(ident))
+    def _get_rescales(self, r: Incoming) -> Response:
+        view = self._facade.rescales(self._facade.key_of(r.ident))
         return Response(200, wire.rescales_json(view.query_id, view.key, view.records,
                                                 view.counters))
 
-    def _get_autoscaler(self, ident: str, _body: bytes) -> Response:
-        status = self._facade.autoscaler(self._facade.key_of(ident))
+    def _get_autoscaler(self, r: Incoming) -> Response:
+        status = self._facade.autoscaler(self._facade.key_of(r.ident))
         if status is None:
             return error(404, "The autoscaler is off for this application "
                               "(spark.adaptive.autoscaler.enabled=false).")
         return Response(200, wire.autoscaler_json(status))
 
-    def _get_openapi(self, _ident: str, _body: bytes) -> Response:
+    def _get_samples(self, r: Incoming) -> Response:
+        view = self._facade.samples(self._facade.key_of(r.ident))
+        return Response(200, wire.samples_json(view))
+
+    def _get_openapi(self, r: Incoming) -> Response:
         return Response(200, self._openapi())
 
-    def _put_requirements(self, ident: str, raw: bytes) -> Response:
-        body = decode_body(raw)
+    def _get_metrics(self, r: Incoming) -> Response:
+        data, content_type = self._exporter.render(r.accept)
+        return Response(200, None, raw=data, content_type=content_type)
+
+    def _get_page(self, r: Incoming) -> Response:
+        return self._get_asset(Incoming("index.html"))
+
+    def _get_asset(self, r: Incoming) -> Response:
+        asset = page.asset(r.ident)
+        if asset is None:
+            return error(404, f"No such file of the page: {r.ident}.")
+        data, content_type = asset
+        return Response(200, None, headers=page.HEADERS, raw=data, content_type=content_type)
+
+    def _put_requirements(self, r: Incoming) -> Response:
+        body = decode_body(r.body)
         if body is None or body == "" or body == {}:
             raise RequirementsError([wire.EMPTY_BODY])
-        key = self._facade.key_of(ident)
-        with self.in_flight.claim(key, ident):
+        key = self._facade.key_of(r.ident)
+        with self.in_flight.claim(key, r.ident):
             new = self._check(key, body)
             try:
                 undo = self._facade.persist_requirements(key, new)
             except PersistenceError as e:
                 raise PersistenceError(
-                    f"The resource requirements of the query [{ident}] could not be persisted "
+                    f"The resource requirements of the query [{r.ident}] could not be persisted "
                     f"({e}). Nothing was changed. Please retry.") from e
             try:
                 self._facade.apply_requirements(key, new)

@@ -150,7 +150,7 @@ class Connection(socketserver.BaseRequestHandler):
         if conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
             return  # a response is already out (cannot happen; never send two)
         data = encode(response)
-        headers = [("Content-Type", "application/json"), ("Content-Length", str(len(data))),
+        headers = [("Content-Type", response.content_type), ("Content-Length", str(len(data))),
                    ("Cache-Control", "no-store"), *response.headers]
         if close:
             headers.append(("Connection", "close"))
@@ -167,6 +167,8 @@ class Connection(socketserver.BaseRequestHandler):
 
 
 def encode(response: Response) -> bytes:
+    if response.raw is not None:
+        return response.raw
     return (json.dumps(response.body) + "\n").encode("utf-8")
 
 

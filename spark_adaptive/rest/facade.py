@@ -34,6 +34,7 @@ from spark_adaptive.core.streaming.history import Counters, RescaleRecord
 from spark_adaptive.core.streaming.persistence import PersistedRequirements, Undo
 from spark_adaptive.core.streaming.query import QuerySnapshot
 from spark_adaptive.core.streaming.requirements import ResourceRequirements
+from spark_adaptive.core.streaming.samples import Sample, Sampler
 from spark_adaptive.core.streaming.scheduler import AdaptiveScheduler
 from spark_adaptive.errors import ConflictError
 
@@ -49,6 +50,48 @@ class RescaleView:
     records: tuple[RescaleRecord, ...]
     """Newest last."""
     counters: Counters
+
+
+@dataclass(frozen=True)
+class SamplesView:
+    """A query's recent samples as ``GET /queries/{id}/samples`` shows them."""
+
+    query_id: str
+    interval: float
+    """Seconds between two samples."""
+    capacity: int
+    """The most samples kept per query."""
+    samples: tuple[Sample, ...]
+    """Oldest first."""
+
+
+@dataclass(frozen=True)
+class AppFigures:
+    """Application-wide figures for ``/metrics``."""
+
+    mode: str
+    listener: str
+    """``shim`` or ``py4j``: which listener delivers Spark's events."""
+    executors_declared: int | None
+    """The total last asked of Spark; None before the first request."""
+    executors_alive: int
+    events_received: int
+    events_dropped: int
+    events_queued: int
+    """Events waiting in the shim's queue and on the scheduler thread."""
+    listener_lag: float
+    """Seconds the last event waited before the scheduler handled it."""
+    samples_held: int = 0
+
+
+@dataclass(frozen=True)
+class MetricsView:
+    """Everything ``/metrics`` exports, read in one step of the scheduler thread."""
+
+    queries: tuple[QuerySnapshot, ...]
+    autoscalers: dict[str, AutoscalerStatus]
+    """By query key; empty when the autoscaler is off."""
+    app: AppFigures
 
 
 class SchedulerFacade(Protocol):
@@ -78,6 +121,14 @@ class SchedulerFacade(Protocol):
         """The query's autoscaler, None when the autoscaler is off."""
         ...
 
+    def samples(self, key: str) -> SamplesView:
+        """The query's recent samples (the operators' page charts them)."""
+        ...
+
+    def metrics(self) -> MetricsView:
+        """Every figure ``/metrics`` exports."""
+        ...
+
     def persist_requirements(self, key: str, requirements: ResourceRequirements) -> Undo | None:
         """Write the bounds beside the checkpoint; the undo, or None if not persisted."""
         ...
@@ -92,12 +143,17 @@ class RuntimeFacade:
 
     def __init__(self, loop: EventLoop, scheduler: AdaptiveScheduler,
                  persisted: PersistedRequirements, timeout: float = 30.0,
-                 autoscaling: Autoscaling | None = None) -> None:
+                 autoscaling: Autoscaling | None = None, sampler: Sampler | None = None,
+                 app: Callable[[], AppFigures] | None = None) -> None:
+        """``app``: the application's figures, called on the scheduler thread (the
+        runtime's, which knows the listener and the bus)."""
         self._loop = loop
         self._sched = scheduler
         self._persisted = persisted
         self._timeout = timeout
         self._autoscaling = autoscaling
+        self._sampler = sampler
+        self._app = app
 
     def _call(self, fn: Callable[[], T]) -> T:
         # call_sync is typed ``object``; the value is whatever fn returned.
@@ -132,6 +188,31 @@ class RuntimeFacade:
         if autoscaling is None:
             return None
         return self._call(lambda: autoscaling.status(self._sched.query(key)))
+
+    def samples(self, key: str) -> SamplesView:
+        sampler = self._sampler
+
+        def read() -> SamplesView:
+            q = self._sched.query(key)
+            if sampler is None:
+                return SamplesView(q.query_id or q.key, 0.0, 0, ())
+            return SamplesView(q.query_id or q.key, sampler.interval, sampler.capacity,
+                               sampler.samples(q.key))
+
+        return self._call(read)
+
+    def metrics(self) -> MetricsView:
+        autoscaling = self._autoscaling
+
+        def read() -> MetricsView:
+            queries = self._sched.queries()
+            statuses = {} if autoscaling is None else {
+                q.key: autoscaling.status(q) for q in queries}
+            app = self._app() if self._app is not None else AppFigures(
+                self._sched.settings.mode, "", None, self._sched.executor_count, 0, 0, 0, 0.0)
+            return MetricsView(tuple(q.snapshot() for q in queries), statuses, app)
+
+        return self._call(read)
 
     def persist_requirements(self, key: str, requirements: ResourceRequirements) -> Undo | None:
         return self._persisted.persist(key, requirements)

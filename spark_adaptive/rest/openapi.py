@@ -189,6 +189,33 @@ def _schemas() -> dict[str, Any]:
                 "policy": {"type": "object", "description": "The policy's own state."},
             },
         },
+        "Samples": {
+            "type": "object", "required": ["id", "interval", "capacity", "samples"],
+            "properties": {
+                "id": {"type": "string"},
+                "interval": {"type": "number", "description": "Seconds between two samples."},
+                "capacity": {"type": "integer", "description": "The most samples kept."},
+                "samples": {"type": "array", "description": "Oldest first.", "items": {
+                    "type": "object",
+                    "required": ["time", "state", "parallelism", "slots", "executors",
+                                 "inputRate", "processedRate", "backlog", "batchDuration"],
+                    "properties": {
+                        "time": {"type": "number", "description": "Epoch seconds."},
+                        "state": {"type": "string", "enum": STATES},
+                        "parallelism": _int("Partitions of the running query (0: none runs)."),
+                        "slots": _int("The query's slot share."),
+                        "executors": _int("Executors of the application."),
+                        "inputRate": _nullable({"type": "number",
+                                                "description": "Rows per second."}),
+                        "processedRate": _nullable({"type": "number",
+                                                    "description": "Rows per second."}),
+                        "backlog": _nullable({"type": "number", "description": "Rows behind "
+                                              "the source's latest offset, if it says."}),
+                        "batchDuration": _nullable({"type": "number",
+                                                    "description": "Seconds."}),
+                    }}},
+            },
+        },
         "Rescales": {
             "type": "object", "required": ["id", "key", "rescales", "counters"],
             "properties": {"id": {"type": "string"}, "key": {"type": "string"},
@@ -202,7 +229,7 @@ def _schemas() -> dict[str, Any]:
 _ERRORS = {
     "400": "Refused: every reason is listed. Nothing was changed.",
     "401": "Missing or wrong bearer token.",
-    "404": "No managed query has this id, key or name.",
+    "404": "No managed query has this id, key or name (for /ui: no such file).",
     "409": "Another update of this query's requirements is in progress, or the query has "
            "finished. Nothing was changed.",
     "413": "The request body is larger than the limit.",
@@ -278,6 +305,30 @@ def document(url: str | None = None, token_required: bool = False) -> dict[str, 
             "per slot, target rate, recommendation, last decision and why, next evaluation. "
             "404 when the autoscaler is off.",
             _json(_ref("Autoscaler"), "The autoscaler's view of the query."), query_errors)},
+        "/queries/{id}/samples": {"parameters": [ident], "get": op(
+            "getSamples", "The query's recent samples (state, parallelism, slots, executors, "
+            "rates, backlog), oldest first: what the operators' page charts.",
+            _json(_ref("Samples"), "The samples."), query_errors)},
+        "/metrics": {"get": op(
+            "getMetrics", "Every figure in Prometheus' text exposition format (OpenMetrics "
+            "when the Accept header prefers it).",
+            {"description": "The metrics.", "content": {
+                "text/plain": {"schema": {"type": "string"}},
+                "application/openmetrics-text": {"schema": {"type": "string"}}}},
+            _errors(*auth, "503"))},
+        "/": {"get": op(
+            "getPage", "The operators' page (HTML). Needs no token: it asks for it.",
+            {"description": "The page.", "content": {"text/html": {
+                "schema": {"type": "string"}}}}, _errors(), security=[])},
+        "/ui/{file}": {"parameters": [{"name": "file", "in": "path", "required": True,
+                                       "schema": {"type": "string"},
+                                       "description": "A file of the page."}],
+                       "get": op("getPageFile", "A file of the operators' page (JavaScript, "
+                                 "CSS). Needs no token.",
+                                 {"description": "The file.", "content": {
+                                     "text/javascript": {"schema": {"type": "string"}},
+                                     "text/css": {"schema": {"type": "string"}}}},
+                                 _errors("404"), security=[])},
         "/openapi.json": {"get": op("getOpenApi", "This document.",
                                     _json({"type": "object"}, "OpenAPI 3.0 document."),
                                     _errors(*auth))},

@@ -22,7 +22,10 @@ Contract:
 * With a token, every request must carry ``Authorization: Bearer <token>``
   (compared in constant time), else 401 with ``WWW-Authenticate: Bearer``.
   This comes before routing, so without the token not even a 404 leaks
-  which paths exist; the body of a refused request is not read.
+  which paths exist; the body of a refused request is not read. The one
+  exception is a GET of the operators' page and its files (``/``,
+  ``/ui/<file>``, :data:`~spark_adaptive.rest.api.PUBLIC`): they hold no data,
+  and the page asks for the token itself.
 * Framing is h11's: ``Content-Length`` (digits only; two different values are
   refused, identical repeats are one, as RFC 9110 section 8.6 allows) or
   ``Transfer-Encoding: chunked``, never both. A request is dispatched only once
@@ -58,7 +61,7 @@ from urllib.parse import urlsplit
 import h11
 
 from spark_adaptive.rest import openapi
-from spark_adaptive.rest.api import ALL_METHODS, Response, RestApi, error
+from spark_adaptive.rest.api import ALL_METHODS, PUBLIC, Response, RestApi, error
 from spark_adaptive.rest.connection import Connection, Owner, answer_and_close, too_large
 from spark_adaptive.rest.facade import SchedulerFacade
 from spark_adaptive.rest.settings import RestSettings
@@ -150,7 +153,10 @@ class RestServer:
         """What to answer a request whose head is in, before its body is read: the bearer
         token, then framing and size. None: read the body and dispatch."""
         auth = [v for n, v in req.headers if n == b"authorization"]
-        if not self.authorized(auth[0].decode("latin-1") if len(auth) == 1 else None):
+        public = req.method in (b"GET", b"HEAD") and PUBLIC.fullmatch(
+            req.target.decode("latin-1"))
+        if not public and not self.authorized(
+                auth[0].decode("latin-1") if len(auth) == 1 else None):
             return _UNAUTHORIZED
         names = {n for n, _ in req.headers}
         if b"transfer-encoding" in names and b"content-length" in names:
@@ -180,7 +186,9 @@ class RestServer:
                 return error(400, f"Malformed request target {target!r}: send a path such "
                                   "as /queries.")
         types = [v.decode("latin-1") for n, v in req.headers if n == b"content-type"]
-        response = self.api.handle(method, target, body, content_type=", ".join(types) or None)
+        accept = [v.decode("latin-1") for n, v in req.headers if n == b"accept"]
+        response = self.api.handle(method, target, body, content_type=", ".join(types) or None,
+                                   accept=", ".join(accept) or None)
         log.debug("%s %s -> %d", method, target, response.status)
         return response
 

@@ -25,6 +25,15 @@ class RestSettings:
         "rest.token", "string", None,
         "Bearer token every REST request must carry. Required to bind anywhere but loopback.",
         secret=True)
+    sample_interval: float = option(
+        "rest.samples.interval", "duration", 2.0,
+        "How often each query is sampled for the operators' page (state, parallelism, slots, "
+        "executors, rates, backlog).", unit="s", minimum=0.1)
+    sample_capacity: int = option(
+        "rest.samples.capacity", "int", 300,
+        "Samples kept per query, the oldest dropped first: with the interval, how far back "
+        "the page's chart reaches (300 at 2s: ten minutes), and the memory they hold.",
+        minimum=1, maximum=100000)
 
     def problems(self) -> list[str]:
         if self.enabled and not is_loopback(self.host) and not self.token:

@@ -19,6 +19,7 @@ from spark_adaptive.core.streaming.history import Counters, Decision, RescaleRec
 from spark_adaptive.core.streaming.query import QuerySnapshot
 from spark_adaptive.core.streaming.requirements import INCOMPLETE, ResourceRequirements
 from spark_adaptive.errors import RequirementsError
+from spark_adaptive.rest.facade import SamplesView
 
 EMPTY_BODY = "Request body does not specify resource requirements."
 _FIELDS = ("lowerBound", "upperBound")
@@ -79,6 +80,16 @@ def rescales_json(query_id: str, key: str, records: tuple[RescaleRecord, ...],
     """``GET /queries/{id}/rescales``: the history, newest last, and its counters."""
     return {"id": query_id, "key": key, "rescales": [record_json(r) for r in records],
             "counters": counters_json(counters)}
+
+
+def samples_json(view: SamplesView) -> dict[str, Any]:
+    """``GET /queries/{id}/samples``: the query's recent samples, oldest first."""
+    return {"id": view.query_id, "interval": view.interval, "capacity": view.capacity,
+            "samples": [{"time": s.time, "state": s.state, "parallelism": s.parallelism,
+                         "slots": s.slots, "executors": s.executors,
+                         "inputRate": s.input_rate, "processedRate": s.processed_rate,
+                         "backlog": s.backlog, "batchDuration": s.batch_duration}
+                        for s in view.samples]}
 
 
 def scaling_decision_json(d: ScalingDecision) -> dict[str, Any]:

@@ -23,13 +23,14 @@ from spark_adaptive.core.loop import EventLoop
 from spark_adaptive.core.options import parse_duration
 from spark_adaptive.core.streaming.autoscaling import Autoscaling
 from spark_adaptive.core.streaming.persistence import PersistedRequirements
+from spark_adaptive.core.streaming.samples import Sampler
 from spark_adaptive.core.streaming.scheduler import AdaptiveScheduler
 from spark_adaptive.core.streaming.warm_up import WarmUp
-from spark_adaptive.rest.facade import RuntimeFacade
+from spark_adaptive.rest.facade import AppFigures, RuntimeFacade
 from spark_adaptive.rest.server import serve
 from spark_adaptive.settings import Settings
 from spark_adaptive.spark.actuator import SparkExecutorActuator
-from spark_adaptive.spark.listener import attach_spark_listener, live_executors
+from spark_adaptive.spark.listener import ShimListener, attach_spark_listener, live_executors
 from spark_adaptive.spark.shim_check import usable_shim
 from spark_adaptive.spark.store import HadoopRequirementsStore
 from spark_adaptive.spark.streaming import StreamingManager, install_writer_hooks
@@ -99,10 +100,25 @@ class AdaptiveRuntime:
                  jar if self.listener_path == "shim" else "no per-task filtering in the JVM")
         # Requirements accepted by the REST API live beside each query's checkpoint.
         self.persisted = PersistedRequirements(HadoopRequirementsStore(sc), settings.scheduler)
+        self.sampler: Sampler | None = None
+        if settings.rest.enabled:
+            self.sampler = Sampler(self.scheduler, self.loop,
+                                   interval=settings.rest.sample_interval,
+                                   capacity=settings.rest.sample_capacity)
         self.rest = serve(RuntimeFacade(self.loop, self.scheduler, self.persisted,
-                                        autoscaling=self.autoscaling), settings.rest)
+                                        autoscaling=self.autoscaling, sampler=self.sampler,
+                                        app=self._figures), settings.rest)
         if self.rest is not None:
             self.on_close(self.rest.stop)  # closers run first: no request during shutdown
+            log.info("spark-adaptive page at %s/ (Spark UI at %s)", self.rest.url,
+                     sc.uiWebUrl or "disabled")
+        if self.sampler is not None:
+            sampler = self.sampler
+
+            def close_sampler() -> None:
+                self.loop.call_sync(sampler.close)
+
+            self.on_close(close_sampler)
         if self.warm_up is not None:
             warm_up = self.warm_up
 
@@ -110,6 +126,20 @@ class AdaptiveRuntime:
                 self.loop.call_sync(warm_up.close)
 
             self.on_close(close_warm_up)
+
+    def _figures(self) -> AppFigures:
+        """The application's figures for ``/metrics`` (on the scheduler thread)."""
+        stats = self.listener.stats() if isinstance(self.listener, ShimListener) else {}
+        sched = self.scheduler.app_snapshot()
+        return AppFigures(
+            mode=self.settings.scheduler.mode, listener=self.listener_path,
+            executors_declared=sched["declaredExecutors"],
+            executors_alive=sched["executors"],
+            events_received=sum(self.bus.counts.values()),
+            events_dropped=stats.get("dropped", 0),
+            events_queued=stats.get("queued", 0) + self.loop.queued(),
+            listener_lag=self.loop.lag,
+            samples_held=0 if self.sampler is None else self.sampler.held())
 
     # -- plumbing for the scheduler, the REST API and tests ----------------------------
     def subscribe(self, handler: Handler, name: str = "", replay_executors: bool = True

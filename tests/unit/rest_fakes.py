@@ -25,13 +25,20 @@ from urllib.parse import urlsplit
 from spark_adaptive.core.ports import QueryInfo
 from spark_adaptive.core.streaming import requirements as req
 from spark_adaptive.core.streaming.autoscaling import AutoscalerStatus
-from spark_adaptive.core.streaming.history import Counters, Decision, RescaleRecord, Trigger
+from spark_adaptive.core.streaming.history import (
+    Counters,
+    Decision,
+    RescaleRecord,
+    Tallies,
+    Trigger,
+)
 from spark_adaptive.core.streaming.persistence import (
     MemoryRequirementsStore,
     PersistedRequirements,
     Undo,
 )
 from spark_adaptive.core.streaming.query import QuerySnapshot
+from spark_adaptive.core.streaming.samples import Sample
 from spark_adaptive.core.streaming.scheduler import REACTIVE_REQUIREMENTS
 from spark_adaptive.core.streaming.settings import SchedulerSettings
 from spark_adaptive.core.streaming.states import StateName
@@ -43,7 +50,7 @@ from spark_adaptive.errors import (
 )
 from spark_adaptive.rest import openapi
 from spark_adaptive.rest.api import RestApi
-from spark_adaptive.rest.facade import RescaleView
+from spark_adaptive.rest.facade import AppFigures, MetricsView, RescaleView, SamplesView
 from spark_adaptive.rest.server import RestServer
 
 QUERY_ID = "0f9c8b1e-4d2a-4e6b-9a51-2b7c0d3e8f14"
@@ -62,6 +69,9 @@ class FakeQuery:
     finished: bool = False
     applied: list[req.ResourceRequirements] = field(default_factory=list)
 
+    tallies: Tallies = Tallies()
+    samples: tuple[Sample, ...] = ()
+
     def snapshot(self) -> QuerySnapshot:
         return QuerySnapshot(
             id=self.id, key=self.key, name=self.name,
@@ -69,7 +79,8 @@ class FakeQuery:
             parallelism=2, slots=2, executors=2, requirements=self.requirements,
             last_decision=Decision(1.7e9, "CreatingExecutionGraph -> Executing",
                                    "started at parallelism 2"),
-            counters=COUNTERS, run_id="run-1", status="CANCELED" if self.finished else None)
+            counters=COUNTERS, run_id="run-1", status="CANCELED" if self.finished else None,
+            state_seconds=12.5, tallies=self.tallies)
 
 
 class FakeScheduler:
@@ -83,6 +94,10 @@ class FakeScheduler:
         self.queries_by_key: dict[str, FakeQuery] = {}
         #: What GET /queries/{id}/autoscaler answers (None: the autoscaler is off).
         self.autoscaler_status: AutoscalerStatus | None = None
+        #: The application's figures /metrics exports.
+        self.app = AppFigures(mode=mode, listener="shim", executors_declared=2,
+                              executors_alive=2, events_received=120, events_dropped=0,
+                              events_queued=1, listener_lag=0.004, samples_held=0)
         self.add(FakeQuery("query-1", QUERY_ID, "orders", req.ResourceRequirements(1, 4)))
 
     def add(self, q: FakeQuery) -> FakeQuery:
@@ -130,6 +145,15 @@ class FakeScheduler:
     def autoscaler(self, key: str) -> AutoscalerStatus | None:
         self._find(key)
         return self.autoscaler_status
+
+    def samples(self, key: str) -> SamplesView:
+        q = self._find(key)
+        return SamplesView(q.id, 2.0, 300, q.samples)
+
+    def metrics(self) -> MetricsView:
+        statuses = {} if self.autoscaler_status is None else {
+            k: self.autoscaler_status for k in self.queries_by_key}
+        return MetricsView(tuple(self.queries()), statuses, self.app)
 
     def persist_requirements(self, key: str, requirements: req.ResourceRequirements
                              ) -> Undo | None:
@@ -202,8 +226,10 @@ def call(url: str, method: str, path: str, body: Any = None, *, raw: bytes | Non
                      headers={k: v for k, v in sent.items() if v is not None})
         resp = conn.getresponse()
         text = resp.read()
-        return Reply(resp.status, {k.lower(): v for k, v in resp.getheaders()},
-                     json.loads(text) if text else None)
+        got = {k.lower(): v for k, v in resp.getheaders()}
+        if not got.get("content-type", "").startswith("application/json"):
+            return Reply(resp.status, got, text.decode("utf-8"))  # the metrics, the page
+        return Reply(resp.status, got, json.loads(text) if text else None)
     finally:
         conn.close()
 

@@ -66,7 +66,9 @@ def test_declared_keys_and_promised_defaults() -> None:
         "spark.adaptive.rest.enabled": True,
         "spark.adaptive.rest.host": "127.0.0.1",
         "spark.adaptive.rest.port": 4050,
-        "spark.adaptive.rest.token": None
+        "spark.adaptive.rest.token": None,
+        "spark.adaptive.rest.samples.interval": 2.0,
+        "spark.adaptive.rest.samples.capacity": 300
     }
     assert s == Settings.from_conf({})
 

@@ -176,7 +176,8 @@ def test_unknown_query_is_404(url: str, method: str, path: str) -> None:
     assert reply.body == {"errors": ["no query managed by spark-adaptive has id or name 'nope'"]}
 
 
-@pytest.mark.parametrize("path", ["/", "/jobs", "/queries/orders/cancel", "/queries//x"])
+@pytest.mark.parametrize("path", ["/jobs", "/queries/orders/cancel", "/queries//x",
+                                  "/ui", "/ui/x/y"])
 def test_unknown_path_is_404(url: str, path: str) -> None:
     reply = call(url, "GET", path)
     assert reply.status == 404 and "/openapi.json" in reply.body["errors"][0]

@@ -65,6 +65,8 @@ class AutoscalerStatus:
     waiting_for_resources: bool
     decision: ScalingDecision | None
     policy: dict[str, object]
+    decisions: tuple[tuple[str, int], ...] = ()
+    """Evaluations since the query was first seen, by outcome."""
 
 
 class _Watched:
@@ -76,6 +78,7 @@ class _Watched:
         self.unmet_since: float | None = None  # since when its target's slots are missing
         self.unmet_share = 0  # the slots it had then
         self.last_logged: tuple[str, int, int] | None = None
+        self.outcomes: dict[str, int] = {}  # evaluations by outcome
 
 
 class Autoscaling:
@@ -161,6 +164,7 @@ class Autoscaling:
         self._tell_rescales(q, watched)
         view = self._view(q, watched)
         decision = watched.policy.evaluate(view)
+        watched.outcomes[decision.outcome] = watched.outcomes.get(decision.outcome, 0) + 1
         self._log(q, watched, decision)
         if decision.actionable:
             target = ScalingTarget(decision.target_slots, decision.target_partitions)
@@ -220,7 +224,8 @@ class Autoscaling:
             else max(0.0, self._next_at - self._timers.now()),
             waiting_for_resources=waiting,
             decision=None if watched is None else watched.policy.last_decision,
-            policy={} if watched is None else watched.policy.snapshot())
+            policy={} if watched is None else watched.policy.snapshot(),
+            decisions=() if watched is None else tuple(sorted(watched.outcomes.items())))
 
     def close(self) -> None:
         if self._timer is not None:

@@ -86,6 +86,49 @@ class Counters:
     failures: int = 0
 
 
+DURATION_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+"""Upper bounds (seconds) of the rescale-duration histogram's buckets, +Inf after them:
+a live rescale takes about a micro-batch, a restart seconds to minutes."""
+
+
+@dataclass(frozen=True)
+class DurationHistogram:
+    """Durations of finished rescales of one kind, cumulative over the query's life.
+
+    ``counts[i]`` counts durations <= ``DURATION_BUCKETS[i]``; ``count`` all of them
+    (the +Inf bucket)."""
+
+    counts: tuple[int, ...] = (0,) * len(DURATION_BUCKETS)
+    count: int = 0
+    total: float = 0.0
+
+    def observe(self, seconds: float) -> DurationHistogram:
+        counts = tuple(c + (seconds <= le) for c, le in zip(self.counts, DURATION_BUCKETS,
+                                                             strict=True))
+        return DurationHistogram(counts, self.count + 1, self.total + seconds)
+
+
+@dataclass(frozen=True)
+class Tallies:
+    """What a query's history counted since it started, beyond the records it keeps.
+
+    ``opened``: rescales and restarts begun, by (kind, trigger); ``finished``: by (kind,
+    outcome); ``durations``: completed ones by kind; ``last_duration``: of the last
+    completed rescale or restart (None before the first)."""
+
+    opened: tuple[tuple[tuple[Kind, Trigger], int], ...] = ()
+    finished: tuple[tuple[tuple[Kind, Outcome], int], ...] = ()
+    durations: tuple[tuple[Kind, DurationHistogram], ...] = ()
+    last_duration: float | None = None
+
+
+def _bump(pairs: tuple[tuple[Any, Any], ...], key: Any, change: Callable[[Any], Any],
+          empty: Any) -> tuple[tuple[Any, Any], ...]:
+    d = dict(pairs)
+    d[key] = change(d.get(key, empty))
+    return tuple(d.items())
+
+
 class RescaleHistory:
     """The records of one query, newest last, at most ``limit`` of them."""
 
@@ -95,6 +138,7 @@ class RescaleHistory:
         self._next_id = 1
         self._pending: RescaleRecord | None = None
         self.counters = Counters()
+        self.tallies = Tallies()
 
     @property
     def pending(self) -> RescaleRecord | None:
@@ -131,6 +175,10 @@ class RescaleHistory:
         elif kind == "restart":
             c = dataclasses.replace(c, restarts=c.restarts + 1, rescales=c.rescales + 1)
         self.counters = c
+        if kind != "initial":
+            t = self.tallies
+            self.tallies = dataclasses.replace(
+                t, opened=_bump(t.opened, (kind, trigger), lambda n: n + 1, 0))
         return record
 
     def count_failure(self) -> None:
@@ -176,6 +224,17 @@ class RescaleHistory:
                                    duration=self._timers.now() - self._pending.started)
         self._replace(done)
         self._pending = None
+        if done.kind != "initial":
+            t = self.tallies
+            t = dataclasses.replace(
+                t, finished=_bump(t.finished, (done.kind, outcome), lambda n: n + 1, 0))
+            if outcome == "completed" and done.duration is not None:
+                seconds = done.duration
+                t = dataclasses.replace(
+                    t, last_duration=seconds,
+                    durations=_bump(t.durations, done.kind, lambda h: h.observe(seconds),
+                                    DurationHistogram()))
+            self.tallies = t
         return done
 
     def _replace(self, record: RescaleRecord) -> None:

@@ -37,6 +37,7 @@ from spark_adaptive.core.streaming.history import (
     Decision,
     DecisionLog,
     RescaleHistory,
+    Tallies,
     Trigger,
 )
 from spark_adaptive.core.streaming.load import BatchLoad
@@ -113,6 +114,10 @@ class QuerySnapshot:
     error_class: str | None = None
     progress: QueryProgress | None = None
     """The query's last completed micro-batch (of any run)."""
+    state_seconds: float = 0.0
+    """Seconds since the query entered its current state."""
+    tallies: Tallies = Tallies()
+    """Its history's counts by kind, trigger and outcome, and rescale durations."""
 
 
 class QueryScheduler:
@@ -139,6 +144,7 @@ class QueryScheduler:
         self._params = params
         self._strategy = strategy
         self._timers = timers
+        self._state_since = timers.now()
         self._post = post
         self._app = app
         self.history = RescaleHistory(timers, history_limit)
@@ -291,7 +297,8 @@ class QueryScheduler:
             status=st.status if isinstance(st, Finished) else None,
             error=None if failure is None else failure.message,
             error_class=None if failure is None else failure.error_class,
-            progress=self._last_progress)
+            progress=self._last_progress, state_seconds=self._timers.now() - self._state_since,
+            tallies=self.history.tallies)
 
     # -- the one way to change state ----------------------------------------------------
     def _transition(self, cls: type[S], build: Callable[[], S], reason: str,
@@ -308,6 +315,7 @@ class QueryScheduler:
             old.on_leave()
             self._decisions.decide(f"{old.name} -> {cls.name}", reason, level)
             self._state = build()
+            self._state_since = self._timers.now()
         finally:
             self._transitioning = False
         change = StateChange(self.key, old.name, cls.name, reason)
