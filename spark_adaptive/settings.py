@@ -43,6 +43,12 @@ class Settings:
         "shim.jar", "string", "",
         "Path of the JVM shim jar. Empty: the jar built into the installed package.",
         default_text="(the packaged jar)")
+    metrics_source: bool = option(
+        "metrics.spark-source.enabled", "bool", True,
+        "Also publish spark-adaptive's figures in Spark's own metrics system, as the driver "
+        "source `spark_adaptive` (so the sinks of `metrics.properties` carry them: JMX, "
+        "Graphite, the JSON and Prometheus servlets). Needs the JVM shim; the REST API's "
+        "/metrics has them either way.")
     scheduler: SchedulerSettings = group(SchedulerSettings)
     restart: RestartStrategySettings = group(RestartStrategySettings)
     autoscaler: AutoscalerConfig = group(AutoscalerConfig)

@@ -19,6 +19,7 @@ The full list, with what each means, is in docs/observability.md.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from prometheus_client.core import (
@@ -39,8 +40,10 @@ from spark_adaptive.version import __version__
 
 P = "spark_adaptive_"
 _KINDS: tuple[Kind, ...] = ("live", "restart")
-_RESCALE_TRIGGERS = tuple(t.value for t in Trigger
-                          if t not in (Trigger.INITIAL_SCHEDULE, Trigger.FAILURE))
+# Counted as Counters count them: a restart for a failure is a restart, not a rescale. A
+# restart can carry INITIAL_SCHEDULE too (a query started again by its scheduler with no
+# rescale under way).
+_RESCALE_TRIGGERS = tuple(t.value for t in Trigger if t is not Trigger.FAILURE)
 _OUTCOMES = ("not-ready", "no-change", "scale-up", "scale-down", "scale-down-pending",
              "blocked")
 
@@ -48,6 +51,20 @@ _OUTCOMES = ("not-ready", "no-change", "scale-up", "scale-down", "scale-down-pen
 def query_label(q: QuerySnapshot) -> str:
     """The ``query`` label: its name, else its id."""
     return q.name or q.id
+
+
+def query_labels(queries: tuple[QuerySnapshot, ...]) -> dict[str, str]:
+    """Each query's label by key, unique: a name that two queries share (two sessions of
+    one app may reuse it) gets the query's id appended for all but the first."""
+    out: dict[str, str] = {}
+    taken: set[str] = set()
+    for q in queries:
+        label = query_label(q)
+        if label in taken:
+            label = f"{label} ({q.id})"
+        taken.add(label)
+        out[q.key] = label
+    return out
 
 
 class SchedulerCollector(Collector):
@@ -124,8 +141,9 @@ def _queries(view: MetricsView) -> Iterator[Metric]:
     batch = _gauge("query_batch_duration_seconds", "Duration of the last micro-batch.")
     backlog = _gauge("query_backlog_rows", "Rows behind the source's latest offset after the "
                      "last micro-batch (only for sources that report it).")
+    labels = query_labels(view.queries)
     for q in view.queries:
-        label = query_label(q)
+        label = labels[q.key]
         for name in StateName:
             state.add_metric([label, name.value], 1 if q.state is name else 0)
         state_seconds.add_metric([label], q.state_seconds)
@@ -139,7 +157,7 @@ def _queries(view: MetricsView) -> Iterator[Metric]:
             for trigger in _RESCALE_TRIGGERS:
                 rescales.add_metric([label, kind, trigger],
                                     opened.get((kind, Trigger(trigger)), 0))
-        for trigger in _RESCALE_TRIGGERS + (Trigger.FAILURE.value,):
+        for trigger in (t.value for t in Trigger):
             restarts.add_metric([label, trigger], opened.get(("restart", Trigger(trigger)), 0))
         failures.add_metric([label], q.counters.failures)
         hists = dict(q.tallies.durations)
@@ -174,14 +192,15 @@ def _autoscalers(view: MetricsView) -> Iterator[Metric]:
                     "plus the backlog over the catch-up duration.")
     per_slot = _gauge("autoscaler_true_rate_per_slot", "Rows per second one task slot "
                       "processes when busy.")
-    utilization = _gauge("autoscaler_utilization", "Share of the query's slots busy (0-1).")
+    utilization = _gauge("autoscaler_utilization", "Input rate over the query's capacity: 1 is "
+                         "every slot busy, above 1 the query falls behind.")
     slots = _gauge("autoscaler_recommended_slots", "Slots the autoscaler's last decision "
                    "recommends.")
     partitions = _gauge("autoscaler_recommended_parallelism", "Partitions the autoscaler's "
                         "last decision recommends.")
     decisions = _counter("autoscaler_decisions", "Evaluations of the query by outcome.",
                          ("query", "outcome"))
-    labels = {q.key: query_label(q) for q in view.queries}
+    labels = query_labels(view.queries)
     for key, status in view.autoscalers.items():
         label = labels.get(key)
         if label is None:
@@ -217,3 +236,51 @@ class Exporter:
         text format, or OpenMetrics when the scraper prefers it)."""
         encoder, content_type = choose_encoder(accept or "")
         return encoder(self.registry), content_type
+
+
+def _name_part(text: str) -> str:
+    """A query's label as one part of a dotted Spark metric name."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", text) or "_"
+
+
+def flat_figures(view: MetricsView) -> dict[str, float]:
+    """The figures Spark's metrics system carries, as dotted gauge names (Spark's names have
+    no labels): ``executors.alive``, ``query.<name>.parallelism``, ... The per-trigger
+    counts, the histogram and the states one by one stay at ``/metrics``; here a query's
+    state is its position in :class:`StateName` (``state.code``)."""
+    a = view.app
+    out: dict[str, float] = {
+        "executors.alive": a.executors_alive, "events.received": a.events_received,
+        "events.dropped": a.events_dropped, "listener.queued": a.events_queued,
+        "listener.lagSeconds": a.listener_lag,
+    }
+    if a.executors_declared is not None:
+        out["executors.declared"] = a.executors_declared
+    states = list(StateName)
+    labels = query_labels(view.queries)
+    for q in view.queries:
+        p = f"query.{_name_part(labels[q.key])}."
+        c = q.counters
+        out.update({
+            p + "state.code": states.index(q.state), p + "state.seconds": q.state_seconds,
+            p + "parallelism": q.parallelism, p + "slots": q.slots,
+            p + "executors": q.executors, p + "bounds.lower": q.requirements.lower,
+            p + "bounds.upper": q.requirements.upper, p + "rescales": c.rescales,
+            p + "rescales.live": c.live_rescales, p + "restarts": c.restarts,
+            p + "failures": c.failures})
+        if q.tallies.last_duration is not None:
+            out[p + "rescales.lastDurationSeconds"] = q.tallies.last_duration
+        if q.progress is not None:
+            out[p + "inputRowsPerSecond"] = q.progress.input_rows_per_second
+            out[p + "processedRowsPerSecond"] = q.progress.processed_rows_per_second
+            out[p + "batchDurationSeconds"] = q.progress.batch_duration
+        status = view.autoscalers.get(q.key)
+        d = None if status is None else status.decision
+        if d is not None:
+            out[p + "autoscaler.recommendedSlots"] = d.target_slots
+            out[p + "autoscaler.recommendedParallelism"] = d.target_partitions
+            if d.inputs.target_rate is not None:
+                out[p + "autoscaler.targetRate"] = d.inputs.target_rate
+            if d.inputs.true_rate_per_slot is not None:
+                out[p + "autoscaler.trueRatePerSlot"] = d.inputs.true_rate_per_slot
+    return {k: float(v) for k, v in out.items()}

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from spark_adaptive.core.bus import EventBus, Handler
+from spark_adaptive.core.clock import Cancellable
 from spark_adaptive.core.events import Event
 from spark_adaptive.core.loop import EventLoop
 from spark_adaptive.core.options import parse_duration
@@ -27,10 +28,12 @@ from spark_adaptive.core.streaming.samples import Sampler
 from spark_adaptive.core.streaming.scheduler import AdaptiveScheduler
 from spark_adaptive.core.streaming.warm_up import WarmUp
 from spark_adaptive.rest.facade import AppFigures, RuntimeFacade
+from spark_adaptive.rest.metrics import flat_figures
 from spark_adaptive.rest.server import serve
 from spark_adaptive.settings import Settings
 from spark_adaptive.spark.actuator import SparkExecutorActuator
 from spark_adaptive.spark.listener import ShimListener, attach_spark_listener, live_executors
+from spark_adaptive.spark.metrics_source import PUSH_INTERVAL, SparkMetricsSource
 from spark_adaptive.spark.shim_check import usable_shim
 from spark_adaptive.spark.store import HadoopRequirementsStore
 from spark_adaptive.spark.streaming import StreamingManager, install_writer_hooks
@@ -105,13 +108,28 @@ class AdaptiveRuntime:
             self.sampler = Sampler(self.scheduler, self.loop,
                                    interval=settings.rest.sample_interval,
                                    capacity=settings.rest.sample_capacity)
-        self.rest = serve(RuntimeFacade(self.loop, self.scheduler, self.persisted,
-                                        autoscaling=self.autoscaling, sampler=self.sampler,
-                                        app=self._figures), settings.rest)
+        self.facade = RuntimeFacade(self.loop, self.scheduler, self.persisted,
+                                    autoscaling=self.autoscaling, sampler=self.sampler,
+                                    app=self._figures)
+        self.rest = serve(self.facade, settings.rest)
         if self.rest is not None:
             self.on_close(self.rest.stop)  # closers run first: no request during shutdown
             log.info("spark-adaptive page at %s/ (Spark UI at %s)", self.rest.url,
                      sc.uiWebUrl or "disabled")
+        self.metrics_source: SparkMetricsSource | None = None
+        if settings.metrics_source and jar is not None:
+            self.metrics_source = SparkMetricsSource(sc, jar)
+            self._push_timer: Cancellable | None = None
+            self.loop.submit(self._push_metrics)
+
+            def close_metrics_source() -> None:
+                source, self.metrics_source = self.metrics_source, None
+                if self._push_timer is not None:
+                    self._push_timer.cancel()
+                if source is not None:
+                    source.close()
+
+            self.on_close(close_metrics_source)
         if self.sampler is not None:
             sampler = self.sampler
 
@@ -126,6 +144,18 @@ class AdaptiveRuntime:
                 self.loop.call_sync(warm_up.close)
 
             self.on_close(close_warm_up)
+
+    def _push_metrics(self) -> None:
+        """Hand the figures to Spark's metrics system, again every few seconds (on the
+        scheduler thread, until shutdown)."""
+        source = self.metrics_source
+        if source is None or self._closed:
+            return
+        try:
+            source.publish(flat_figures(self.facade.metrics()))
+        except Exception:  # py4j gone at shutdown, or a bug: the figures wait, nothing else
+            log.debug("pushing figures to Spark's metrics system failed", exc_info=True)
+        self._push_timer = self.loop.call_later(PUSH_INTERVAL, self._push_metrics)
 
     def _figures(self) -> AppFigures:
         """The application's figures for ``/metrics`` (on the scheduler thread)."""
