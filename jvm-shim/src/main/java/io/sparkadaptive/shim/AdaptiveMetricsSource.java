@@ -3,6 +3,7 @@ package io.sparkadaptive.shim;
 import com.codahale.metrics.Gauge;
 import com.codahale.metrics.MetricRegistry;
 import java.util.HashMap;
+import java.util.HashSet;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import org.apache.spark.SparkEnv;
@@ -16,10 +17,11 @@ import org.apache.spark.metrics.source.Source;
  *
  * <p>Python pushes the current values every few seconds with {@link #update}
  * (one py4j call: {@code name=value} lines). Each name becomes a gauge that
- * reads the latest value. When the set of names changes (a query starts or
- * goes away) the source is registered again, so that sinks that copy the
- * registry when a source is registered see the new gauges, and a gone query's
- * gauges disappear.
+ * reads the latest value; a name no longer given is removed. The source is
+ * registered once: Spark's metrics system keeps a source's registry as a child
+ * of its own (Dropwizard Metrics follows a child registry's additions and
+ * removals), so gauges of a query that starts later appear in every sink, and
+ * those of a query that went away disappear.
  *
  * <p>An instance method interface (not static) because Python reaches this
  * class through a class loader of its own, where py4j calls instance methods.
@@ -59,25 +61,26 @@ public final class AdaptiveMetricsSource implements Source {
         // a value Python could not format as a number: leave that figure out
       }
     }
-    boolean changed = !next.keySet().equals(values.keySet());
-    values.putAll(next);
-    values.keySet().retainAll(next.keySet());
-    if (!changed && system != null) {
-      return true;
+    for (String gone : new HashSet<>(values.keySet())) {
+      if (!next.containsKey(gone)) {
+        values.remove(gone);
+        registry.remove(gone);
+      }
     }
-    SparkEnv env = SparkEnv.get();
-    if (env == null) {
-      return false;
+    for (Map.Entry<String, Double> e : next.entrySet()) {
+      String name = e.getKey();
+      if (values.put(name, e.getValue()) == null) {
+        registry.register(name, (Gauge<Double>) () -> values.getOrDefault(name, Double.NaN));
+      }
     }
-    if (system != null) {
-      system.removeSource(this);
+    if (system == null) {
+      SparkEnv env = SparkEnv.get();
+      if (env == null) {
+        return false;
+      }
+      system = env.metricsSystem();
+      system.registerSource(this);
     }
-    registry.removeMatching((name, metric) -> true);
-    for (String name : next.keySet()) {
-      registry.register(name, (Gauge<Double>) () -> values.getOrDefault(name, Double.NaN));
-    }
-    system = env.metricsSystem();
-    system.registerSource(this);
     return true;
   }
 
