@@ -94,10 +94,11 @@ def _app(view: MetricsView) -> Iterator[Metric]:
                   "(always 1).", ("version", "listener", "mode"))
     info.add_metric([__version__, a.listener, a.mode], 1)
     yield info
+    declared = GaugeMetricFamily(P + "executors_declared", "Executors spark-adaptive last "
+                                 "asked Spark for (no value before it asked).", labels=[])
     if a.executors_declared is not None:
-        yield GaugeMetricFamily(P + "executors_declared",
-                                "Executors spark-adaptive last asked Spark for.",
-                                value=a.executors_declared)
+        declared.add_metric([], a.executors_declared)
+    yield declared
     yield GaugeMetricFamily(P + "executors_alive", "Executors registered with the driver.",
                             value=a.executors_alive)
     yield CounterMetricFamily(P + "events_received", "Spark events the scheduler received.",

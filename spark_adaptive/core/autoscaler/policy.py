@@ -197,8 +197,8 @@ class QueryAutoscaler:
         if view.rescale_in_flight:
             return self._not_ready(view, "a rescale is in flight")
         if now < self._stable_from:
-            return self._not_ready(view, f"stabilizing after the last rescale until "
-                                         f"{self._stable_from:.0f}s")
+            return self._not_ready(view, f"stabilizing after the last rescale for another "
+                                         f"{self._stable_from - now:.0f}s")
         count = self._window.count
         if count == 0:
             return self._collecting(view)

@@ -182,10 +182,13 @@ def decide_rescale(
                                f"{p} partitions")
     if target_partitions is not None and repartition.possible:
         if p != target_partitions:
+            lo, hi = requirements.lower, requirements.upper
+            why = (f"{p} partitions are outside the bounds [{lo}, {hi}]"
+                   if not lo <= p <= hi else
+                   f"the autoscaler asks for {target_partitions} partitions")
             return RescaleDecision(
                 "restart", p, target_partitions, s, share,
-                f"the autoscaler asks for {target_partitions} partitions: restart at "
-                f"{target_partitions} partitions on {share} slots")
+                f"{why}: restart at {target_partitions} partitions on {share} slots")
         if share == s:
             return RescaleDecision("none", p, p, s, s,
                                    f"runs the autoscaler's {p} partitions on {s} slots")

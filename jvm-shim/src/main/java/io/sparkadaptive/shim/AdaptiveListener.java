@@ -45,6 +45,17 @@ import org.apache.spark.storage.RDDInfo;
  * by a daemon thread, one py4j call per batch, to a {@code Consumer<String>}
  * (a Python object). Listener methods only enqueue: they never block and never
  * throw into Spark's listener bus, also when Python is gone.
+ *
+ * <p>The queue is bounded, so that a Python side that falls behind (or stalls)
+ * never grows the driver's memory:
+ * <ul>
+ *   <li>heartbeats are coalesced: only each executor's latest waits, whatever
+ *       the number that arrived;
+ *   <li>stage and job events (the task-level detail) are dropped and counted
+ *       ({@link #dropped()}) while {@link #capacity()} events wait;
+ *   <li>executor and streaming-query events are never dropped: they come at
+ *       the pace of executors and micro-batches, not of tasks.
+ * </ul>
  */
 public class AdaptiveListener extends SparkListener {
   private final BlockingQueue<String> queue = new LinkedBlockingQueue<>();
@@ -53,6 +64,10 @@ public class AdaptiveListener extends SparkListener {
   private final AtomicLong delivered = new AtomicLong();
   private final AtomicLong batches = new AtomicLong();
   private final AtomicLong failures = new AtomicLong();
+  private final AtomicLong dropped = new AtomicLong();
+  /** Each executor's latest heartbeat not yet delivered (executor id to epoch millis). */
+  private final Map<String, Long> heartbeats = new ConcurrentHashMap<>();
+  private volatile int capacity = 10_000;
   private volatile Consumer<String> sink;
   private volatile Thread dispatcher;
   private volatile boolean running;
@@ -87,30 +102,45 @@ public class AdaptiveListener extends SparkListener {
     dispatcher = null;
     sink = null;
     queue.clear();
+    heartbeats.clear();
   }
 
   public long delivered() { return delivered.get(); }
   public long batches() { return batches.get(); }
   public long failures() { return failures.get(); }
   public String lastError() { return lastError; }
-  public int queued() { return queue.size(); }
+  public int queued() { return queue.size() + heartbeats.size(); }
+  public long dropped() { return dropped.get(); }
+  public int capacity() { return capacity; }
+  public void setCapacity(int n) { capacity = Math.max(1, n); }
   public void setMaxBatch(int n) { maxBatch = Math.max(1, n); }
 
   private void dispatchLoop() {
     List<String> buf = new ArrayList<>();
     while (running || !queue.isEmpty()) {
+      boolean interrupted = false;
       try {
         String first = queue.poll(200, TimeUnit.MILLISECONDS);
-        if (first == null) {
-          continue;
+        if (first != null) {
+          buf.add(first);
+          queue.drainTo(buf, maxBatch - 1);
         }
-        buf.add(first);
-        queue.drainTo(buf, maxBatch - 1);
       } catch (InterruptedException e) {
         queue.drainTo(buf, maxBatch);
-        if (buf.isEmpty()) {
+        interrupted = true;
+      }
+      // After what is queued, so that an executor's heartbeat follows its ExecutorAdded.
+      for (String id : new ArrayList<>(heartbeats.keySet())) {
+        Long at = heartbeats.remove(id);
+        if (at != null) {
+          buf.add(new Json("ExecutorHeartbeat").num("time", at).str("executor_id", id).close());
+        }
+      }
+      if (buf.isEmpty()) {
+        if (interrupted) {
           break;
         }
+        continue;
       }
       Consumer<String> s = sink;
       if (s != null && !buf.isEmpty()) {
@@ -128,10 +158,23 @@ public class AdaptiveListener extends SparkListener {
     }
   }
 
+  /** An executor or query event: always queued. */
   private void emit(Json j) {
     if (running) {
       queue.offer(j.close());
     }
+  }
+
+  /** A stage or job event: dropped (and counted) while the queue is full. */
+  private void emitDetail(Json j) {
+    if (!running) {
+      return;
+    }
+    if (queue.size() >= capacity) {
+      dropped.incrementAndGet();
+      return;
+    }
+    queue.offer(j.close());
   }
 
   // -- executors --------------------------------------------------------------
@@ -152,8 +195,9 @@ public class AdaptiveListener extends SparkListener {
     if ("driver".equals(e.execId())) {
       return;
     }
-    emit(new Json("ExecutorHeartbeat").num("time", System.currentTimeMillis())
-        .str("executor_id", e.execId()));
+    if (running) {
+      heartbeats.put(e.execId(), System.currentTimeMillis());
+    }
   }
 
   // -- stages and jobs -----------------------------------------------------------
@@ -162,7 +206,7 @@ public class AdaptiveListener extends SparkListener {
     StageInfo s = e.stageInfo();
     taskDurations.put(key(s), new long[Math.max(1, s.numTasks())]);
     taskCounts.put(key(s), 0);
-    emit(new Json("StageSubmitted").num("time", optLong(s.submissionTime(), now()))
+    emitDetail(new Json("StageSubmitted").num("time", optLong(s.submissionTime(), now()))
         .num("stage_id", s.stageId()).num("attempt", s.attemptNumber())
         .num("num_tasks", s.numTasks()).str("name", s.name())
         .str("job_group", group(e.properties())));
@@ -217,7 +261,7 @@ public class AdaptiveListener extends SparkListener {
           .dbl("median_task_duration", done[n / 2] / 1000.0)
           .dbl("task_time", total / 1000.0);
     }
-    emit(j);
+    emitDetail(j);
   }
 
   // -- streaming queries ------------------------------------------------------------
@@ -279,7 +323,7 @@ public class AdaptiveListener extends SparkListener {
       }
       ids.append(it.next());
     }
-    emit(new Json("JobStarted").num("time", e.time()).num("job_id", e.jobId())
+    emitDetail(new Json("JobStarted").num("time", e.time()).num("job_id", e.jobId())
         .raw("stage_ids", ids.append(']').toString()).str("job_group", group(e.properties()))
         .str("execution_id", e.properties() == null
             ? null : e.properties().getProperty("spark.sql.execution.id")));
@@ -293,7 +337,7 @@ public class AdaptiveListener extends SparkListener {
     } else {
       j.bool("succeeded", true);
     }
-    emit(j);
+    emitDetail(j);
   }
 
   // -- helpers --------------------------------------------------------------------
