@@ -39,6 +39,12 @@ class Settings:
         "How Spark's events reach spark-adaptive: `shim` (the JVM shim filters and batches "
         "them, no per-task py4j call), `py4j` (a pure-py4j SparkListener), or `auto` (the shim "
         "when its jar is present, else py4j).", choices=("auto", "shim", "py4j"))
+    listener_queue_capacity: int = option(
+        "listener.queue.capacity", "int", 10000,
+        "Stage and job events the JVM shim keeps for spark-adaptive while Python falls behind; "
+        "more are dropped and counted (spark_adaptive_events_dropped_total). Heartbeats are "
+        "coalesced to each executor's latest, and executor and query events are never "
+        "dropped, so the driver's memory stays bounded.", minimum=1, maximum=10_000_000)
     shim_jar: str = option(
         "shim.jar", "string", "",
         "Path of the JVM shim jar. Empty: the jar built into the installed package.",

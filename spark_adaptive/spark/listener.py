@@ -226,9 +226,13 @@ class _ShimSink:
 class ShimListener:
     """The JVM shim's listener, registered on the SparkContext."""
 
-    def __init__(self, sc: SparkContext, jar: Path, sink: Sink) -> None:
+    def __init__(self, sc: SparkContext, jar: Path, sink: Sink,
+                 queue_capacity: int = 10_000) -> None:
+        """``queue_capacity``: stage and job events that may wait for Python; more are
+        dropped and counted (executor and query events never are)."""
         self._sc = sc
         self._jlistener = new_shim_object(sc, "AdaptiveListener", jar)
+        self._jlistener.setCapacity(queue_capacity)
         self._python_sink = _ShimSink(sink)
         self._jlistener.start(self._python_sink)
         sc._jsc.sc().addSparkListener(self._jlistener)
@@ -236,7 +240,7 @@ class ShimListener:
     def stats(self) -> dict[str, int]:
         j = self._jlistener
         return {"delivered": j.delivered(), "batches": j.batches(), "failures": j.failures(),
-                "queued": j.queued()}
+                "queued": j.queued(), "dropped": j.dropped()}
 
     def close(self) -> None:
         self._sc._jsc.sc().removeSparkListener(self._jlistener)
@@ -323,13 +327,13 @@ def _safe(fn: Callable[[], None], what: str) -> None:
 
 
 def attach_spark_listener(
-    sc: SparkContext, sink: Sink, mode: str, jar: Path | None
+    sc: SparkContext, sink: Sink, mode: str, jar: Path | None, queue_capacity: int = 10_000
 ) -> tuple[ShimListener | Py4jListener, str]:
     """Register the listener for ``mode`` (auto|shim|py4j); returns it and the path used."""
     ensure_callback_server(sc)
     if mode in ("auto", "shim") and jar is not None:
         try:
-            return ShimListener(sc, jar, sink), "shim"
+            return ShimListener(sc, jar, sink, queue_capacity), "shim"
         except Exception as e:
             if mode == "shim":
                 raise

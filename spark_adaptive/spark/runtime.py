@@ -94,7 +94,7 @@ class AdaptiveRuntime:
         self.loop.start()
         jar = usable_shim(sc, settings)  # None after one WARNING naming what is lost
         self.listener, self.listener_path = attach_spark_listener(
-            sc, self.bus.post, settings.listener, jar)
+            sc, self.bus.post, settings.listener, jar, settings.listener_queue_capacity)
         for event in live_executors(sc):
             self.bus.post(event)
         install_writer_hooks(streaming_manager_for)

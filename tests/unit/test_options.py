@@ -69,7 +69,8 @@ def test_declared_keys_and_promised_defaults() -> None:
         "spark.adaptive.rest.token": None,
         "spark.adaptive.rest.samples.interval": 2.0,
         "spark.adaptive.rest.samples.capacity": 300,
-        "spark.adaptive.metrics.spark-source.enabled": True
+        "spark.adaptive.metrics.spark-source.enabled": True,
+        "spark.adaptive.listener.queue.capacity": 10000
     }
     assert s == Settings.from_conf({})
 
