@@ -129,7 +129,8 @@ def main() -> int:
         say("submitted examples/reactive_demo.py in reactive mode; app log: demo-output/app.log")
         try:
             q = app.wait_for_query()
-            say(f"the app's query {q['name']} is managed (REST API {app.rest_url})")
+            say(f"the app's query {q['name']} is managed: open {app.rest_url}/ in a browser "
+                "to watch it (the REST API is there too)")
             sampler = Sampler(app)
             sampler.start()
             sampler.wait_for("parallelism 1", lambda s: s["parallelism"] == 1)
