@@ -15,7 +15,7 @@ JAR    := spark_adaptive/jars/spark-adaptive-shim.jar
 SHIM_SOURCES := $(shell find jvm-shim/src -name '*.java' 2>/dev/null)
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-oldest demo demo-autoscale test test-unit test-integration test-oldest lint docs bench \
+.PHONY: setup setup-oldest demo demo-autoscale test test-unit test-integration test-oldest lint docs bench soak \
 	dist clean java chromium
 
 setup: java $(STAMP) $(JAR)
@@ -49,6 +49,12 @@ $(STAMP_OLDEST): pyproject.toml setup.py
 
 demo: setup
 	$(BIN)/python examples/demo.py
+
+# A chaos soak on the local cluster (about 10 minutes): MINUTES=60 SEED=3 make soak
+MINUTES ?= 10
+SEED    ?= 7
+soak: setup
+	$(BIN)/python -m spark_adaptive.testing.soak --minutes $(MINUTES) --seed $(SEED) --out soak-output
 
 demo-autoscale: setup
 	$(BIN)/python benchmarks/autoscale.py --profiles steps --modes autoscaler --results demo-output

@@ -1,0 +1,442 @@
+"""A chaos soak: an unmodified stateful app on a real local cluster, under seeded faults.
+
+    python -m spark_adaptive.testing.soak --minutes 10 --seed 7      # make soak
+
+For each mode (``adaptive``, then ``reactive``; half the time each) it starts a Spark
+standalone cluster on 127.0.0.1 with two one-core workers, submits
+:mod:`spark_adaptive.testing.soak_app` with ``spark-submit --conf
+spark.adaptive.enabled=true`` and, every 8 to 16 seconds, does one thing a cluster does
+to an app, drawn from a :class:`random.Random` seeded with ``--seed``:
+
+* ``add-worker``: a worker joins (up to ``--max-workers``);
+* ``stop-worker``: a worker shuts down (SIGTERM) with its executors;
+* ``kill-worker``: a worker and its executors are SIGKILLed (a lost node);
+* ``kill-executor``: one executor process is SIGKILLed;
+* ``freeze-executor``: one executor is SIGSTOPped past the failure-detection timeout,
+  then SIGCONTed;
+* ``kill-driver``: the driver is SIGKILLed and the app submitted again on its
+  checkpoint; ``kill-driver-in-repartition`` does it while a restart rescale
+  repartitions the query's state offline (a worker is added to cause one);
+* ``bounds`` (adaptive mode): new parallelism bounds through the REST API.
+
+Meanwhile it reads the app's REST API every second (state, parallelism, executors, the
+last micro-batch, the rescale history) and counts every error while a driver is up. At
+the end it stops the app through its stop file and checks the last committed
+aggregate key by key: every value counted once, none lost, none twice
+(:func:`check_counts`). It writes ``soak.json`` (the actions, samples, rescales and the
+result) and ``soak.png`` (the timeline) into ``--out``, and prints the summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from spark_adaptive.testing.cluster import LocalCluster
+from spark_adaptive.testing.submit import SubmittedApp, submit
+
+APP = Path(__file__).resolve().with_name("soak_app.py")
+QUERY = "soak-counts"
+KEYS = 50
+FAILURE_DETECTION = 20.0
+"""spark.adaptive.failure-detection.timeout of the soak's app, seconds."""
+
+CONF = {
+    "spark.adaptive.enabled": "true",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.executor.cores": "1",
+    "spark.adaptive.scheduler.executing.cooldown-after-rescaling": "5s",
+    "spark.adaptive.scheduler.executing.resource-stabilization-timeout": "5s",
+    "spark.adaptive.scheduler.submission.resource-stabilization-timeout": "5s",
+    "spark.adaptive.scheduler.executor-loss-grace": "5s",
+    "spark.adaptive.failure-detection.timeout": f"{FAILURE_DETECTION:g}s",
+    "spark.sql.streaming.stateStore.providerClass":
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+}
+FAULTS = ("stop-worker", "kill-worker", "kill-executor", "freeze-executor", "kill-driver",
+          "kill-driver-in-repartition")
+
+
+@dataclass
+class Result:
+    mode: str
+    seconds: float = 0.0
+    actions: dict[str, int] = field(default_factory=dict)
+    rescales: int = 0
+    live_rescales: int = 0
+    restart_rescales: int = 0
+    drivers: int = 0
+    failed_states: int = 0
+    rest_errors: int = 0
+    rest_requests: int = 0
+    worst_staleness: float = 0.0
+    keys: int = 0
+    values: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    app_exit: int | None = None
+
+    @property
+    def faults(self) -> int:
+        return sum(n for a, n in self.actions.items() if a in FAULTS)
+
+    @property
+    def ok(self) -> bool:
+        return (self.lost == 0 and self.duplicated == 0 and self.failed_states == 0
+                and self.rest_errors == 0 and self.app_exit == 0 and self.values > 0)
+
+
+def check_counts(output: Path, checkpoint: Path) -> tuple[int, int, int, int]:
+    """``(keys, values, lost, duplicated)`` of the last committed batch's aggregate: for
+    each key, the values ``0..latest`` with that remainder counted against what the
+    aggregate holds (counts and sums both)."""
+    committed = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    table = pq.read_table(output / f"batch={committed}").to_pydict()
+    top = max(table["latest"])
+    got = {k: (c, t) for k, c, t in zip(table["key"], table["count"], table["total"],
+                                         strict=True)}
+    lost = duplicated = 0
+    for key in range(KEYS):
+        n = (top - key) // KEYS + 1 if top >= key else 0  # values key, key+KEYS, ... <= top
+        want_total = n * key + KEYS * n * (n - 1) // 2
+        count, total = got.get(key, (0, 0))
+        if count < n:
+            lost += n - count
+        elif count > n:
+            duplicated += count - n
+        elif total != want_total:  # same count, other values: as many lost as duplicated
+            lost += 1
+            duplicated += 1
+    return len(got), top + 1, lost, duplicated
+
+
+class Watch(threading.Thread):
+    """Reads the current driver's REST API every second."""
+
+    def __init__(self, t0: float) -> None:
+        super().__init__(daemon=True)
+        self.t0 = t0
+        self.app: SubmittedApp | None = None
+        self.up = False  # the current driver has answered since it was submitted
+        self.samples: list[dict[str, Any]] = []
+        self.rescales: dict[tuple[int, int], dict[str, Any]] = {}  # (driver, id) -> record
+        self.driver = 0
+        self.errors: list[str] = []
+        self.requests = 0
+        self.stopped = threading.Event()
+        self._lock = threading.Lock()
+
+    def use(self, app: SubmittedApp | None) -> None:
+        with self._lock:
+            self.app, self.up = app, False
+            if app is not None:
+                self.driver += 1
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def run(self) -> None:
+        while not self.stopped.wait(1.0):
+            with self._lock:
+                app, driver = self.app, self.driver
+            if app is None or not app.running():
+                continue
+            try:
+                queries = app.queries()
+                history = app.rescales(QUERY)["rescales"] if queries else []
+            except (OSError, ValueError, urllib.error.URLError) as e:
+                with self._lock:
+                    if self.up and app is self.app and app.running():
+                        self.errors.append(f"{self.now():.0f}s: {e}")
+                        self.requests += 1
+                continue
+            with self._lock:
+                if app is not self.app:
+                    continue
+                self.up = True
+                self.requests += 1
+            q = next((q for q in queries if q["name"] == QUERY), None)
+            if q is None:
+                continue
+            progress = q.get("lastProgress") or {}
+            self.samples.append({
+                "t": self.now(), "driver": driver, "state": q["state"],
+                "status": q.get("status"), "parallelism": q["parallelism"],
+                "slots": q["slots"], "executors": q["executors"],
+                "batch_time": progress.get("time"), "wall": time.time()})
+            for r in history:
+                self.rescales[(driver, r["id"])] = {**r, "driver": driver}
+
+
+class Soak:
+    """One mode's run: the cluster, the app, the actions, the checks."""
+
+    def __init__(self, mode: str, seconds: float, seed: int, out: Path,
+                 max_workers: int) -> None:
+        self.mode = mode
+        self.seconds = seconds
+        self.rng = random.Random(f"{seed}-{mode}")
+        self.out = out / mode
+        self.max_workers = max_workers
+        self.t0 = time.monotonic()
+        self.watch = Watch(self.t0)
+        self.actions: list[dict[str, Any]] = []
+        self.result = Result(mode)
+        self.cluster: LocalCluster | None = None
+        self.app: SubmittedApp | None = None
+
+    def say(self, text: str) -> None:
+        print(f"[{self.mode} {time.monotonic() - self.t0:6.1f}s] {text}", flush=True)
+
+    # -- the app --------------------------------------------------------------------------
+    def _submit(self) -> None:
+        assert self.cluster is not None
+        conf = {**CONF, "spark.adaptive.scheduler.mode": self.mode}
+        self.app = submit(self.cluster, APP, "--checkpoint", str(self.out / "checkpoint"),
+                          "--output", str(self.out / "output"),
+                          "--stop-file", str(self.out / "stop"), conf=conf,
+                          log_path=self.out / f"driver-{self.watch.driver + 1}.log")
+        self.watch.use(self.app)
+        self.app.wait_for_query(timeout=240)
+        self.result.drivers += 1
+
+    def _app_id(self) -> str | None:
+        assert self.cluster is not None
+        apps = (self.cluster.status() or {}).get("activeapps", [])
+        return apps[-1]["id"] if apps else None
+
+    def _executors(self) -> list[Any]:
+        assert self.cluster is not None
+        app_id = self._app_id()
+        return [] if app_id is None else self.cluster.executors(app_id)
+
+    # -- actions ------------------------------------------------------------------------
+    def _choices(self) -> list[str]:
+        assert self.cluster is not None
+        workers = len(self.cluster.workers)
+        out = ["kill-executor", "freeze-executor", "kill-driver", "kill-driver-in-repartition"]
+        if workers < self.max_workers:
+            out += ["add-worker", "add-worker"]
+        if workers > 1:
+            out += ["stop-worker", "kill-worker"]
+        if self.mode == "adaptive":
+            out.append("bounds")
+        return out
+
+    def act(self, action: str) -> str:
+        assert self.cluster is not None and self.app is not None
+        if action == "add-worker":
+            return self.cluster.add_worker().name
+        if action == "stop-worker":
+            return self.cluster.stop_worker(self.rng.choice(self.cluster.workers)).name
+        if action == "kill-worker":
+            return self.cluster.kill_worker(self.rng.choice(self.cluster.workers)).name
+        if action in ("kill-executor", "freeze-executor"):
+            executors = self._executors()
+            if not executors:
+                return "no executor"
+            e = self.rng.choice(executors)
+            if action == "kill-executor":
+                self.cluster.kill_executor(e.executor_id, e.app_id)
+                return f"executor {e.executor_id}"
+            self.cluster.freeze_executor(e.executor_id, e.app_id)
+            time.sleep(FAILURE_DETECTION + 5)
+            try:
+                self.cluster.thaw_executor(e.executor_id, e.app_id)
+            except Exception:  # noqa: BLE001 - released and killed meanwhile: fine
+                pass
+            return f"executor {e.executor_id} for {FAILURE_DETECTION + 5:g}s"
+        if action == "bounds":
+            upper = self.rng.randint(1, 4)
+            body = json.dumps({"parallelism": {"lowerBound": 1, "upperBound": upper}})
+            req = urllib.request.Request(
+                f"{self.app.rest_url}/queries/{QUERY}/resource-requirements", body.encode(),
+                method="PUT", headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=30) as r:
+                assert r.status == 200
+            return f"[1, {upper}]"
+        if action == "kill-driver":
+            self.app.kill()
+            self.watch.use(None)
+            self._submit()
+            return f"driver {self.result.drivers - 1} killed, resubmitted"
+        if action == "kill-driver-in-repartition":
+            return self._kill_in_repartition()
+        raise ValueError(f"unknown action {action!r}")
+
+    def _kill_in_repartition(self) -> str:
+        """Cause a restart rescale, and SIGKILL the driver while its state is repartitioned."""
+        assert self.cluster is not None and self.app is not None
+        app = self.app
+        before = {r["id"] for r in app.rescales(QUERY)["rescales"]}
+        if len(self.cluster.workers) < self.max_workers:
+            self.cluster.add_worker()
+        elif len(self.cluster.workers) > 1:
+            self.cluster.stop_worker(self.rng.choice(self.cluster.workers))
+        deadline = time.monotonic() + 90
+        phase = "no restart rescale within 90 s"
+        while time.monotonic() < deadline:
+            try:
+                records = [r for r in app.rescales(QUERY)["rescales"] if r["id"] not in before]
+            except (OSError, ValueError):
+                records = []
+            pending = [r for r in records if r["outcome"] == "pending" and r["kind"] == "restart"]
+            if pending and "stop" in pending[-1]["timings"]:
+                phase = "killed during repartition"
+                break
+            if any(r["kind"] == "live" for r in records):
+                phase = "the rescale was live: killed after it"
+                break
+            time.sleep(0.05)
+        app.kill()
+        self.watch.use(None)
+        self._submit()
+        return phase
+
+    # -- the run ------------------------------------------------------------------------
+    def run(self) -> Result:
+        self.out.mkdir(parents=True, exist_ok=True)
+        with LocalCluster(workers=2, work_dir=self.out / "cluster") as cluster:
+            self.cluster = cluster
+            self.watch.start()
+            self._submit()
+            self.say(f"app up, REST API {self.app.rest_url if self.app else '?'}")
+            end = self.t0 + self.seconds
+            while time.monotonic() + 8 < end:
+                time.sleep(self.rng.uniform(8, 16))
+                if time.monotonic() >= end:
+                    break
+                action = self.rng.choice(self._choices())
+                at = time.monotonic() - self.t0
+                try:
+                    what = self.act(action)
+                except Exception as e:  # noqa: BLE001 - an action that could not be done
+                    what = f"not done: {type(e).__name__}: {e}"
+                self.actions.append({"t": at, "until": time.monotonic() - self.t0,
+                                     "action": action, "what": what})
+                self.result.actions[action] = self.result.actions.get(action, 0) + 1
+                self.say(f"{action}: {what}")
+            self._finish()
+        return self.result
+
+    def _finish(self) -> None:
+        assert self.app is not None
+        time.sleep(10)  # the last action's rescale settles
+        self.watch.use(None)  # the REST API goes away with the stopping app: not an error
+        (self.out / "stop").touch()
+        self.result.app_exit = self.app.wait(240)
+        self.watch.stopped.set()
+        self.watch.join(5)
+        r = self.result
+        r.seconds = time.monotonic() - self.t0
+        r.keys, r.values, r.lost, r.duplicated = check_counts(self.out / "output",
+                                                             self.out / "checkpoint")
+        records = [x for x in self.watch.rescales.values() if x["kind"] != "initial"
+                   and x["trigger"] != "FAILURE"]
+        r.rescales = len(records)
+        r.live_rescales = sum(1 for x in records if x["kind"] == "live")
+        r.restart_rescales = r.rescales - r.live_rescales
+        r.failed_states = sum(1 for s in self.watch.samples if s["status"] == "FAILED")
+        r.rest_errors, r.rest_requests = len(self.watch.errors), self.watch.requests
+        r.worst_staleness = _worst_staleness(self.watch.samples)
+        self._write()
+
+    def _write(self) -> None:
+        data = {"result": {**asdict(self.result), "faults": self.result.faults,
+                           "ok": self.result.ok},
+                "actions": self.actions, "samples": self.watch.samples,
+                "rescales": list(self.watch.rescales.values()),
+                "rest_errors": self.watch.errors}
+        (self.out / "soak.json").write_text(json.dumps(data, indent=1))
+        plot(self.mode, data, self.out / "soak.png")
+
+
+def _worst_staleness(samples: list[dict[str, Any]]) -> float:
+    """The longest a sample saw since the query's last completed micro-batch (while a
+    driver answered: the minutes a killed driver is down are counted from its restart)."""
+    worst = 0.0
+    for s in samples:
+        if s["batch_time"]:
+            worst = max(worst, s["wall"] - s["batch_time"])
+    return worst
+
+
+def plot(mode: str, data: dict[str, Any], path: Path) -> None:
+    """The timeline: executors and parallelism, the actions, and the time since the last
+    completed micro-batch."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    samples = data["samples"]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(12, 6.5), sharex=True,
+                                      gridspec_kw={"height_ratios": [3, 2]})
+    t = [s["t"] for s in samples]
+    top.step(t, [s["executors"] for s in samples], where="post", color="#bbbbbb", lw=5,
+             label="executors")
+    top.step(t, [s["parallelism"] for s in samples], where="post", color="#1f77b4", lw=2,
+             label="parallelism")
+    for a in data["actions"]:
+        color = "#d62728" if a["action"] in FAULTS else "#2ca02c"
+        for ax in (top, bottom):
+            ax.axvline(a["t"], color=color, lw=0.8, ls=":")
+            if a["until"] - a["t"] > 2:  # a frozen executor, a driver down and resubmitted
+                ax.axvspan(a["t"], a["until"], color=color, alpha=0.07)
+        top.text(a["t"], 4.4, a["action"], rotation=90,
+                 fontsize=7, color=color, va="top", ha="right")
+    top.set_ylim(0, 4.6)
+    top.set_ylabel("count")
+    top.legend(loc="upper left", fontsize=8)
+    r = data["result"]
+    top.set_title(f"spark-adaptive soak, {mode} mode: {r['rescales']} rescales "
+                  f"({r['live_rescales']} live), {r['faults']} faults, {r['lost']} lost, "
+                  f"{r['duplicated']} duplicated")
+    bottom.plot(t, [s["wall"] - s["batch_time"] if s["batch_time"] else None
+                    for s in samples], color="#9467bd", lw=1.2)
+    bottom.set_ylabel("seconds since the\nlast micro-batch")
+    bottom.set_xlabel("seconds since the soak started")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--minutes", type=float, default=10.0)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--modes", default="adaptive,reactive")
+    ap.add_argument("--max-workers", type=int, default=3)
+    ap.add_argument("--out", default="soak-output")
+    args = ap.parse_args(argv)
+    modes = [m for m in args.modes.split(",") if m]
+    out = Path(args.out)
+    results = []
+    for mode in modes:
+        soak = Soak(mode, args.minutes * 60 / len(modes), args.seed, out, args.max_workers)
+        results.append(soak.run())
+    print("\nsummary")
+    for r in results:
+        print(f"  {r.mode}: {r.seconds:.0f}s, {r.rescales} rescales ({r.live_rescales} live, "
+              f"{r.restart_rescales} restart), {r.faults} faults {r.actions}, "
+              f"{r.drivers} drivers, {r.values} values in {r.keys} keys checked: {r.lost} lost, "
+              f"{r.duplicated} duplicated; FAILED seen {r.failed_states}; REST errors "
+              f"{r.rest_errors} of {r.rest_requests}; worst time since a batch "
+              f"{r.worst_staleness:.1f}s; app exit {r.app_exit}: {'ok' if r.ok else 'NOT OK'}")
+    print(f"  timelines: {', '.join(str(out / r.mode / 'soak.png') for r in results)}")
+    return 0 if all(r.ok for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
