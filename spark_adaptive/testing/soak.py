@@ -101,8 +101,12 @@ def check_counts(output: Path, checkpoint: Path) -> tuple[int, int, int, int]:
     """``(keys, values, lost, duplicated)`` of the last committed batch's aggregate: for
     each key, the values ``0..latest`` with that remainder counted against what the
     aggregate holds (counts and sums both)."""
-    committed = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
-    table = pq.read_table(output / f"batch={committed}").to_pydict()
+    # The newest committed batch that wrote output: Spark's offline state repartition (a
+    # restart rescale) commits a batch of its own, which runs no sink.
+    committed = sorted((int(p.name) for p in (checkpoint / "commits").iterdir()
+                        if p.name.isdigit()), reverse=True)
+    batch = next(b for b in committed if (output / f"batch={b}").is_dir())
+    table = pq.read_table(output / f"batch={batch}").to_pydict()
     top = max(table["latest"])
     got = {k: (c, t) for k, c, t in zip(table["key"], table["count"], table["total"],
                                          strict=True)}
@@ -130,7 +134,9 @@ class Watch(threading.Thread):
         self.app: SubmittedApp | None = None
         self.up = False  # the current driver has answered since it was submitted
         self.samples: list[dict[str, Any]] = []
-        self.rescales: dict[tuple[int, int], dict[str, Any]] = {}  # (driver, id) -> record
+        # By (id, time): a query's history comes back with it after a driver restart, so a
+        # record is seen by every driver after the one that made it.
+        self.rescales: dict[tuple[int, float], dict[str, Any]] = {}
         self.driver = 0
         self.errors: list[str] = []
         self.requests = 0
@@ -176,7 +182,7 @@ class Watch(threading.Thread):
                 "slots": q["slots"], "executors": q["executors"],
                 "batch_time": progress.get("time"), "wall": time.time()})
             for r in history:
-                self.rescales[(driver, r["id"])] = {**r, "driver": driver}
+                self.rescales[(r["id"], r["time"])] = {**r, "driver": driver}
 
 
 class Soak:

@@ -37,8 +37,9 @@ def test_lost_and_duplicated_values_are_counted(tmp_path: Path) -> None:
     assert check_counts(tmp_path / "out", tmp_path / "ck")[2:] == (2, 1)
 
 
-def test_the_last_committed_batch_is_read(tmp_path: Path) -> None:
+def test_the_last_committed_batch_with_output_is_read(tmp_path: Path) -> None:
     _write(tmp_path, 1, 500, {})
     _write(tmp_path, 2, 900, {3: (0, 0)})
     (tmp_path / "out" / "batch=3").mkdir()  # written, never committed
+    (tmp_path / "ck" / "commits" / "4").write_text("v1")  # a repartition's: no output
     assert check_counts(tmp_path / "out", tmp_path / "ck")[2] > 0  # batch 2 is read
