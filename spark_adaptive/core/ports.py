@@ -63,6 +63,10 @@ class StartResult:
     """True when the checkpoint's state was repartitioned before the start."""
     timings: tuple[tuple[str, float], ...] = ()
     """Named phases and their seconds, e.g. (("repartition", 2.4), ("start", 0.1))."""
+    repartition_error: str | None = None
+    """Why the state could not be repartitioned to the parallelism asked for: the
+    checkpoint was then put back as it was, and the query started (``ok``) at
+    ``parallelism``, the partitions its state has."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +92,9 @@ class QueryDriver(Protocol):
         """Start the query at ``parallelism`` partitions.
 
         Repartitions the checkpoint's state first when the query is stateful and
-        its state has a different partition count. ``on_done`` reports the outcome.
+        its state has a different partition count; should that fail, the query
+        starts at the partitions its state has (``StartResult.repartition_error``
+        says why). ``on_done`` reports the outcome.
         """
         ...
 

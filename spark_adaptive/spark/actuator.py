@@ -17,7 +17,9 @@ state-store data).
 
 The py4j calls run on a worker thread of their own, so the scheduler thread
 never waits on an RPC to the cluster manager. Requests coalesce: when several
-totals are declared quickly, only the newest is sent.
+totals are declared quickly, only the newest is sent. A call that raises (py4j,
+the cluster manager) is one ERROR line saying what was not done; nothing waits
+on it, so the scheduler and the queries go on.
 """
 
 from __future__ import annotations
@@ -161,19 +163,25 @@ class SparkExecutorActuator:
             self._run(what, arg)
 
     def _run(self, what: str, arg: Any) -> None:
+        """Send one call to Spark. A call that raises (py4j, the cluster manager) is one
+        ERROR line saying what was not done (it is not retried: the scheduler's next
+        declaration is sent as usual); the scheduler and the queries go on."""
         jsc = self._sc._jsc.sc()
+        doing = what
         try:
             if what == "request":
                 with self._lock:
                     total, self._latest_total = self._latest_total, None
                 if total is None:
                     return  # coalesced into a newer request already sent
+                doing = f"requesting {total} executor(s) in total"
                 ok = jsc.requestTotalExecutors(int(total), 0, empty_scala_map(self._sc))
                 self.requested.append(int(total))
                 log.info("requested %d executor(s) in total (accepted: %s)",
                          total, ok)
             elif what == "declare-lost":
                 executor_id, reason = arg
+                doing = f"declaring executor {executor_id} lost to the driver"
                 jar = shim_jar_path(self.shim_jar)
                 if jar is None:
                     log.info("executor %s is dropped when its process ends (the JVM shim, "
@@ -185,15 +193,33 @@ class SparkExecutorActuator:
                     log.info("executor %s declared lost to the driver: %s", executor_id, reason)
             elif what == "kill":
                 ids, reason = arg
+                doing = f"releasing executor(s) {', '.join(ids)}"
                 ok = jsc.killExecutors(scala_string_seq(self._sc, ids))
                 self.killed.extend(ids)
                 log.info("released executor(s) %s: %s (accepted: %s)",
                          ", ".join(ids), reason, ok)
-        except Exception:
-            log.exception("executor %s failed", what)
+        except Exception as e:
+            log.error("%s failed (%s); not done, and the queries run on with the executors "
+                      "they have", doing, _first_line(e), exc_info=True)
 
     def close(self) -> None:
         if self._thread is not None:
             self._queue.put(("stop", None))
             self._thread.join(5)
             self._thread = None
+
+
+def _first_line(e: Exception) -> str:
+    """What an error says in one line: the Java exception of a py4j error, else its first
+    line."""
+    text = str(e)
+    java = getattr(e, "java_exception", None)
+    if java is not None:
+        try:
+            text = str(java.toString())
+        except Exception:  # the JVM is going: the Python text still says something
+            pass
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].endswith("Trace:"):  # py4j's own errors
+        return lines[1]
+    return lines[0] if lines else type(e).__name__

@@ -6,6 +6,22 @@ batch is not complete, and restarting from one re-runs that batch, so the query
 driver checks this after every stop. The offset log's metadata also records
 the partition count the state was written with (``spark.sql.shuffle.partitions``)
 and the state store provider.
+
+**An unfinished repartition, rolled back.** Spark's offline repartition
+(``OfflineStateRepartitionRunner``) writes a batch N+1 of its own: first
+``offsets/N+1`` (the last committed offsets with the new partition count), then
+the state rewritten as the state stores' next version, then ``commits/N+1``. It
+only adds files (nothing of batch N or before is changed or deleted), and
+``commits/N+1`` is its single atomic switch. But one that fails or dies before
+that commit leaves an *unfinished repartition batch*, and Spark then refuses the
+checkpoint at any other partition count: the query does not start
+(``STREAMING_UNFINISHED_REPARTITION_DETECTED``), and a repartition to another
+count is refused (``LAST_BATCH_ABANDONED_REPARTITION``). So the checkpoint would
+be usable only by retrying that very repartition. :func:`roll_back_unfinished_repartition`
+puts it back instead: deleting ``offsets/N+1`` (one file) leaves the checkpoint as
+a query that died after committing batch N leaves it, which Spark recovers from
+by design: the next run plans batch N+1 afresh from the committed offsets and
+writes the state's next version over whatever the repartition had written of it.
 """
 
 from __future__ import annotations
@@ -32,11 +48,27 @@ class CheckpointState:
     shuffle_partitions: int | None = None
     state_provider: str | None = None
     has_state: bool = False
+    previous_partitions: int | None = None
+    """When the last batch is not committed: the partition count of the batch before it."""
+    repeats_previous_offsets: bool = False
+    """When the last batch is not committed: its source offsets are those of the batch
+    before it (it reads no new input, as a repartition batch)."""
 
     @property
     def complete(self) -> bool:
         """No batch is left unfinished (an empty checkpoint is complete too)."""
         return self.last_offset is None or self.last_offset == self.last_commit
+
+    @property
+    def unfinished_repartition(self) -> bool:
+        """The last batch is a state repartition that did not commit: Spark's own test (an
+        uncommitted batch whose partition count differs from the batch before it), on a
+        checkpoint with state, whose last batch reads no new input (so no sink can hold
+        anything of it)."""
+        return (not self.complete and self.has_state and self.repeats_previous_offsets
+                and self.previous_partitions is not None
+                and self.shuffle_partitions is not None
+                and self.shuffle_partitions != self.previous_partitions)
 
     def describe(self) -> str:
         if not self.exists:
@@ -55,19 +87,65 @@ def inspect_checkpoint(spark: SparkSession, location: str) -> CheckpointState:
         return CheckpointState(location, exists=False)
     last_offset = _last_batch(fs, j.org.apache.hadoop.fs.Path(root, "offsets"))
     last_commit = _last_batch(fs, j.org.apache.hadoop.fs.Path(root, "commits"))
-    partitions = provider = None
+    partitions = provider = previous = None
+    repeats = False
     if last_offset is not None:
-        text = _read(j, fs, j.org.apache.hadoop.fs.Path(root, f"offsets/{last_offset}"))
-        lines = text.splitlines()
-        if len(lines) > 1:
-            conf = json.loads(lines[1]).get("conf", {})
-            if "spark.sql.shuffle.partitions" in conf:
-                partitions = int(conf["spark.sql.shuffle.partitions"])
-            provider = conf.get(PROVIDER_KEY)
+        last = _batch(j, fs, root, last_offset)
+        partitions, provider = _conf(last)
+        if last_offset != last_commit and last_offset > 0:
+            before = _batch(j, fs, root, last_offset - 1)
+            previous, _ = _conf(before)
+            repeats = before is not None and last is not None and last[2:] == before[2:]
     state = j.org.apache.hadoop.fs.Path(root, "state")
     has_state = bool(fs.exists(state) and len(fs.listStatus(state)) > 0)
     return CheckpointState(location, True, last_offset, last_commit, partitions, provider,
-                           has_state)
+                           has_state, previous, repeats)
+
+
+def roll_back_unfinished_repartition(spark: SparkSession,
+                                     cp: CheckpointState) -> CheckpointState | None:
+    """Put a checkpoint that ends with an unfinished repartition batch back at its last
+    committed batch (see the module's doc) and return what it says then; None, and
+    nothing done, when it does not end with one. Raises when the store refuses the
+    deletion. The caller says what happened, in one line."""
+    if not cp.unfinished_repartition or cp.last_offset is None:
+        return None
+    sc = spark.sparkContext
+    j = jvm(sc)
+    root = j.org.apache.hadoop.fs.Path(cp.location)
+    fs = root.getFileSystem(sc._jsc.hadoopConfiguration())
+    entry = j.org.apache.hadoop.fs.Path(root, f"offsets/{cp.last_offset}")
+    # One file: the batch exists, or it does not (a checksummed file system deletes its
+    # checksum file with it).
+    if fs.exists(entry) and not fs.delete(entry, False):
+        raise OSError(f"cannot delete {entry.toString()}")
+    return inspect_checkpoint(spark, cp.location)
+
+
+def describe_roll_back(before: CheckpointState) -> str:
+    """What :func:`roll_back_unfinished_repartition` did, for a log line."""
+    return (f"its unfinished repartition batch {before.last_offset} ({before.previous_partitions}"
+            f" -> {before.shuffle_partitions} partitions, not committed) was removed, so the "
+            f"checkpoint ends at its last committed batch {before.last_commit} at "
+            f"{before.previous_partitions} partitions, which Spark resumes from")
+
+
+def _batch(j: Any, fs: Any, root: Any, batch: int) -> list[str] | None:
+    """The lines of a batch's offset-log entry: the log's version, the batch's metadata
+    (its SQL conf among it), then one line per source; None if there is none."""
+    path = j.org.apache.hadoop.fs.Path(root, f"offsets/{batch}")
+    if not fs.exists(path):
+        return None
+    return _read(j, fs, path).splitlines()
+
+
+def _conf(lines: list[str] | None) -> tuple[int | None, str | None]:
+    """The partition count and state store provider recorded with a batch's offsets."""
+    if lines is None or len(lines) < 2:
+        return None, None
+    conf = json.loads(lines[1]).get("conf", {})
+    partitions = conf.get("spark.sql.shuffle.partitions")
+    return (int(partitions) if partitions is not None else None), conf.get(PROVIDER_KEY)
 
 
 def _last_batch(fs: Any, path: Any) -> int | None:

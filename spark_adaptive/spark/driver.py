@@ -13,6 +13,12 @@ query (Spark >= 4.1 lets them change on restart) and of a stateful query's
 first run. A stateful query's partitions are fixed in its checkpoint: when
 they differ from the decided parallelism, the driver repartitions the state
 offline first (``StreamingCheckpointManager.repartition``, RocksDB state store).
+A repartition that fails twice is rolled back
+(:func:`~spark_adaptive.spark.checkpoint.roll_back_unfinished_repartition`) and
+the query starts again at the partitions it had, saying why
+(``StartResult.repartition_error``); one a dead driver left unfinished is rolled
+back before the next start (:func:`recover_checkpoint`). Either way no batch is
+lost or run twice, and the query goes on.
 
 **Clean stop.** Spark's ``stop()`` interrupts whatever runs, and a stop during
 a micro-batch leaves it unfinished: the repartition then refuses the
@@ -53,7 +59,9 @@ from spark_adaptive.spark.checkpoint import (
     PROVIDER_KEY,
     ROCKSDB_PROVIDER,
     CheckpointState,
+    describe_roll_back,
     inspect_checkpoint,
+    roll_back_unfinished_repartition,
 )
 from spark_adaptive.spark.jvm import jvm, new_shim_object, shim_jar_path
 
@@ -230,15 +238,19 @@ class SparkQueryDriver:
             if waited >= 0.01:
                 timings.append(("warm-up", waited))
         loc = self._info.checkpoint_location
+        repartition_error = None
         if loc is not None:
-            cp = inspect_checkpoint(self._spark, loc)
+            cp = self.recover_checkpoint(loc)
             if cp.has_state and cp.shuffle_partitions not in (None, parallelism):
                 if not cp.complete:
                     timings.append(("finish-batch", self._finish_unfinished_batch(cp)))
                 t0 = time.monotonic()
-                self._repartition(loc, parallelism)
+                repartition_error = self._repartition(cp, parallelism)
                 timings.append(("repartition", time.monotonic() - t0))
-                repartitioned = True
+                if repartition_error is None:
+                    repartitioned = True
+                else:  # the checkpoint is back at its last committed batch: start there
+                    parallelism = cp.shuffle_partitions or parallelism
         t0 = time.monotonic()
         jquery = self._start_with_partitions(parallelism)
         timings.append(("start", time.monotonic() - t0))
@@ -247,7 +259,7 @@ class SparkQueryDriver:
             self.on_new_run(self.current)
         return StartResult(ok=True, parallelism=parallelism, query_id=str(jquery.id().toString()),
                            run_id=str(jquery.runId().toString()), repartitioned=repartitioned,
-                           timings=tuple(timings))
+                           timings=tuple(timings), repartition_error=repartition_error)
 
     def _start_with_partitions(self, parallelism: int) -> Any:
         """Start at ``parallelism`` shuffle partitions: the session's setting and, after the
@@ -269,15 +281,51 @@ class SparkQueryDriver:
                 if options is not None:
                     _set_private_field(self._jwriter, "extraOptions", options)
 
-    def _repartition(self, location: str, parallelism: int) -> None:
+    def recover_checkpoint(self, location: str) -> CheckpointState:
+        """The checkpoint as a start finds it, after rolling back the unfinished state
+        repartition a driver that died during one left (one WARNING line says so)."""
+        return recover_checkpoint(self._spark, location, self._label)
+
+    def _repartition(self, cp: CheckpointState, parallelism: int) -> str | None:
+        """Repartition the state of the stopped query from ``cp.shuffle_partitions`` to
+        ``parallelism``; None once done. Spark's repartition switches to the new
+        partitions with one file, its commit, but one that failed before it leaves a
+        batch after which Spark accepts nothing but that same repartition. So it is
+        retried once (Spark continues the batch it left); should that fail too, the
+        checkpoint is rolled back to its last committed batch and the reason is returned:
+        the query then starts at the partitions it had. One WARNING line says what
+        happened. Raises only if the roll-back fails."""
         manager = self._spark._streamingCheckpointManager
-        try:
-            manager.repartition(location, parallelism)
-        except Exception as first:
-            # Spark: a failed repartition must be retried with the same partition count.
-            log.warning("repartitioning %s to %d failed (%s); retrying once", location,
-                        parallelism, _error_text(first))
-            manager.repartition(location, parallelism)
+        errors: list[str] = []
+        for _ in range(2):
+            try:
+                manager.repartition(cp.location, parallelism)
+            except Exception as e:
+                errors.append(_error_text(e))
+                continue
+            if errors:
+                log.warning("query %s: repartitioning its state in %s from %s to %d partitions "
+                            "failed (%s); the retry succeeded", self._label, cp.location,
+                            cp.shuffle_partitions, parallelism, errors[0])
+            return None
+        failed = inspect_checkpoint(self._spark, cp.location)
+        if failed.complete and failed.shuffle_partitions == parallelism:
+            log.warning("query %s: repartitioning its state in %s from %s to %d partitions "
+                        "reported a failure (%s), but its batch committed", self._label,
+                        cp.location, cp.shuffle_partitions, parallelism, "; then ".join(errors))
+            return None
+        undone = roll_back_unfinished_repartition(self._spark, failed)
+        state = (describe_roll_back(failed) if undone is not None else
+                 f"its checkpoint is unchanged, at its last committed batch {failed.last_commit}")
+        log.warning("query %s: repartitioning its state in %s from %s to %d partitions failed "
+                    "twice (%s); %s; the query goes on at its %s partitions", self._label,
+                    cp.location, cp.shuffle_partitions, parallelism, "; then ".join(errors),
+                    state, cp.shuffle_partitions)
+        return errors[-1]
+
+    @property
+    def _label(self) -> str:
+        return self._info.name or self._info.key or "(starting)"
 
     def _stop_now(self, clean: bool) -> StopResult:
         q = self.current
@@ -369,6 +417,19 @@ class SparkQueryDriver:
         return True if loc is None else inspect_checkpoint(self._spark, loc).complete
 
 
+def recover_checkpoint(spark: SparkSession, location: str, query: str) -> CheckpointState:
+    """What a checkpoint says before a start, once an unfinished state repartition left in
+    it (by a driver that died during one) is rolled back, in one WARNING line: Spark would
+    refuse to start the query at all on it. Raises if the store refuses the roll-back."""
+    cp = inspect_checkpoint(spark, location)
+    undone = roll_back_unfinished_repartition(spark, cp)
+    if undone is None:
+        return cp
+    log.warning("query %s: its checkpoint %s ended with a state repartition that did not "
+                "finish; %s", query, location, describe_roll_back(cp))
+    return undone
+
+
 def _private_field(obj: Any, name: str) -> Any:
     field = obj.getClass().getDeclaredField(name)
     field.setAccessible(True)
@@ -395,5 +456,17 @@ def _failure_of(q: StreamingQuery | None) -> str | None:
 
 
 def _error_text(e: BaseException) -> str:
+    """What an error says in one line: the Java exception of a py4j error (its own first
+    line, ``An error occurred while calling o42.repartition.``, says nothing), else the
+    error's first line."""
     text = str(e)
-    return text.splitlines()[0] if text else type(e).__name__
+    java = getattr(e, "java_exception", None)
+    if java is not None:
+        try:
+            text = str(java.toString())
+        except Exception:  # the JVM is going: the Python text still says something
+            pass
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].endswith("Trace:"):  # py4j's own errors
+        return lines[1]
+    return lines[0] if lines else type(e).__name__

@@ -23,6 +23,7 @@ from spark_adaptive.core.events import Event
 from spark_adaptive.core.loop import EventLoop
 from spark_adaptive.core.options import parse_duration
 from spark_adaptive.core.streaming.autoscaling import Autoscaling
+from spark_adaptive.core.streaming.history_store import HistoryStore
 from spark_adaptive.core.streaming.persistence import PersistedRequirements
 from spark_adaptive.core.streaming.samples import Sampler
 from spark_adaptive.core.streaming.scheduler import AdaptiveScheduler
@@ -32,10 +33,11 @@ from spark_adaptive.rest.metrics import flat_figures
 from spark_adaptive.rest.server import serve
 from spark_adaptive.settings import Settings
 from spark_adaptive.spark.actuator import SparkExecutorActuator
+from spark_adaptive.spark.history_writer import BackgroundHistoryWriter
 from spark_adaptive.spark.listener import ShimListener, attach_spark_listener, live_executors
 from spark_adaptive.spark.metrics_source import PUSH_INTERVAL, SparkMetricsSource
 from spark_adaptive.spark.shim_check import usable_shim
-from spark_adaptive.spark.store import HadoopRequirementsStore
+from spark_adaptive.spark.store import HadoopHistoryStore, HadoopRequirementsStore
 from spark_adaptive.spark.streaming import StreamingManager, install_writer_hooks
 from spark_adaptive.spark.warm_up import warm_up_launcher
 
@@ -69,11 +71,14 @@ class AdaptiveRuntime:
                                    unit="ms")
         self.local_slots = local_slots(str(sc.master), task_cpus)
         """Task slots of a local-mode app (a fixed pool), None on a cluster."""
+        # Each query's rescale history lives beside its checkpoint, saved off this thread.
+        self.history_store: HistoryStore = HadoopHistoryStore(sc)
+        self.history_writer = BackgroundHistoryWriter(self.history_store)
         self.scheduler = AdaptiveScheduler(
             settings.scheduler, self.actuator, self.loop, self.loop.submit, task_cpus=task_cpus,
             default_slots_per_executor=int(cores) // task_cpus if cores else None,
             heartbeat_interval=heartbeat, fixed_slots=self.local_slots, restart=settings.restart,
-            autoscaled=settings.autoscaler.enabled)
+            autoscaled=settings.autoscaler.enabled, history_writer=self.history_writer)
         self.bus.subscribe(self.scheduler.on_event, "adaptive scheduler")
         self.warm_up: WarmUp | None = None
         if settings.scheduler.warm_up_new_executors and self.actuator.supported:
@@ -222,6 +227,8 @@ class AdaptiveRuntime:
         _quietly(self.listener.close, "the Spark listener")
         _quietly(self.actuator.close, "the executor actuator")
         _quietly(self.loop.stop, "the scheduler thread")
+        # The histories' last changes are in; save them while the JVM is still there.
+        _quietly(self.history_writer.close, "the history writer")
         log.debug("spark-adaptive stopped")
 
 

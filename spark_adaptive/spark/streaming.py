@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 from spark_adaptive.core.loop import EventLoop
 from spark_adaptive.core.ports import QueryInfo
+from spark_adaptive.core.streaming.history_store import HistoryStore, restore_history
 from spark_adaptive.core.streaming.persistence import PersistedRequirements
 from spark_adaptive.core.streaming.query import QuerySnapshot, StateChange
 from spark_adaptive.core.streaming.scheduler import AdaptiveScheduler
@@ -42,8 +43,7 @@ from spark_adaptive.core.streaming.states import StateName
 from spark_adaptive.core.streaming.warm_up import WarmUp
 from spark_adaptive.errors import QueryFailedError
 from spark_adaptive.settings import Settings
-from spark_adaptive.spark.checkpoint import inspect_checkpoint
-from spark_adaptive.spark.driver import SHUFFLE_PARTITIONS, SparkQueryDriver
+from spark_adaptive.spark.driver import SHUFFLE_PARTITIONS, SparkQueryDriver, recover_checkpoint
 from spark_adaptive.spark.jvm import seq_to_list
 
 log = logging.getLogger(__name__)
@@ -196,6 +196,7 @@ class ManagingRuntime(Protocol):
     settings: Settings
     loop: EventLoop
     persisted: PersistedRequirements
+    history_store: HistoryStore
     warm_up: WarmUp | None
     local_slots: int | None
 
@@ -220,7 +221,8 @@ class StreamingManager:
         ``start(jwriter)`` starts it in Spark; Spark's exceptions reach the app untouched.
         Should spark-adaptive itself fail before the start, ``unmanaged()`` starts the
         query as Spark would (one warning says why); after the start, a failure to take
-        it over leaves it running as Spark runs it.
+        it over leaves it running as Spark runs it. The query's history goes on from the
+        one persisted beside its checkpoint (read once Spark has resolved the checkpoint).
         """
         try:
             driver, requirements, plan = self._prepare(writer, start)
@@ -232,10 +234,11 @@ class StreamingManager:
         info = driver.info
         try:
             self._rt.persisted.remember(info)
+            history = restore_history(self._rt.history_store, info)
             handle = self._cls(self, info.key, driver)
             self._handles[info.key] = handle
-            self._rt.loop.call_sync(
-                lambda: self._sched.adopt_query(driver, requirements, plan, result))
+            self._rt.loop.call_sync(lambda: self._sched.adopt_query(
+                driver, requirements, plan, result, history=history))
         except Exception:
             log.exception("spark-adaptive could not take over streaming query %s; it runs "
                           "as Spark runs it", info.key)
@@ -259,7 +262,10 @@ class StreamingManager:
         # The memory sink cannot recover from a checkpoint: treat it as having none.
         memory_sink = _private(jwriter, "source") == "memory"
         checkpoint = None if memory_sink else _checkpoint_location(spark, jwriter)
-        existing = inspect_checkpoint(spark, checkpoint) if checkpoint else None
+        # A repartition a dead driver left unfinished is rolled back first: Spark would not
+        # start the query on it.
+        existing = (recover_checkpoint(spark, checkpoint, _query_name(jwriter) or checkpoint)
+                    if checkpoint else None)
         settings = self._rt.settings
         declared = {n.strip().lower() for n in settings.scheduler.non_replayable_sources.split(",")
                     if n.strip()}

@@ -5,7 +5,8 @@ API and the CLI read it, refused PUTs change nothing, an accepted PUT lowers
 its upper bound below its parallelism and the scheduler restart-rescales it
 2 -> 1; then the driver goes away and a new one (with a bearer token this
 time) starts the same query from the same checkpoint, which comes back with
-the persisted bounds.
+the persisted bounds and its rescale history: the records and counters of the
+first driver, the new run's initial schedule after them.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ def test_rest_api_and_cli_on_a_live_query_and_requirements_survive_a_driver_rest
     cluster = local_cluster_factory(2)
     checkpoint = tmp_path / "checkpoint"
     persisted_file = checkpoint / "spark-adaptive" / "requirements.json"
+    history_file = checkpoint / "spark-adaptive" / "history.json"
     spark = cluster_spark_factory(cluster, **{"spark.sql.shuffle.partitions": "2"})
     rt = spark_adaptive.enable(spark, **FAST)
     assert rt.rest is not None
@@ -177,10 +179,16 @@ def test_rest_api_and_cli_on_a_live_query_and_requirements_survive_a_driver_rest
     assert cli.main(["--url", url, "history", "counts"]) == 0
     history = capsys.readouterr().out
     assert "REQUIREMENTS_CHANGED" in history and "2 -> 1" in history
+    before = api.get(api.query_path("counts", "rescales"))
+    rescaled = next(r for r in before["rescales"] if r["trigger"] == "REQUIREMENTS_CHANGED")
 
     # -- the driver goes away; a new one (with a token) finds the persisted bounds --------
     query.stop()
     spark.stop()
+    # The history was saved beside the checkpoint (the last write at shutdown at the latest).
+    saved = json.loads(history_file.read_text())
+    assert saved["version"] == 1 and saved["counters"] == before["counters"]
+    assert rescaled["id"] in [r["id"] for r in saved["records"]]
     with pytest.raises(ConnectionProblem):
         api.get("/queries")  # that server is gone with its driver
     spark = cluster_spark_factory(cluster, **{"spark.sql.shuffle.partitions": "2"})
@@ -191,6 +199,7 @@ def test_rest_api_and_cli_on_a_live_query_and_requirements_survive_a_driver_rest
         query = _start_counts(spark, tmp_path / "out", checkpoint)
     assert "requirements [1, 2]" not in caplog.text
     assert f"query counts: requirements [1, 1] restored from {checkpoint}" in caplog.text
+    assert f"query counts: rescale history restored from {history_file}" in caplog.text
     assert _request(url, "GET", "/queries")[0] == 401
     assert _request(url, "GET", "/queries", token="wrong")[0] == 401
     assert _request(url, "PUT", req_path, json.dumps(_bounds(1, 2)).encode())[0] == 401
@@ -201,6 +210,16 @@ def test_rest_api_and_cli_on_a_live_query_and_requirements_survive_a_driver_rest
     assert (snap["id"], snap["parallelism"], snap["requirements"]) == (
         query.id, 1, _bounds(1, 1))
     assert json.loads(persisted_file.read_text())["parallelism"]["upperBound"] == 1
+    # The history goes on: the first driver's rescale as it was shown, its counters carried
+    # over, the new run's initial schedule after them with the next id.
+    after = authed.get(authed.query_path("counts", "rescales"))
+    assert rescaled in after["rescales"]
+    assert after["counters"] == before["counters"]
+    assert after["counters"]["restarts"] >= 1 and after["counters"]["rescales"] >= 1
+    ids = [r["id"] for r in after["rescales"]]
+    assert ids == sorted(set(ids)) and ids[-1] > rescaled["id"]
+    assert after["rescales"][-1]["trigger"] == "INITIAL_SCHEDULE"
+    assert len(after["rescales"]) == len(before["rescales"]) + 1
     query.stop()
     # A finished query's bounds cannot change: 409, and nothing is persisted.
     status, answer = _request(url, "PUT", req_path, json.dumps(_bounds(1, 2)).encode(), TOKEN)

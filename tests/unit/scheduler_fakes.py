@@ -88,6 +88,7 @@ class StateContext:
         self.running = running
         self.failure_results = list(failure_results or [])
         self.handled_failures: list[Failure] = []
+        self.repartition_failures: list[tuple[int, str]] = []
         self._history = RescaleHistory(vt)
         self.decisions: list[tuple[str, str]] = []
         self.live_rescales: list[tuple[RescaleDecision, Trigger]] = []
@@ -237,6 +238,9 @@ class StateContext:
     def stop_query(self, state: State, clean: bool, on_done: Callable[[StopResult], None]) -> None:
         self.stops.append(PendingCall(state, clean, on_done))
 
+    def repartition_failed(self, target: int, error: str) -> None:
+        self.repartition_failures.append((target, error))
+
     def handle_failure(self, failure: Failure) -> FailureResult:
         self.handled_failures.append(failure)
         assert self.failure_results, "the test did not say how the restart strategy answers"
@@ -281,13 +285,16 @@ class FakeDriver:
         self.pending_stops.append((clean, on_done))
 
     def complete_start(self, ok: bool = True, error: str | None = None,
-                       parallelism: int | None = None) -> StartResult:
+                       parallelism: int | None = None,
+                       repartition_error: str | None = None) -> StartResult:
+        """``repartition_error``: the state could not be repartitioned, and the query
+        started at ``parallelism``, the partitions it had."""
         asked, on_done = self.pending_starts.pop(0)
         if ok:
             self.run_id = f"{self.info.key}-run-{next(self._runs)}"
             result = StartResult(ok=True, parallelism=parallelism or asked,
                                  query_id=self.query_id, run_id=self.run_id,
-                                 timings=(("start", 0.5),))
+                                 timings=(("start", 0.5),), repartition_error=repartition_error)
         else:
             result = StartResult(ok=False, error=error or "start failed")
         on_done(result)
@@ -386,13 +393,15 @@ class App:
             for executor_id in sorted(self.beating):
                 self.scheduler.on_event(ExecutorHeartbeat(self.vt.wall(), executor_id))
 
-    def register(self, driver: FakeDriver, requirements: Any = None) -> Any:
+    def register(self, driver: FakeDriver, requirements: Any = None, history: Any = None) -> Any:
         """What the boundary does when the app starts a query: plan the first run, start it
-        at once (the driver's ``first_start``), hand the running query to the scheduler."""
+        at once (the driver's ``first_start``), hand the running query to the scheduler
+        (with the ``history`` persisted beside its checkpoint, if any)."""
         s = self.scheduler
         bounds = requirements or s.default_requirements(driver.info)
         plan = s.plan_first_start(driver.info, bounds, driver.support)
-        q = s.adopt_query(driver, bounds, plan, driver.first_start(plan.parallelism))
+        q = s.adopt_query(driver, bounds, plan, driver.first_start(plan.parallelism),
+                          history=history)
         self.vt.run_pending()
         return q
 

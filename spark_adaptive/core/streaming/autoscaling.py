@@ -23,7 +23,10 @@ resource wait (``scheduler.executing.resource-stabilization-timeout``), the
 slots the query has are taken as the most the cluster gives it (the view's
 ``cluster_max_slots``) until an executor joins or leaves; the query's status
 says it waits for resources. Every decision that changes something, and every
-change of outcome, is one INFO line with its reason.
+change of outcome, is one INFO line with its reason. An evaluation that raises (a
+policy's bug) leaves its query as it is, with the target it had, while the other
+queries are evaluated all the same; it is one ERROR line, not repeated until that
+query's evaluation succeeds again or fails otherwise.
 """
 
 from __future__ import annotations
@@ -91,6 +94,7 @@ class Autoscaling:
         self._timers = timers
         self._resource_wait = resource_wait
         self._queries: dict[str, _Watched] = {}
+        self._failing: dict[str, str] = {}  # query key -> the error its evaluation raised
         self._cluster_max_slots: int | None = None
         self._timer: Cancellable | None = None
         self._next_at: float | None = None
@@ -149,12 +153,35 @@ class Autoscaling:
             for q in self._sched.queries():
                 if q.finished:
                     self._queries.pop(q.key, None)
+                    self._failing.pop(q.key, None)
                     continue
-                self.evaluate(q)
-        except Exception:  # a policy bug must not stop the scheduler thread's timers
+                self._evaluate_guarded(q)
+        except Exception:  # a bug outside the policies must not stop the timers either
             log.exception("the autoscaler's evaluation failed; the queries run on unchanged")
         finally:
             self._schedule()
+
+    def _evaluate_guarded(self, q: QueryScheduler) -> None:
+        """Evaluate one query; a failure (a policy's bug) leaves that query as it is, the
+        others are evaluated all the same, and it is said once (with its traceback) until
+        the query's evaluation succeeds again or fails otherwise."""
+        try:
+            self.evaluate(q)
+        except Exception as e:
+            error = f"{type(e).__name__}: {e}"
+            if self._failing.get(q.key) != error:
+                self._failing[q.key] = error
+                log.exception("query %s: the autoscaler's evaluation failed (%s); the query "
+                              "runs on unchanged, with the target it had (said once until "
+                              "the evaluation succeeds again)", q.name or q.query_id or q.key,
+                              error)
+            else:
+                log.debug("query %s: the autoscaler's evaluation failed again (%s)",
+                          q.name or q.query_id or q.key, error)
+            return
+        if self._failing.pop(q.key, None) is not None:
+            log.info("query %s: the autoscaler's evaluation succeeds again",
+                     q.name or q.query_id or q.key)
 
     def evaluate(self, q: QueryScheduler) -> ScalingDecision | None:
         """Evaluate one query now, and carry out an actionable decision."""

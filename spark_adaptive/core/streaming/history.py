@@ -13,6 +13,13 @@ The first start of a query is recorded with kind ``initial`` (trigger
 ``INITIAL_SCHEDULE``): its duration is the time to the first completed
 micro-batch, and it is neither a rescale nor a restart.
 
+A history outlives its driver: :meth:`RescaleHistory.saved` is the value kept
+beside the query's checkpoint (:class:`SavedHistory`: the records, counters,
+tallies and the next id), handed to ``on_change`` whenever a record opens or
+finishes or a failure is counted; a history built from it goes on where it
+stopped. A record still pending when its driver stopped can never complete: it
+comes back failed.
+
 Counters follow Flink's ``numRestarts`` / ``numRescales`` and are counted from
 the same records: every ``restart`` record counts as a restart, and as a
 rescale as well unless its trigger is ``FAILURE``; ``live`` records count as
@@ -122,6 +129,21 @@ class Tallies:
     last_duration: float | None = None
 
 
+@dataclass(frozen=True)
+class SavedHistory:
+    """What a history keeps across driver restarts: its records (newest last), counters,
+    tallies and the id its next record gets. Immutable, so any thread may read it."""
+
+    records: tuple[RescaleRecord, ...] = ()
+    counters: Counters = Counters()
+    tallies: Tallies = Tallies()
+    next_id: int = 1
+
+
+STOPPED_DRIVER = "the driver stopped before it completed"
+"""Appended to the reason of a record that was pending when its driver stopped."""
+
+
 def _bump(pairs: tuple[tuple[Any, Any], ...], key: Any, change: Callable[[Any], Any],
           empty: Any) -> tuple[tuple[Any, Any], ...]:
     d = dict(pairs)
@@ -130,15 +152,50 @@ def _bump(pairs: tuple[tuple[Any, Any], ...], key: Any, change: Callable[[Any], 
 
 
 class RescaleHistory:
-    """The records of one query, newest last, at most ``limit`` of them."""
+    """The records of one query, newest last, at most ``limit`` of them.
 
-    def __init__(self, timers: Timers, limit: int = 100) -> None:
+    ``saved``: the history of the query's earlier drivers, which this one continues.
+    ``on_change`` gets :meth:`saved` after each record opened or finished and each failure
+    counted (on the caller's thread: it must return at once)."""
+
+    def __init__(self, timers: Timers, limit: int = 100, *, saved: SavedHistory | None = None,
+                 on_change: Callable[[SavedHistory], None] | None = None) -> None:
         self._timers = timers
         self._records: deque[RescaleRecord] = deque(maxlen=limit)
         self._next_id = 1
         self._pending: RescaleRecord | None = None
         self.counters = Counters()
         self.tallies = Tallies()
+        if saved is not None:
+            self._restore(saved)
+        self._on_change = on_change
+
+    def _restore(self, saved: SavedHistory) -> None:
+        """Continue a saved history. Its records' monotonic ``started`` is re-based on this
+        process's clock (the same wall-clock instant); a pending one becomes failed, and is
+        tallied as such."""
+        offset = self._timers.now() - self._timers.wall()
+        tallies = saved.tallies
+        for r in saved.records:
+            record = dataclasses.replace(r, started=r.time + offset)
+            if record.outcome == "pending":
+                record = dataclasses.replace(record, outcome="failed",
+                                             reason=f"{record.reason} ({STOPPED_DRIVER})")
+                if record.kind != "initial":
+                    tallies = dataclasses.replace(tallies, finished=_bump(
+                        tallies.finished, (record.kind, "failed"), lambda n: n + 1, 0))
+            self._records.append(record)
+        self._next_id = max([saved.next_id, *(r.id + 1 for r in saved.records)])
+        self.counters = saved.counters
+        self.tallies = tallies
+
+    def saved(self) -> SavedHistory:
+        """The history as it is kept beside the checkpoint."""
+        return SavedHistory(tuple(self._records), self.counters, self.tallies, self._next_id)
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            self._on_change(self.saved())
 
     @property
     def pending(self) -> RescaleRecord | None:
@@ -179,11 +236,13 @@ class RescaleHistory:
             t = self.tallies
             self.tallies = dataclasses.replace(
                 t, opened=_bump(t.opened, (kind, trigger), lambda n: n + 1, 0))
+        self._changed()
         return record
 
     def count_failure(self) -> None:
         """A failure of the query (whether or not it leads to a restart)."""
         self.counters = dataclasses.replace(self.counters, failures=self.counters.failures + 1)
+        self._changed()
 
     def update_pending(
         self,
@@ -209,13 +268,18 @@ class RescaleHistory:
 
     def complete_pending(self) -> RescaleRecord | None:
         """The first micro-batch at the new parallelism completed."""
-        return self._finish("completed")
+        return self._finished(self._finish("completed"))
 
     def fail_pending(self) -> RescaleRecord | None:
-        return self._finish("failed")
+        return self._finished(self._finish("failed"))
 
     def supersede_pending(self) -> RescaleRecord | None:
-        return self._finish("superseded")
+        return self._finished(self._finish("superseded"))
+
+    def _finished(self, done: RescaleRecord | None) -> RescaleRecord | None:
+        if done is not None:
+            self._changed()
+        return done
 
     def _finish(self, outcome: Outcome) -> RescaleRecord | None:
         if self._pending is None:

@@ -16,6 +16,10 @@ carries out, and enforces the rules of the state machine (Flink's
   to the injected ``post`` (which runs them on the scheduler thread), then to
   the state that asked, only if it is still current.
 * Every transition is a decision, logged once at INFO with its reason.
+* The query's history continues the one saved beside its checkpoint, if any,
+  and each change of it is handed to the
+  :class:`~spark_adaptive.core.streaming.history_store.HistoryWriter`, which
+  saves it without holding up this thread.
 
 All methods must be called on the scheduler thread.
 """
@@ -37,9 +41,11 @@ from spark_adaptive.core.streaming.history import (
     Decision,
     DecisionLog,
     RescaleHistory,
+    SavedHistory,
     Tallies,
     Trigger,
 )
+from spark_adaptive.core.streaming.history_store import HistoryWriter
 from spark_adaptive.core.streaming.load import BatchLoad
 from spark_adaptive.core.streaming.requirements import ResourceRequirements, ScalingTarget
 from spark_adaptive.core.streaming.restart import Failure, FailureResult, RestartBackoffStrategy
@@ -135,7 +141,12 @@ class QueryScheduler:
         app: AppView,
         history_limit: int = 100,
         autoscaled: bool = False,
+        history: SavedHistory | None = None,
+        history_writer: HistoryWriter | None = None,
     ) -> None:
+        """``history``: the query's history as its earlier drivers left it, which this one
+        continues; ``history_writer``: where each change of it goes to be saved beside the
+        query's checkpoint (None: it is not saved)."""
         self._driver = driver
         self._autoscaled = autoscaled
         self.key = driver.info.key
@@ -147,7 +158,10 @@ class QueryScheduler:
         self._state_since = timers.now()
         self._post = post
         self._app = app
-        self.history = RescaleHistory(timers, history_limit)
+        self._history_writer = history_writer
+        self.history = RescaleHistory(
+            timers, history_limit, saved=history,
+            on_change=None if history_writer is None else self._save_history)
         self._decisions = DecisionLog(timers, lambda: self.name or self.query_id or self.key)
         self._listeners: list[Callable[[StateChange], None]] = []
         self._transitioning = False
@@ -167,6 +181,8 @@ class QueryScheduler:
         """What the stages of its last completed micro-batch cost."""
         self._stateful = driver.info.stateful or driver.info.state_partitions is not None
         self._support: tuple[tuple[str | None, bool], RepartitionSupport] | None = None
+        self._repartition_failure: tuple[int | None, int, str] | None = None
+        """(slot share then, target, error) of the last repartition that failed."""
         self._last_progress: QueryProgress | None = None
         self._state: State = Created(self)
 
@@ -219,6 +235,7 @@ class QueryScheduler:
         old, self._requirements = self._requirements, requirements
         if old == requirements:
             return False
+        self._repartition_failure = None  # asked again: a repartition is tried again
         self.decide("update requirements",
                     f"[{old.lower}, {old.upper}] -> [{requirements.lower}, {requirements.upper}]")
         return True
@@ -237,6 +254,7 @@ class QueryScheduler:
         if target == self._target:
             return False
         self._target = target
+        self._repartition_failure = None
         if target is not None:
             self.decide("autoscaler target", f"{target.slots} slots, {target.partitions} "
                                              "partitions")
@@ -299,6 +317,19 @@ class QueryScheduler:
             error_class=None if failure is None else failure.error_class,
             progress=self._last_progress, state_seconds=self._timers.now() - self._state_since,
             tallies=self.history.tallies)
+
+    def _save_history(self, history: SavedHistory) -> None:
+        """Hand the changed history to its writer (a query without a checkpoint keeps it in
+        memory only)."""
+        checkpoint = self._driver.info.checkpoint_location
+        if checkpoint is None or self._history_writer is None:
+            return
+        try:
+            self._history_writer.write(checkpoint, self.name or self.query_id or self.key,
+                                       history)
+        except Exception:  # the writer's bug must not stop the scheduler
+            log.exception("query %s: handing its rescale history to the writer failed",
+                          self.key)
 
     # -- the one way to change state ----------------------------------------------------
     def _transition(self, cls: type[S], build: Callable[[], S], reason: str,
@@ -458,6 +489,9 @@ class QueryScheduler:
             failed = StartResult(ok=False, error=f"{type(e).__name__}: {e}")
             self._post(lambda: started(failed))
 
+    def repartition_failed(self, target: int, error: str) -> None:
+        self._repartition_failure = (self.slot_share(), target, error)
+
     def _took_run(self, result: StartResult) -> None:
         self._running = True
         self._partitions = result.parallelism
@@ -520,6 +554,15 @@ class QueryScheduler:
                 False, f"its micro-batches run in one stage (no shuffle, no state): their "
                        f"{self.observed_tasks} tasks are its source's partitions whatever its "
                        "partition count, so a restart would change nothing")
+        failure = self._repartition_failure
+        if failure is not None:
+            share, target, error = failure
+            if self.slot_share() == share:
+                return RepartitionSupport(
+                    False, f"repartitioning its state to {target} partitions failed ({error}); "
+                           "it keeps its partitions until its bounds, the autoscaler's target "
+                           "or its slots change")
+            self._repartition_failure = None
         key = (self.run_id, self._stateful)
         if self._support is None or self._support[0] != key:
             self._support = (key, self._driver.repartition_support(self._stateful))

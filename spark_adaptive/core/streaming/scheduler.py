@@ -47,7 +47,8 @@ from spark_adaptive.core.streaming.allocator import (
     determine_parallelism,
     first_start,
 )
-from spark_adaptive.core.streaming.history import LOGGER_NAME, RescaleRecord
+from spark_adaptive.core.streaming.history import LOGGER_NAME, RescaleRecord, SavedHistory
+from spark_adaptive.core.streaming.history_store import HistoryWriter
 from spark_adaptive.core.streaming.load import LoadTracker
 from spark_adaptive.core.streaming.query import (
     Post,
@@ -105,6 +106,7 @@ class AdaptiveScheduler:
         fixed_slots: int | None = None,
         restart: RestartStrategySettings | None = None,
         autoscaled: bool = False,
+        history_writer: HistoryWriter | None = None,
     ) -> None:
         """``default_slots_per_executor`` sizes executor requests until one executor is seen
         (``spark.executor.cores // spark.task.cpus`` when the app sets it);
@@ -113,7 +115,9 @@ class AdaptiveScheduler:
         pool of that many slots (local mode): no executor is requested or released, and
         bounds cannot change. ``restart``: the restart strategy's settings (none by
         default). ``autoscaled``: the autoscaler sizes the queries from their load, so a
-        first run starts at its configured partitions rather than at the slots there are."""
+        first run starts at its configured partitions rather than at the slots there are.
+        ``history_writer``: where the queries' histories go to be saved beside their
+        checkpoints (None: they last as long as the driver)."""
         self.settings = settings
         self._restart = restart if restart is not None else RestartStrategySettings()
         self._autoscaled = autoscaled
@@ -122,6 +126,7 @@ class AdaptiveScheduler:
         self._post = post
         self._default_slots_per_executor = default_slots_per_executor
         self._random = random
+        self._history_writer = history_writer
         self.resources = ResourceTracker(
             timers, loss_grace=settings.executor_loss_grace,
             failure_detection_timeout=settings.failure_detection_timeout
@@ -288,12 +293,14 @@ class AdaptiveScheduler:
 
     def adopt_query(
         self, driver: QueryDriver, requirements: req.ResourceRequirements, plan: FirstStart,
-        result: StartResult,
+        result: StartResult, *, history: SavedHistory | None = None,
     ) -> QueryScheduler:
         """Manage a query whose first run the app's ``start()`` has just started at
         ``plan.parallelism``: it goes Created → Executing at once.
 
-        ``requirements`` come from :meth:`default_requirements` or the persisted bounds.
+        ``requirements`` come from :meth:`default_requirements` or the persisted bounds;
+        ``history`` is the one persisted beside the query's checkpoint, which its history
+        continues (its initial schedule is recorded after it).
         """
         info = driver.info
         existing = self._queries.get(info.key)
@@ -301,8 +308,11 @@ class AdaptiveScheduler:
             raise ValueError(f"a query with key {info.key!r} is already managed")
         if existing is not None:
             # The app started its query again from the same checkpoint (Spark gives it the
-            # same id): the finished one it replaces is forgotten.
+            # same id): the finished one it replaces is forgotten, but its history goes on,
+            # from memory (its last write may not have reached the store yet).
             del self._queries[info.key]
+            if info.checkpoint_location is not None:
+                history = existing.history.saved()
         q = QueryScheduler(
             driver, requirements=requirements,
             params=SchedulingParams.of(self.settings, info.trigger_interval),
@@ -310,7 +320,8 @@ class AdaptiveScheduler:
                 self._restart,
                 info.checkpoint_location is not None and not info.non_replayable_sources,
                 self._random),
-            timers=self._timers, post=self._post, app=self, autoscaled=self._autoscaled)
+            timers=self._timers, post=self._post, app=self, autoscaled=self._autoscaled,
+            history=history, history_writer=self._history_writer)
         q.add_listener(self._on_state_change)
         self._queries[info.key] = q
         q.adopt_first_run(plan, result)

@@ -198,6 +198,12 @@ class StartsQuery(Protocol):
         """Start the query; ``on_done`` runs on the scheduler thread, only while ``state`` is."""
         ...
 
+    def repartition_failed(self, target: int, error: str) -> None:
+        """The query's state could not be repartitioned to ``target`` partitions (it
+        started again at those it had): it keeps them until its bounds, the autoscaler's
+        target or its slot share change."""
+        ...
+
 
 class StopsQuery(Protocol):
     @property

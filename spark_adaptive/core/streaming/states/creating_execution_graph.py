@@ -10,6 +10,12 @@ the partition count changes. The parallelism is the query's slot share now
   resources"); otherwise the share vanished since the decision →
   WaitingForResources.
 * The start succeeded → Executing.
+* The start succeeded, but at the partitions the query had, because its state
+  could not be repartitioned (``StartResult.repartition_error``: the boundary
+  put the checkpoint back as it was) → Executing at those partitions; the
+  rescale is recorded as failed, and the query keeps its partitions until its
+  bounds, the autoscaler's target or its slot share change (no restart loop
+  on a repartition that keeps failing).
 * The start failed → the restart strategy decides (Restarting or Failing).
   Flink fails the job when graph creation fails; a Spark start can fail for
   transient reasons (the checkpoint file system, a repartition racing with a
@@ -91,17 +97,28 @@ class CreatingExecutionGraph(State):
         self._ctx.start_query(self, parallelism, self._on_started)
 
     def _on_started(self, result: StartResult) -> None:
+        kept = result.ok and result.repartition_error is not None
         self._ctx.history.update_pending(
-            to_parallelism=result.parallelism if result.ok else None, timings=result.timings)
+            to_parallelism=result.parallelism if result.ok and not kept else None,
+            timings=result.timings)
+        if kept:
+            self._ctx.history.fail_pending()
+            self._ctx.repartition_failed(self.starting or result.parallelism,
+                                         result.repartition_error or "")
         if result.ok:
             if self._cancel_requested:
                 self._ctx.history.supersede_pending()
                 self._ctx.go_to_canceling("canceled while the query was starting")
                 return
-            self._ctx.go_to_executing(
-                result, self._slots,
-                f"started at {result.parallelism} partitions on {self._slots} slots"
-                + (" (state repartitioned)" if result.repartitioned else ""))
+            if kept:
+                reason = (f"started again at its {result.parallelism} partitions on "
+                          f"{self._slots} slots: its state could not be repartitioned to "
+                          f"{self.starting} ({result.repartition_error}); checkpoint rolled "
+                          "back, nothing lost")
+            else:
+                reason = (f"started at {result.parallelism} partitions on {self._slots} slots"
+                          + (" (state repartitioned)" if result.repartitioned else ""))
+            self._ctx.go_to_executing(result, self._slots, reason)
             return
         self._ctx.history.fail_pending()
         if self._cancel_requested:
