@@ -10,11 +10,12 @@ wrong ``Content-Type`` and framing (short bodies with a half-close, chunked,
 ``+47``). For every answer:
 
 * no 5xx;
-* a status line, ``Content-Type: application/json`` and a JSON body that
-  conforms to the document's schema for that route, method and status (error
-  answers to the ``Error`` schema; a status an operation does not list must be
-  one the HTTP layer gives any request, ``openapi.TRANSPORT_ERRORS``);
-  405 carries the path's ``Allow``;
+* a status line, and a body of a media type the document lists for that route:
+  JSON that conforms to the document's schema for that route, method and status
+  (error answers, always JSON, to the ``Error`` schema; a status an operation does
+  not list must be one the HTTP layer gives any request,
+  ``openapi.TRANSPORT_ERRORS``), the page's HTML and files, or the metrics that
+  ``prometheus_client``'s parser reads; 405 carries the path's ``Allow``;
 * a refused request changes nothing: the query's requirements, its rescale
   history and the persisted file read back the same after every non-2xx answer.
 
@@ -38,6 +39,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openapi_schema_validator import OAS30Validator
 from openapi_schema_validator import validate as validate_value
+from prometheus_client.parser import text_string_to_metric_families
 
 import spark_adaptive
 from spark_adaptive.rest import openapi
@@ -52,6 +54,7 @@ METHODS = ["GET", "PUT", "POST", "DELETE", "PATCH", "HEAD", "OPTIONS", "TRACE", 
 REQUIREMENTS = "/queries/{id}/resource-requirements"
 ROUTES = ["/queries", "/queries/{id}", "/queries/{id}/resource-requirements",
           "/queries/{id}/rescales", "/queries/{id}/autoscaler", "/openapi.json", "/",
+          "/queries/{id}/samples", "/metrics", "/ui/app.js", "/ui/style.css", "/ui/{id}",
           "/queries/{id}/cancel", "/jobs/{id}/resource-requirements", "/queries/{id}/"]
 
 
@@ -158,7 +161,8 @@ def _encode(r: dict[str, Any]) -> bytes:
 
 
 def _exchange(port: int, data: bytes, head: bool) -> tuple[bytes, dict[str, str], Any]:
-    """Send, half-close, read to the end: the status line, headers and decoded JSON body."""
+    """Send, half-close, read to the end: the status line, headers and the body (decoded
+    JSON when it is JSON, else text)."""
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
         sock.sendall(data)
         sock.shutdown(socket.SHUT_WR)
@@ -174,6 +178,8 @@ def _exchange(port: int, data: bytes, head: bool) -> tuple[bytes, dict[str, str]
     if head and not body:  # a HEAD request the server could parse: no body
         return status_line.encode(), headers, None
     assert len(body) == int(headers["content-length"]), (headers, body)
+    if headers["content-type"] != "application/json":
+        return status_line.encode(), headers, body.decode("utf-8")
     return status_line.encode(), headers, json.loads(body)
 
 
@@ -186,7 +192,8 @@ def _operation(doc: dict[str, Any], method: str, path: str) -> tuple[str | None,
     if len(path) > 1:
         path = path.rstrip("/")
     for template, item in doc["paths"].items():
-        if re.fullmatch(re.escape(template).replace(r"\{id\}", "[^/]+"), path):
+        pattern = re.escape(template).replace(r"\{id\}", "[^/]+").replace(r"\{file\}", "[^/]+")
+        if re.fullmatch(pattern, path):
             return template, item.get(method.lower()) if method.isupper() else None
     return None, None
 
@@ -238,13 +245,19 @@ def test_no_request_breaks_the_rest_api(spark_session: Any, tmp_path: Path) -> N
             seen[status] = seen.get(status, 0) + 1
             assert re.fullmatch(rb"HTTP/1\.1 [1-5][0-9]{2} [A-Za-z -]*", status_line), status_line
             assert status < 500, (r, status, body)
-            assert headers["content-type"] == "application/json", headers
             template, op = _operation(doc, r["method"], r["path"])
+            media = headers["content-type"].split(";")[0].strip()
             if status < 300:
                 assert op is not None, (r, status)
-                schema = op["responses"]["200"]["content"]["application/json"]["schema"]
+                assert media in op["responses"]["200"]["content"], (r, headers)
                 before = _state(port, key, persisted)  # an accepted PUT may change it
+                if media != "application/json":  # the page, its files, the metrics
+                    if template == "/metrics" and body is not None:
+                        assert list(text_string_to_metric_families(body)), body[:200]
+                    return
+                schema = op["responses"]["200"]["content"]["application/json"]["schema"]
             else:
+                assert headers["content-type"] == "application/json", headers
                 schema = {"$ref": "#/components/schemas/Error"}
                 if op is not None:
                     assert str(status) in op["responses"] or str(status) in (
