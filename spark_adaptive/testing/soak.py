@@ -2,7 +2,8 @@
 
     python -m spark_adaptive.testing.soak --minutes 10 --seed 7      # make soak
 
-For each mode (``adaptive``, then ``reactive``; half the time each) it starts a Spark
+For each mode (``adaptive``, then ``reactive``; half the time each, counted from the
+app's start, which takes a few tens of seconds more) it starts a Spark
 standalone cluster on 127.0.0.1 with two one-core workers, submits
 :mod:`spark_adaptive.testing.soak_app` with ``spark-submit --conf
 spark.adaptive.enabled=true`` and, every 8 to 16 seconds, does one thing a cluster does
@@ -318,7 +319,7 @@ class Soak:
             self.watch.start()
             self._submit()
             self.say(f"app up, REST API {self.app.rest_url if self.app else '?'}")
-            end = self.t0 + self.seconds
+            end = time.monotonic() + self.seconds  # the faults' time: after the app is up
             while time.monotonic() + 8 < end:
                 time.sleep(self.rng.uniform(8, 16))
                 if time.monotonic() >= end:

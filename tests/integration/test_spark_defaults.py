@@ -127,7 +127,11 @@ def test_every_activation_path_manages_the_app_and_releases_a_frozen_executor_in
         assert "under 3 heartbeat intervals" not in text
 
         # An executor frozen (SIGSTOP) is found silent after the 20 s timeout and released.
-        wait_until(lambda: local_cluster.executors(), timeout=60, what="the app's executor")
+        # Frozen once it has run a few micro-batches, so that its heartbeats were heard (an
+        # executor never heard from has a grace for its first heartbeat on top).
+        wait_until(lambda: next((q for q in submitted.queries()
+                                 if (q["lastProgress"] or {}).get("batchId", -1) >= 3), None),
+                   timeout=120, what="a few micro-batches")
         [frozen] = local_cluster.executors()
         local_cluster.freeze_executor(frozen.executor_id, frozen.app_id)
         try:
