@@ -14,8 +14,8 @@ by Playwright:
   go from 2 to 1 and the restart counter of that trigger grow; every metric the example
   Grafana dashboard and alert rules name is one the driver really exports.
 
-A screenshot of the page goes to ``SPARK_ADAPTIVE_SCREENSHOTS`` (a folder) when set; the
-docs' picture is taken that way.
+A screenshot of the page and the last scrape go to ``SPARK_ADAPTIVE_SCREENSHOTS`` (a
+folder) when set; the docs' picture is taken that way.
 """
 
 from __future__ import annotations
@@ -213,7 +213,10 @@ def test_the_page_and_metrics_on_a_live_query(
                outcome="scale-down") or 0) >= 1
 
     # -- the dashboard and the alerts name only what the driver exports ----------------------
-    exported = exported_names(_scrape_text(url))
+    text = _scrape_text(url)
+    if shots:
+        (Path(shots) / "metrics.txt").write_text(text)
+    exported = exported_names(text)
     used = set()
     for expr in [*dashboard_expressions(ROOT / "examples/grafana/spark-adaptive.json"),
                  *alert_expressions(ROOT / "examples/prometheus/alerts.yml")]:
