@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from spark_adaptive.core import events as ev
 from spark_adaptive.spark.jvm import (
     empty_scala_map,
+    error_text,
     jvm,
     new_shim_object,
     scala_string_seq,
@@ -200,26 +201,10 @@ class SparkExecutorActuator:
                          ", ".join(ids), reason, ok)
         except Exception as e:
             log.error("%s failed (%s); not done, and the queries run on with the executors "
-                      "they have", doing, _first_line(e), exc_info=True)
+                      "they have", doing, error_text(e), exc_info=True)
 
     def close(self) -> None:
         if self._thread is not None:
             self._queue.put(("stop", None))
             self._thread.join(5)
             self._thread = None
-
-
-def _first_line(e: Exception) -> str:
-    """What an error says in one line: the Java exception of a py4j error, else its first
-    line."""
-    text = str(e)
-    java = getattr(e, "java_exception", None)
-    if java is not None:
-        try:
-            text = str(java.toString())
-        except Exception:  # the JVM is going: the Python text still says something
-            pass
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if len(lines) > 1 and lines[0].endswith("Trace:"):  # py4j's own errors
-        return lines[1]
-    return lines[0] if lines else type(e).__name__

@@ -63,7 +63,7 @@ from spark_adaptive.spark.checkpoint import (
     inspect_checkpoint,
     roll_back_unfinished_repartition,
 )
-from spark_adaptive.spark.jvm import jvm, new_shim_object, shim_jar_path
+from spark_adaptive.spark.jvm import error_text, jvm, new_shim_object, shim_jar_path
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -219,7 +219,7 @@ class SparkQueryDriver:
                     result = op()
                 except Exception as e:  # the scheduler logs what it does about it
                     log.debug("%s of query %s failed", what, self._info.key, exc_info=True)
-                    result = on_error(_error_text(e))
+                    result = on_error(error_text(e))
             on_done(result)
 
         threading.Thread(target=run, name=f"spark-adaptive-{self._info.key}-{what}",
@@ -301,7 +301,7 @@ class SparkQueryDriver:
             try:
                 manager.repartition(cp.location, parallelism)
             except Exception as e:
-                errors.append(_error_text(e))
+                errors.append(error_text(e))
                 continue
             if errors:
                 log.warning("query %s: repartitioning its state in %s from %s to %d partitions "
@@ -387,7 +387,7 @@ class SparkQueryDriver:
                 jquery.streamingQuery(), int(self._clean_stop_timeout * 1000)))
         except Exception as e:  # an older shim jar, or a Spark without these internals
             log.debug("the shim cannot hold back micro-batches of %s (%s); falling back",
-                      self._info.key, _error_text(e))
+                      self._info.key, error_text(e))
             return False
         if not held:
             log.warning("query %s kept a micro-batch running for %.0fs; stopping it anyway and "
@@ -453,20 +453,3 @@ def _failure_of(q: StreamingQuery | None) -> str | None:
         return None
     inner = e.get() if hasattr(e, "get") else e
     return str(inner.toString())
-
-
-def _error_text(e: BaseException) -> str:
-    """What an error says in one line: the Java exception of a py4j error (its own first
-    line, ``An error occurred while calling o42.repartition.``, says nothing), else the
-    error's first line."""
-    text = str(e)
-    java = getattr(e, "java_exception", None)
-    if java is not None:
-        try:
-            text = str(java.toString())
-        except Exception:  # the JVM is going: the Python text still says something
-            pass
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if len(lines) > 1 and lines[0].endswith("Trace:"):  # py4j's own errors
-        return lines[1]
-    return lines[0] if lines else type(e).__name__

@@ -144,3 +144,20 @@ def new_shim_object(sc: SparkContext, name: str, jar: Path) -> Any:
     return cls.getDeclaredConstructor(gw.new_array(j.java.lang.Class, 0)).newInstance(
         gw.new_array(j.java.lang.Object, 0)
     )
+
+
+def error_text(e: BaseException) -> str:
+    """What an error says in one line: the Java exception of a py4j error (its own first
+    line, ``An error occurred while calling o42.repartition.``, says nothing), else the
+    error's first line."""
+    text = str(e)
+    java = getattr(e, "java_exception", None)
+    if java is not None:
+        try:
+            text = str(java.toString())
+        except Exception:  # the JVM is going: the Python text still says something
+            pass
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].endswith("Trace:"):  # py4j's own errors
+        return lines[1]
+    return lines[0] if lines else type(e).__name__

@@ -32,7 +32,7 @@ from spark_adaptive.core.streaming.history import SavedHistory
 from spark_adaptive.core.streaming.persistence import RELATIVE_PATH, decode, encode
 from spark_adaptive.core.streaming.requirements import ResourceRequirements
 from spark_adaptive.errors import PersistenceError
-from spark_adaptive.spark.jvm import jvm
+from spark_adaptive.spark.jvm import error_text, jvm
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -109,7 +109,7 @@ class HadoopRequirementsStore:
             text = self._file.read(checkpoint)
         except Exception as e:  # py4j errors carry the store's message
             raise PersistenceError(f"cannot read {checkpoint}/{RELATIVE_PATH}: "
-                                   f"{_message(e)}") from e
+                                   f"{error_text(e)}") from e
         if text is None:
             return None
         try:
@@ -123,14 +123,14 @@ class HadoopRequirementsStore:
             self._file.write(checkpoint, encode(requirements))
         except Exception as e:
             raise PersistenceError(f"cannot write {checkpoint}/{RELATIVE_PATH}: "
-                                   f"{_message(e)}") from e
+                                   f"{error_text(e)}") from e
 
     def remove(self, checkpoint: str) -> None:
         try:
             self._file.delete(checkpoint)
         except Exception as e:
             raise PersistenceError(f"cannot delete {checkpoint}/{RELATIVE_PATH}: "
-                                   f"{_message(e)}") from e
+                                   f"{error_text(e)}") from e
 
 
 class HadoopHistoryStore:
@@ -144,7 +144,7 @@ class HadoopHistoryStore:
         try:
             text = self._file.read(checkpoint)
         except Exception as e:
-            raise PersistenceError(f"cannot read {where}: {_message(e)}") from e
+            raise PersistenceError(f"cannot read {where}: {error_text(e)}") from e
         if text is None:
             return None
         try:
@@ -157,7 +157,7 @@ class HadoopHistoryStore:
         try:
             self._file.write(checkpoint, history_store.encode(history))
         except Exception as e:
-            raise PersistenceError(f"cannot write {where}: {_message(e)}") from e
+            raise PersistenceError(f"cannot write {where}: {error_text(e)}") from e
 
 
 def _delete_quietly(fs: Any, path: Any) -> None:
@@ -165,11 +165,3 @@ def _delete_quietly(fs: Any, path: Any) -> None:
         fs.delete(path, False)
     except Exception:  # best effort: a stray hidden temp file is harmless
         pass
-
-
-def _message(e: Exception) -> str:
-    """The first line of a py4j error (the Java exception), or the Python message."""
-    java = getattr(e, "java_exception", None)
-    if java is not None:
-        return str(java.toString())
-    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
