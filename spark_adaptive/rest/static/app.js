@@ -6,7 +6,7 @@
 "use strict";
 
 const POLL_MS = 2000;
-const WINDOW_S = 600;                      // the chart shows the last 10 minutes
+const WINDOW_S = 600;                      // the chart shows up to the last 10 minutes
 const TOKEN_KEY = "spark-adaptive-token";  // sessionStorage only: gone with the tab
 const SVG_NS = "http://www.w3.org/2000/svg";
 
