@@ -53,7 +53,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit
 
 from spark_adaptive.core.streaming.requirements import ResourceRequirements
 from spark_adaptive.errors import (
@@ -109,8 +109,25 @@ _ROUTES: tuple[tuple[re.Pattern[str], dict[str, str]], ...] = (
     (re.compile(r"/ui/(?P<file>[^/]+)"), {"GET": "get_asset"}),
 )
 
-PUBLIC = re.compile(r"/(?:ui/[^/?#]*)?(?:[?#].*)?")
-"""Targets served without the bearer token: the page and its files."""
+
+
+def is_public(target: str) -> bool:
+    """Whether a request target is the page or one of its files, served without the bearer
+    token. Read as :meth:`RestApi.handle` routes it (query and fragment dropped, trailing
+    slashes too, an absolute-form target by its path), so that what is public is exactly
+    what the page's two routes answer."""
+    if target.startswith(("http://", "https://")):
+        try:
+            target = urlsplit(target).path or "/"
+        except ValueError:
+            return False
+    path = target.split("?", 1)[0].split("#", 1)[0]
+    if len(path) > 1:
+        path = path.rstrip("/")
+    return path == "/" or _PAGE_FILE.fullmatch(path) is not None
+
+
+_PAGE_FILE = re.compile(r"/ui/[^/]+")
 
 
 @dataclass(frozen=True)

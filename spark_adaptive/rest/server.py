@@ -24,7 +24,7 @@ Contract:
   This comes before routing, so without the token not even a 404 leaks
   which paths exist; the body of a refused request is not read. The one
   exception is a GET of the operators' page and its files (``/``,
-  ``/ui/<file>``, :data:`~spark_adaptive.rest.api.PUBLIC`): they hold no data,
+  ``/ui/<file>``, :func:`~spark_adaptive.rest.api.is_public`): they hold no data,
   and the page asks for the token itself.
 * Framing is h11's: ``Content-Length`` (digits only; two different values are
   refused, identical repeats are one, as RFC 9110 section 8.6 allows) or
@@ -61,7 +61,7 @@ from urllib.parse import urlsplit
 import h11
 
 from spark_adaptive.rest import openapi
-from spark_adaptive.rest.api import ALL_METHODS, PUBLIC, Response, RestApi, error
+from spark_adaptive.rest.api import ALL_METHODS, Response, RestApi, error, is_public
 from spark_adaptive.rest.connection import Connection, Owner, answer_and_close, too_large
 from spark_adaptive.rest.facade import SchedulerFacade
 from spark_adaptive.rest.settings import RestSettings
@@ -153,8 +153,7 @@ class RestServer:
         """What to answer a request whose head is in, before its body is read: the bearer
         token, then framing and size. None: read the body and dispatch."""
         auth = [v for n, v in req.headers if n == b"authorization"]
-        public = req.method in (b"GET", b"HEAD") and PUBLIC.fullmatch(
-            req.target.decode("latin-1"))
+        public = req.method in (b"GET", b"HEAD") and is_public(req.target.decode("latin-1"))
         if not public and not self.authorized(
                 auth[0].decode("latin-1") if len(auth) == 1 else None):
             return _UNAUTHORIZED

@@ -274,8 +274,8 @@ class Soak:
                 assert r.status == 200
             return f"[1, {upper}]"
         if action == "kill-driver":
+            self.watch.use(None)  # first: a request cut by the kill is no error of the API
             self.app.kill()
-            self.watch.use(None)
             self._submit()
             return f"driver {self.result.drivers - 1} killed, resubmitted"
         if action == "kill-driver-in-repartition":
@@ -306,8 +306,8 @@ class Soak:
                 phase = "the rescale was live: killed after it"
                 break
             time.sleep(0.05)
-        app.kill()
         self.watch.use(None)
+        app.kill()
         self._submit()
         return phase
 

@@ -29,6 +29,7 @@ from spark_adaptive.core.streaming.persistence import (
 from spark_adaptive.core.streaming.samples import Sample, Sampler, SampleRing
 from spark_adaptive.core.streaming.states import StateName
 from spark_adaptive.rest import openapi
+from spark_adaptive.rest.api import is_public
 from spark_adaptive.rest.facade import RuntimeFacade
 from spark_adaptive.rest.metrics import Exporter, flat_figures
 
@@ -239,3 +240,19 @@ def test_flat_figures_for_sparks_metrics_system() -> None:
     assert all(isinstance(v, float) for v in figures.values())
     fake.queries_by_key["query-1"].name = "a name.with dots/and slashes"
     assert "query.a_name_with_dots_and_slashes.parallelism" in flat_figures(fake.metrics())
+
+
+@pytest.mark.parametrize(("target", "public"), [
+    ("/", True), ("/?x=1", True), ("/ui/app.js", True), ("/ui/app.js/", True),
+    ("/ui/app.js?v=2#top", True), ("http://127.0.0.1:4050/ui/style.css", True),
+    ("/ui", False), ("/ui/", False), ("/ui/x/y", False), ("/ui/../queries", False),
+    ("/queries", False), ("/metrics", False), ("//", False), ("http://[::1/ui/a.js", False),
+])
+def test_exactly_the_page_routes_are_public(target: str, public: bool) -> None:
+    assert is_public(target) is public
+
+
+def test_the_page_files_answer_without_the_token_as_routed() -> None:
+    with serving(FakeScheduler(), token="s3cret") as server:
+        for path in ("/ui/app.js/", "/?from=bookmark"):
+            assert call(server.url, "GET", path).status == 200, path
