@@ -6,7 +6,7 @@ For each mode (``adaptive``, then ``reactive``; half the time each, counted from
 app's start, which takes a few tens of seconds more) it starts a Spark
 standalone cluster on 127.0.0.1 with two one-core workers, submits
 :mod:`spark_adaptive.testing.soak_app` with ``spark-submit --conf
-spark.adaptive.enabled=true`` and, every 8 to 16 seconds, does one thing a cluster does
+spark.adaptive.enabled=true`` and, every 6 to 12 seconds, does one thing a cluster does
 to an app, drawn from a :class:`random.Random` seeded with ``--seed``:
 
 * ``add-worker``: a worker joins (up to ``--max-workers``);
@@ -233,12 +233,14 @@ class Soak:
         assert self.cluster is not None
         workers = len(self.cluster.workers)
         out = ["kill-executor", "freeze-executor", "kill-driver", "kill-driver-in-repartition"]
+        # Workers join more often than they go, so that the cluster keeps moving between one
+        # and --max-workers instead of sitting at one; new bounds are as likely as a fault.
         if workers < self.max_workers:
-            out += ["add-worker", "add-worker"]
+            out += ["add-worker"] * 3
         if workers > 1:
             out += ["stop-worker", "kill-worker"]
         if self.mode == "adaptive":
-            out.append("bounds")
+            out += ["bounds"] * 3
         return out
 
     def act(self, action: str) -> str:
@@ -320,8 +322,8 @@ class Soak:
             self._submit()
             self.say(f"app up, REST API {self.app.rest_url if self.app else '?'}")
             end = time.monotonic() + self.seconds  # the faults' time: after the app is up
-            while time.monotonic() + 8 < end:
-                time.sleep(self.rng.uniform(8, 16))
+            while time.monotonic() + 6 < end:
+                time.sleep(self.rng.uniform(6, 12))
                 if time.monotonic() >= end:
                     break
                 action = self.rng.choice(self._choices())
