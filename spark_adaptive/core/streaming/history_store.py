@@ -50,6 +50,7 @@ from spark_adaptive.core.streaming.history import (
     Tallies,
     Trigger,
 )
+from spark_adaptive.core.streaming.persistence import json_object
 
 log = logging.getLogger(__name__)
 
@@ -225,12 +226,7 @@ def _decode_tallies(t: dict[str, Any]) -> Tallies:
 def decode(text: str) -> SavedHistory:
     """Read a file written by :func:`encode`; ``ValueError`` says what is wrong with it
     (a file of a newer format version included)."""
-    try:
-        doc = json.loads(text)
-    except ValueError as e:
-        raise ValueError(f"not JSON: {e}") from None
-    if not isinstance(doc, dict):
-        raise ValueError("not a JSON object")
+    doc = json_object(text)
     version = doc.get("version")
     if isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION:
         raise ValueError(f"written in format version {version}, newer than the version "

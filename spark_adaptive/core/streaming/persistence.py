@@ -64,14 +64,20 @@ def encode(requirements: req.ResourceRequirements, updated: float | None = None)
     return json.dumps(doc, sort_keys=True) + "\n"
 
 
-def decode(text: str) -> req.ResourceRequirements:
-    """Read a file written by :func:`encode`; ``ValueError`` says what is wrong with it."""
+def json_object(text: str) -> dict[str, Any]:
+    """The JSON object a file beside the checkpoint holds; ``ValueError`` when it is none."""
     try:
         doc = json.loads(text)
     except ValueError as e:
         raise ValueError(f"not JSON: {e}") from None
     if not isinstance(doc, dict):
         raise ValueError("not a JSON object")
+    return doc
+
+
+def decode(text: str) -> req.ResourceRequirements:
+    """Read a file written by :func:`encode`; ``ValueError`` says what is wrong with it."""
+    doc = json_object(text)
     if doc.get("version") != FORMAT_VERSION:
         raise ValueError(f"unsupported format version {doc.get('version')!r}")
     bounds = doc.get("parallelism")
