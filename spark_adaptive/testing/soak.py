@@ -267,7 +267,10 @@ class Soak:
                 pass
             return f"executor {e.executor_id} for {FAILURE_DETECTION + 5:g}s"
         if action == "bounds":
-            upper = self.rng.randint(1, 4)
+            # An upper bound other than the query's parallelism, so that the change rescales it
+            # (to fewer slots at once, to more when the executors are there).
+            now = next((s["parallelism"] for s in reversed(self.watch.samples)), None)
+            upper = self.rng.choice([u for u in range(1, 5) if u != now])
             body = json.dumps({"parallelism": {"lowerBound": 1, "upperBound": upper}})
             req = urllib.request.Request(
                 f"{self.app.rest_url}/queries/{QUERY}/resource-requirements", body.encode(),
