@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import sys
 import threading
 import time
@@ -318,7 +319,10 @@ class Soak:
 
     # -- the run ------------------------------------------------------------------------
     def run(self) -> Result:
-        self.out.mkdir(parents=True, exist_ok=True)
+        # A fresh place: an earlier run's checkpoint, output or stop file would be this
+        # run's (its stop file stops the app at once).
+        shutil.rmtree(self.out, ignore_errors=True)
+        self.out.mkdir(parents=True)
         with LocalCluster(workers=2, work_dir=self.out / "cluster") as cluster:
             self.cluster = cluster
             self.watch.start()
