@@ -72,7 +72,6 @@ PROFILES: dict[str, tuple[float, list[tuple[float, float]]]] = {
 COMMON_CONF = {
     "spark.executor.cores": "1",
     "spark.executor.memory": "512m",
-    "spark.sql.shuffle.partitions": str(PARTITIONS),
 }
 MODES: dict[str, dict[str, str]] = {
     "static": {"spark.adaptive.enabled": "false", "spark.cores.max": str(WORKERS)},
@@ -82,12 +81,14 @@ MODES: dict[str, dict[str, str]] = {
     "autoscaler": {"spark.adaptive.enabled": "true",
                    "spark.adaptive.autoscaler.enabled": "true"},
 }
-# A load that changes over minutes wants windows of seconds (docs/autoscaler.md).
+# A load that changes over minutes wants windows of seconds (docs/autoscaler.md), and a
+# query that starts at night starts small.
 AUTOSCALER_CONF = {
-    "spark.adaptive.autoscaler.metrics.window": "30s",
+    "spark.adaptive.autoscaler.initial-slots": "1",
+    "spark.adaptive.autoscaler.metrics.window": "20s",
     "spark.adaptive.autoscaler.stabilization.interval": "10s",
-    "spark.adaptive.autoscaler.evaluation.interval": "5s",
-    "spark.adaptive.autoscaler.scale-down.interval": "30s",
+    "spark.adaptive.autoscaler.evaluation.interval": "2s",
+    "spark.adaptive.autoscaler.scale-down.interval": "15s",
     "spark.adaptive.autoscaler.catch-up.duration": "30s",
     "spark.adaptive.autoscaler.backlog-processing.lag-threshold": "10s",
 }
@@ -154,15 +155,17 @@ class Watcher(threading.Thread):
 
 
 def run_once(cluster: LocalCluster, profile: str, mode: str, work: Path,
-             extra: dict[str, str]) -> tuple[Run, dict[str, np.ndarray]]:
+             extra: dict[str, str], partitions: int = PARTITIONS
+             ) -> tuple[Run, dict[str, np.ndarray]]:
     duration, points = knots(profile)
     out = work / f"{profile}-{mode}"
     shutil.rmtree(out, ignore_errors=True)
-    conf = {**COMMON_CONF, **MODES[mode], **(AUTOSCALER_CONF if mode == "autoscaler" else {}),
+    conf = {**COMMON_CONF, "spark.sql.shuffle.partitions": str(partitions), **MODES[mode],
+            **(AUTOSCALER_CONF if mode == "autoscaler" else {}),
             **(extra if mode == "autoscaler" else {})}
     run = Run(profile, mode)
     app = submit(cluster, APP, "--profile", json.dumps(points), "--out", str(out / "data"),
-                 "--checkpoint", str(out / "checkpoint"), "--partitions", str(PARTITIONS),
+                 "--checkpoint", str(out / "checkpoint"), "--partitions", str(partitions),
                  "--cost", str(COST), "--trigger", TRIGGER, conf=conf, log_path=out / "app.log")
     watcher = Watcher(cluster, app, run, adaptive=mode == "autoscaler")
     watcher.start()
@@ -331,6 +334,8 @@ def main() -> None:
     parser.add_argument("--modes", default="static,dynamic,autoscaler")
     parser.add_argument("--conf", action="append", default=[],
                         help="extra spark.adaptive.* KEY=VALUE for the autoscaler run")
+    parser.add_argument("--partitions", type=int, default=PARTITIONS,
+                        help="the source's partitions (default %(default)s)")
     parser.add_argument("--work-dir", default="")
     parser.add_argument("--results", default=str(RESULTS),
                         help="where the JSON and the plots go (default %(default)s)")
@@ -340,7 +345,7 @@ def main() -> None:
     results_dir.mkdir(parents=True, exist_ok=True)
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="autoscale-bench-"))
     results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M"), "workers": WORKERS,
-                               "cost": COST, "partitions": PARTITIONS,
+                               "cost": COST, "partitions": args.partitions,
                                "autoscaler_conf": {**AUTOSCALER_CONF, **extra}, "profiles": {}}
     with LocalCluster(workers=WORKERS, cores_per_worker=1, memory_per_worker="1g",
                       work_dir=work / "cluster") as cluster:
@@ -348,7 +353,7 @@ def main() -> None:
             runs = []
             summaries = []
             for mode in args.modes.split(","):
-                run, rows = run_once(cluster, profile, mode, work, extra)
+                run, rows = run_once(cluster, profile, mode, work, extra, args.partitions)
                 runs.append((run, rows))
                 summaries.append(summarize(run, rows))
                 print(table(summaries[-1:]).splitlines()[1], flush=True)

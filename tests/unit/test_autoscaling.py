@@ -174,3 +174,32 @@ def test_an_autoscaled_query_follows_unbalanced_executors_live_until_its_first_t
     q = app.scheduler.query("q")
     assert driver.calls == [("start", 8)]
     assert q.snapshot().slots == 3 and q.partitions == 8
+
+
+def test_initial_slots_start_a_query_small_and_its_load_scales_it_up() -> None:
+    app, driver, autoscaling, load = _setup(executors=4, initial_slots=1)
+    q = app.scheduler.query("q")
+    assert q.snapshot().slots == 4
+    load.run(6)  # the first evaluation: 1 slot, live, and three executors given back
+    assert q.target is not None and (q.target.slots, q.target.partitions) == (1, 8)
+    assert app.actuator.requested[-1] == 1
+    for e in ("2", "3", "4"):
+        app.remove(e)
+    load.run(5)
+    assert q.snapshot().slots == 1 and driver.calls == [("start", 8)]
+    first = [r for r in app.scheduler.history("q") if r.trigger is Trigger.AUTOSCALER]
+    assert [(r.kind, r.to_slots) for r in first] == [("live", 1)]
+    load.rate = 300.0  # three slots' worth: scaled up from its load as usual
+    load.run(30)
+    assert q.target.slots >= 4, autoscaling.status(q).decision
+
+
+def test_initial_slots_keep_within_the_bounds_and_do_nothing_in_recommend_only_mode() -> None:
+    app, driver, autoscaling, load = _setup(executors=4, initial_slots=1)
+    app.scheduler.update_requirements("q", 2, 8)
+    load.run(6)
+    q = app.scheduler.query("q")
+    assert q.target is not None and q.target.slots == 2
+    app, driver, autoscaling, load = _setup(executors=4, initial_slots=1, scaling_enabled=False)
+    load.run(20)
+    assert app.scheduler.query("q").target is None and app.actuator.requested == []

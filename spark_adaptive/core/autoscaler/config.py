@@ -109,6 +109,15 @@ class AutoscalerConfig:
         "rate plus backlog / this. Flink's 30 min lets a lag of minutes persist; a "
         "streaming query with a lag target of seconds must catch up in minutes. 0 ignores "
         "the backlog.", unit="s")
+    initial_slots: int | None = option(
+        "autoscaler.initial-slots", "int", None,
+        "Slots a query is given as soon as the autoscaler first sees it run, before it has "
+        "measured the query's load (within the query's bounds and partitions); the executors "
+        "beyond are released. Unset: the query starts on what the app has (a standalone "
+        "app gets every core it may take), as Flink's autoscaler starts a job at its "
+        "configured parallelism. A small value saves the executors of a light start, like "
+        "Spark's spark.dynamicAllocation.initialExecutors; a heavy start (a backlog after "
+        "downtime) is scaled up as soon as the query is seen falling behind.", minimum=1)
     restart_time: float = option(
         "autoscaler.restart.time", "duration", 10.0,
         "Downtime assumed for a restart rescale (stop, state repartition, restart) until one "
@@ -180,6 +189,8 @@ class AutoscalerConfig:
         p: list[str] = []
         for f, o in _fields():
             value = getattr(self, f.name)
+            if value is None:  # an option without a default, not set
+                continue
             if isinstance(value, float) and math.isnan(value):
                 p.append(f"{o.full_key} is NaN")
                 continue

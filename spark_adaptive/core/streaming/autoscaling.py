@@ -82,6 +82,7 @@ class _Watched:
         self.unmet_share = 0  # the slots it had then
         self.last_logged: tuple[str, int, int] | None = None
         self.outcomes: dict[str, int] = {}  # evaluations by outcome
+        self.started = False  # autoscaler.initial-slots was considered for it
 
 
 class Autoscaling:
@@ -188,6 +189,10 @@ class Autoscaling:
         if q.state.name is not StateName.EXECUTING or not q.query_running:
             return None
         watched = self._watch(q)
+        if not watched.started:
+            watched.started = True
+            if self._start_small(q):
+                return None
         self._tell_rescales(q, watched)
         view = self._view(q, watched)
         decision = watched.policy.evaluate(view)
@@ -197,6 +202,22 @@ class Autoscaling:
             target = ScalingTarget(decision.target_slots, decision.target_partitions)
             self._sched.set_scaling_target(q.key, target)
         return decision
+
+    def _start_small(self, q: QueryScheduler) -> bool:
+        """Give a query ``autoscaler.initial-slots`` (within its bounds and partitions) at
+        its first evaluation, before its load is known; True if that changed its target."""
+        initial = self.config.initial_slots
+        if initial is None or not self.config.scaling_enabled or q.target is not None:
+            return False
+        r = q.requirements
+        slots = max(r.lower, min(initial, r.upper, max(1, q.partitions)))
+        if slots == q.running_slots:
+            return False
+        decision_log.info("query %s: starts on %d slots (autoscaler.initial-slots=%d) until "
+                          "its load is measured; it ran on %d", q.name or q.query_id or q.key,
+                          slots, initial, q.running_slots)
+        self._sched.set_scaling_target(q.key, ScalingTarget(slots, max(1, q.partitions)))
+        return True
 
     def _view(self, q: QueryScheduler, watched: _Watched) -> QueryView:
         now = self._timers.now()

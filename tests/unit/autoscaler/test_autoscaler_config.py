@@ -26,6 +26,7 @@ def test_keys_and_defaults_are_pinned() -> None:
         P + "scale-down.max-factor": 0.8,
         P + "scale-down.interval": 300.0,
         P + "catch-up.duration": 120.0,
+        P + "initial-slots": None,
         P + "restart.time": 10.0,
         P + "restart.time-tracking.enabled": True,
         P + "restart.time-tracking.limit": 300.0,
@@ -56,14 +57,14 @@ def test_flinks_key_names_are_kept() -> None:
 def test_from_conf_reads_spark_formats() -> None:
     c = AutoscalerConfig.from_conf({
         P + "enabled": "true", P + "metrics.window": "15min", P + "scale-down.interval": "1h",
-        P + "restart.time": "500ms", P + "utilization.target": "0.7",
+        P + "restart.time": "500ms", P + "utilization.target": "0.7", P + "initial-slots": "2",
         "spark.adaptive.scheduler.mode": "adaptive",  # not ours: ignored
     })
     assert (c.enabled, c.metrics_window, c.scale_down_interval, c.restart_time,
-            c.utilization_target) == (True, 900.0, 3600.0, 0.5, 0.7)
+            c.utilization_target, c.initial_slots) == (True, 900.0, 3600.0, 0.5, 0.7, 2)
     assert c.as_conf() == {P + "enabled": "true", P + "metrics.window": "15min",
                            P + "scale-down.interval": "1h", P + "restart.time": "500ms",
-                           P + "utilization.target": "0.7"}
+                           P + "utilization.target": "0.7", P + "initial-slots": "2"}
 
 
 def test_bad_values_and_unknown_keys_name_the_key() -> None:
