@@ -31,12 +31,10 @@ writes its picture to ``demo-output/autoscale-steps.png``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import shutil
 import tempfile
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -47,7 +45,8 @@ import pyarrow.parquet as pq
 
 from spark_adaptive.testing.cluster import LocalCluster
 from spark_adaptive.testing.streaming import file_sink_files
-from spark_adaptive.testing.submit import SubmittedApp, submit
+from spark_adaptive.testing.submit import submit
+from spark_adaptive.testing.watch import AppWatch, Seen
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results"
@@ -109,49 +108,14 @@ def oracle(points: list[list[float]], step: float = 0.01) -> float:
 
 
 @dataclass
-class Sample:
-    t: float
-    executors: int
-    slots: int | None = None
-    parallelism: int | None = None
-    state: str | None = None
-
-
-@dataclass
 class Run:
     profile: str
     mode: str
     start: float = 0.0
     total_rows: int = 0
-    samples: list[Sample] = field(default_factory=list)
+    samples: list[Seen] = field(default_factory=list)
     rescales: list[dict[str, Any]] = field(default_factory=list)
     exit_code: int | None = None
-
-
-class Watcher(threading.Thread):
-    """Samples the app every second: executor processes, and spark-adaptive's view of it."""
-
-    def __init__(self, cluster: LocalCluster, app: SubmittedApp, run: Run, adaptive: bool) -> None:
-        super().__init__(daemon=True)
-        self.cluster, self.app, self.run_, self.adaptive = cluster, app, run, adaptive
-        self.stopped = threading.Event()
-        self.query: str | None = None
-
-    def run(self) -> None:
-        while not self.stopped.wait(1.0):
-            sample = Sample(time.time(), len(self.cluster.executors()))
-            if self.adaptive:
-                self._read_rest(sample)
-            self.run_.samples.append(sample)
-
-    def _read_rest(self, sample: Sample) -> None:
-        with contextlib.suppress(OSError, ValueError, KeyError, IndexError):
-            self.app._learn_rest_url()
-            q = self.app.queries()[0]
-            self.query = q["id"]
-            sample.slots, sample.parallelism, sample.state = (
-                q.get("slots"), q.get("parallelism"), q.get("state"))
-            self.run_.rescales = self.app.rescales(q["id"])["rescales"]
 
 
 def run_once(cluster: LocalCluster, profile: str, mode: str, work: Path,
@@ -167,7 +131,8 @@ def run_once(cluster: LocalCluster, profile: str, mode: str, work: Path,
     app = submit(cluster, APP, "--profile", json.dumps(points), "--out", str(out / "data"),
                  "--checkpoint", str(out / "checkpoint"), "--partitions", str(partitions),
                  "--cost", str(COST), "--trigger", TRIGGER, conf=conf, log_path=out / "app.log")
-    watcher = Watcher(cluster, app, run, adaptive=mode == "autoscaler")
+    watcher = AppWatch(cluster, app, rest=mode == "autoscaler")
+    run.samples = watcher.samples
     watcher.start()
     print(f"  {profile}/{mode}: submitted, {duration:.0f}s profile; log {out / 'app.log'}",
           flush=True)
@@ -175,8 +140,8 @@ def run_once(cluster: LocalCluster, profile: str, mode: str, work: Path,
     try:
         while app.running():
             time.sleep(1.0)
-            if time.time() - last_report >= 30 and watcher.run_.samples:
-                s = watcher.run_.samples[-1]
+            if time.time() - last_report >= 30 and watcher.samples:
+                s = watcher.samples[-1]
                 extra_info = f", {s.slots} slots, parallelism {s.parallelism}" \
                     if s.slots is not None else ""
                 print(f"    {time.strftime('%H:%M:%S')}: {s.executors} executors{extra_info}",
@@ -184,9 +149,9 @@ def run_once(cluster: LocalCluster, profile: str, mode: str, work: Path,
                 last_report = time.time()
         run.exit_code = app.wait(60)
     finally:
-        watcher.stopped.set()
-        watcher.join(5)
+        watcher.stop()
         app.kill()
+    run.rescales = watcher.rescales
     log_text = app.log_path.read_text(errors="replace")
     for line in log_text.splitlines():
         if line.startswith("source started at "):  # "source started at T: N rows over ..."
@@ -221,7 +186,7 @@ def summarize(run: Run, rows: dict[str, np.ndarray]) -> dict[str, Any]:
     exactly_once = len(ids) == total and len(np.unique(ids)) == total
     lag = rows["done"] - rows["ts"]
     end = float(rows["done"].max()) if len(ids) else run.start + duration
-    times = np.array([s.t for s in run.samples])
+    times = np.array([s.time for s in run.samples])
     execs = np.array([s.executors for s in run.samples], dtype=float)
     inside = (times >= run.start) & (times <= max(end, run.start + duration))
     executor_seconds = float(np.sum(execs[inside]))  # one sample per second
@@ -301,7 +266,7 @@ def plot(profile: str, runs: list[tuple[Run, dict[str, np.ndarray]]], path: Path
             seconds = np.arange(math.floor(run.start), math.ceil(rows["done"].max()))
             axes[1].plot(seconds - run.start, _oldest_unprocessed(rows, seconds), color=c,
                          label=run.mode)
-        st = np.array([s.t - run.start for s in run.samples])
+        st = np.array([s.time - run.start for s in run.samples])
         axes[2].step(st, [s.executors for s in run.samples], where="post", color=c,
                      label=run.mode)
         if run.mode == "autoscaler":

@@ -56,7 +56,7 @@ class SubmittedApp:
             if not self.running():
                 raise ClusterError(f"the app ended (exit {self.process.returncode}); "
                                    f"see {self.log_path}:\n{self.tail()}")
-            self._learn_rest_url()
+            self.learn_rest_url()
             try:
                 found = self.queries()
                 if found:
@@ -67,7 +67,7 @@ class SubmittedApp:
         raise ClusterError(f"no query reported by {self.rest_url} within {timeout}s; "
                            f"see {self.log_path}")
 
-    def _learn_rest_url(self) -> None:
+    def learn_rest_url(self) -> None:
         """The server takes the next free port when its own is taken: read where it went."""
         match = re.search(r"REST API at (http://[\d.:]+)", self.tail(400))
         if match:

@@ -9,8 +9,6 @@ with reactive mode the app refuses to start, naming both keys.
 from __future__ import annotations
 
 import json
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ import pytest
 from spark_adaptive.testing.cluster import LocalCluster
 from spark_adaptive.testing.streaming import file_sink_files
 from spark_adaptive.testing.submit import SubmittedApp, submit
+from spark_adaptive.testing.watch import AppWatch
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -42,46 +41,19 @@ FAST = {
 }
 
 
-class Sampler(threading.Thread):
-    """Every second: the executor processes alive and the query as the REST API shows it."""
-
-    def __init__(self, cluster: LocalCluster, app: SubmittedApp) -> None:
-        super().__init__(daemon=True)
-        self.cluster, self.app = cluster, app
-        self.samples: list[dict[str, Any]] = []
-        self.rescales: list[dict[str, Any]] = []
-        self.autoscaler: list[dict[str, Any]] = []
-        self.stopped = threading.Event()
-        self.start_time = time.time()
-
-    def run(self) -> None:
-        while not self.stopped.wait(1.0):
-            sample: dict[str, Any] = {"t": time.time() - self.start_time,
-                                      "executors": len(self.cluster.executors())}
-            try:
-                q = self.app.queries()[0]
-                sample.update(slots=q["slots"], parallelism=q["parallelism"], state=q["state"])
-                self.rescales = self.app.rescales(q["id"])["rescales"]
-                self.autoscaler.append(self.app.get(f"/queries/{q['id']}/autoscaler"))
-            except (OSError, ValueError, KeyError, IndexError):
-                pass  # not up yet, or ended
-            self.samples.append(sample)
-
-
 def _run(cluster: LocalCluster, tmp_path: Path, profile: list[list[float]],
-         conf: dict[str, str]) -> tuple[SubmittedApp, Sampler]:
+         conf: dict[str, str]) -> tuple[SubmittedApp, AppWatch]:
     app = submit(cluster, APP, "--profile", json.dumps(profile), "--out", str(tmp_path / "out"),
                  "--checkpoint", str(tmp_path / "cp"), "--partitions", "4",
                  "--cost", str(COST), "--trigger", "6 seconds", conf=conf,
                  log_path=tmp_path / "app.log")
     app.wait_for_query()
-    sampler = Sampler(cluster, app)
+    sampler = AppWatch(cluster, app, autoscaler=True)
     sampler.start()
     try:
         assert app.wait(timeout=profile[-1][0] + 240) == 0, app.tail(60)
     finally:
-        sampler.stopped.set()
-        sampler.join(5)
+        sampler.stop()
         app.kill()
     return app, sampler
 
@@ -105,7 +77,7 @@ def test_a_load_step_takes_executors_and_gives_them_back_exactly_once(
     # 75 s, then 20 rows/s again for 120 s. The source's 4 partitions run balanced on 1 or 2.
     # A 6 s trigger keeps the fixed cost of each batch (its four tasks, whatever their rows)
     # small beside the rows' work, so the night load is clearly one slot's.
-    profile = [[0, 20], [90, 20], [91, 350], [165, 350], [166, 20], [285, 20]]
+    profile: list[list[float]] = [[0, 20], [90, 20], [91, 350], [165, 350], [166, 20], [285, 20]]
     app, sampler = _run(cluster, tmp_path, profile, FAST)
 
     ours = [r for r in sampler.rescales if r["trigger"] == "AUTOSCALER"]
@@ -122,13 +94,13 @@ def test_a_load_step_takes_executors_and_gives_them_back_exactly_once(
     assert all(r["kind"] == "live" for r in ours), ours  # no shuffle: executors alone
 
     def executors_between(a: float, b: float) -> list[int]:
-        return [s["executors"] for s in sampler.samples if a <= s["t"] <= b]
+        return [s.executors for s in sampler.samples if a <= sampler.since(s) <= b]
 
     assert max(executors_between(0, 10)) == 3  # the app started with every worker
     assert min(executors_between(60, 90)) == 1  # given back on the night load
     assert max(executors_between(130, 170)) >= 2  # taken for the step
-    running = [s for s in sampler.samples if "slots" in s]  # while the REST API answered
-    assert running[-1]["executors"] == 1  # and given back
+    running = [s for s in sampler.samples if s.slots is not None]  # the REST API answered
+    assert running[-1].executors == 1  # and given back
 
     ids = _written_ids(tmp_path / "out")
     total = _total_rows(app)
@@ -143,8 +115,8 @@ def test_recommend_only_shows_decisions_and_changes_nothing(
 
     assert not [r for r in sampler.rescales if r["trigger"] == "AUTOSCALER"], sampler.rescales
     # While the query ran: executors that exit as the app stops are replaced by the master.
-    running = [s for s in sampler.samples if s["t"] > 5 and s.get("state") == "Executing"]
-    assert running and {s["executors"] for s in running} == {2}
+    running = [s for s in sampler.samples if sampler.since(s) > 5 and s.state == "Executing"]
+    assert running and {s.executors for s in running} == {2}
     decided = [a for a in sampler.autoscaler if a["recommendation"]
                and a["recommendation"]["outcome"] == "scale-down"]
     assert decided, sampler.autoscaler[-1]
@@ -152,6 +124,22 @@ def test_recommend_only_shows_decisions_and_changes_nothing(
     assert last["scalingEnabled"] is False and last["recommendation"]["applied"] is False
     assert last["recommendation"]["slots"] == 1
     assert "recommend" in app.log_path.read_text()
+    ids = _written_ids(tmp_path / "out")
+    assert len(ids) == _total_rows(app) == len(np.unique(ids))
+
+
+def test_initial_slots_start_the_query_small_and_give_the_other_executors_back(
+        local_cluster_factory: Any, tmp_path: Path) -> None:
+    cluster = local_cluster_factory(2)
+    conf = {**FAST, "spark.adaptive.autoscaler.initial-slots": "1"}
+    app, sampler = _run(cluster, tmp_path, [[0, 20], [60, 20]], conf)
+
+    assert "autoscaler.initial-slots=1" in app.log_path.read_text()
+    # The app started on both workers; within seconds of the query's start it runs on one.
+    late = [s for s in sampler.samples if sampler.since(s) > 30 and s.state == "Executing"]
+    assert late and {(s.executors, s.slots) for s in late} == {(1, 1)}, late
+    ours = [r for r in sampler.rescales if r["trigger"] == "AUTOSCALER"]
+    assert all(r["kind"] == "live" for r in ours), ours
     ids = _written_ids(tmp_path / "out")
     assert len(ids) == _total_rows(app) == len(np.unique(ids))
 

@@ -211,9 +211,9 @@ class Autoscaling:
             return False
         r = q.requirements
         slots = max(r.lower, min(initial, r.upper, max(1, q.partitions)))
-        if slots == q.running_slots:
-            return False
-        decision_log.info("query %s: starts on %d slots (autoscaler.initial-slots=%d) until "
+        # A target even when the query runs on that many slots already: executors that
+        # register later are then given back instead of being taken.
+        decision_log.info("query %s: runs on %d slots (autoscaler.initial-slots=%d) until "
                           "its load is measured; it ran on %d", q.name or q.query_id or q.key,
                           slots, initial, q.running_slots)
         self._sched.set_scaling_target(q.key, ScalingTarget(slots, max(1, q.partitions)))
