@@ -37,7 +37,13 @@ Each evaluation, in order (Flink's operator, ``ScalingMetricCollector`` ->
 4. **Band.** Scale up when the capacity is below ``input / utilization.max +
    backlog / catch-up``; scale down when above ``input / utilization.min +
    backlog / catch-up``, never while catching up (backlog older than
-   ``backlog-processing.lag-threshold``). Otherwise nothing changes.
+   ``backlog-processing.lag-threshold``). Otherwise nothing changes. Whether to
+   scale up is read from the window's input rate (Flink's rule); the newest
+   seconds' (or batch's) higher rate decides it alone only when the query is
+   falling behind (it exceeds :data:`OVERLOAD` times the capacity, or the
+   backlog is old): a few batches are noisy, and their upward deviations would
+   otherwise flap a query settled near the target. A scale-up's target uses
+   the higher rate either way.
 5. **Slots.** The needed slots follow the observed scalability
    (:mod:`.scalability`), clamped by the max factors, then
    :func:`.planning.choose` picks a live or a restart target.
@@ -78,9 +84,10 @@ SETTLED = 0.9
 fraction of the window's: the window no longer mixes in a higher rate."""
 
 OVERLOAD = 1.1
-"""On a window not yet full, an input rate this far above the capacity measured counts as
-falling behind (a scale-up, and only that, may then be decided): beyond batch-to-batch
-noise, and a backlog grows at the excess from now on."""
+"""An input rate this far above the capacity measured counts as falling behind: on a window
+not yet full a scale-up, and only that, may then be decided, and the newest seconds' rate
+alone may decide it on a full one. Beyond batch-to-batch noise, and a backlog grows at the
+excess from now on."""
 
 JUMP = 1.25
 """The newest batch alone sets the input rate when it is this much above the newest
@@ -255,7 +262,16 @@ class QueryAutoscaler:
         downtime = self._downtime(view)
         need_live = lam / cfg.utilization_target + catch
         need_restart = need_live + (lam * downtime / cu if cu > 0 else 0.0)
-        up_at = lam / cfg.utilization_max + catch
+        # Whether to scale up is read from the window's input rate (Flink's rule), or from the
+        # newest seconds' rate (or the newest batch's) only once it shows the query falling
+        # behind: those few batches are noisy, and over the hundreds of evaluations a level
+        # lasts, their upward deviations would cross the band's edge of a query settled near
+        # the target, and the scale-down that follows would flap it. The target of a scale-up
+        # still uses the higher rate, so that one rescale reaches a rise.
+        lam_up = lam
+        if lam_w is not None and lam_w < lam and not behind and lam <= OVERLOAD * cap:
+            lam_up = lam_w
+        up_at = lam_up / cfg.utilization_max + catch
         down_at = lam / cfg.utilization_min + catch if cfg.utilization_min > 0 else math.inf
         util = lam / cap
         x_live = self._model.slots_for(need_live, eff, rate)
@@ -275,6 +291,10 @@ class QueryAutoscaler:
         self._pending_down.clear()
         why = (f"utilization {util:.2f} within [{cfg.utilization_min:g}, "
                f"{cfg.utilization_max:g}]")
+        if cap < lam / cfg.utilization_max + catch:  # only the newest seconds are above it
+            why = (f"utilization {lam_up / cap:.2f} over the window, within "
+                   f"[{cfg.utilization_min:g}, {cfg.utilization_max:g}]; the newest seconds read "
+                   f"{util:.2f}, which alone scales up only above {OVERLOAD:g} (falling behind)")
         if cap > down_at:
             why = (f"catching up a backlog of {backlog / lam:.0f}s of input; no scale-down "
                    f"while it exceeds {cfg.backlog_lag_threshold:g}s")

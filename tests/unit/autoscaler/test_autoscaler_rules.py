@@ -114,6 +114,58 @@ def test_a_jump_of_the_input_rate_is_seen_at_once() -> None:
     assert d.inputs.input_rate_window == (12 * 6000 + 18000) / 13
 
 
+def test_noise_in_the_newest_seconds_does_not_scale_up_a_query_near_its_target() -> None:
+    # 6800 rows/s on 8 slots of 1000: utilization 0.85, within [0.5, 0.9]. Arrivals come in
+    # bursts of 30 s at +12% and 30 s at -12%: the newest 20 s read up to 7616 rows/s (0.95),
+    # the window never more than 0.86. Scaling up on the newest seconds would leave 12 slots
+    # at utilization 0.57, and the scale-down back to 8 would follow: a flap.
+    q = make(rate=6800, per_slot=1000, slots=8, partitions=48)
+    outcomes, reasons = set(), []
+    for batch in range(1, 181):  # 15 min
+        q.rate = 7616 if (batch // 6) % 2 == 0 else 5984
+        q.run(5)
+        if batch % 2 == 0 and q.t >= 90:
+            d = q.evaluate()
+            outcomes.add(d.outcome)
+            reasons.append(d.reason)
+    assert outcomes == {"no-change"}
+    assert max(d.inputs.input_rate_recent or 0 for d in q.decisions) == 7616
+    assert any(r.startswith("utilization 0.8") and "over the window, within [0.5, 0.9]; the "
+               "newest seconds read 0.95, which alone scales up only above 1.1 (falling "
+               "behind)" in r for r in reasons)
+
+
+def test_a_rise_the_query_keeps_up_with_scales_up_once_the_window_shows_it() -> None:
+    q = make(rate=6800, per_slot=1000, slots=8, partitions=48)
+    q.run(90)
+    assert q.evaluate().outcome == "no-change"
+    q.rate = 7600  # utilization 0.95: above the band, yet the query keeps up
+    ds = q.run_and_evaluate(60)
+    up = first_action(ds)
+    assert up is not None and up.outcome == "scale-up"
+    # the window's mean passes 7200 rows/s (0.9) with the 7th of its 13 batches at 7600
+    assert up.time == 130.0
+    assert all(d.outcome == "no-change" for d in ds[:ds.index(up)])
+    # the target is the newest rate: 7600 / 0.8 = 9500 rows/s -> 9.5 slots -> 12
+    assert (up.kind, up.target_slots, up.inputs.input_rate) == ("live", 12, 7600.0)
+
+
+def test_the_newest_seconds_alone_scale_up_a_query_falling_behind() -> None:
+    q = make(rate=6000, per_slot=1000, slots=8, partitions=48)
+    q.run(90)
+    assert q.evaluate().outcome == "no-change"
+    q.rate = 9600  # 1.2 times the capacity: a backlog grows from now on
+    q.run(20)
+    d = q.evaluate()
+    # The newest 20 s read (4 x 9600 + 6000) / 5 = 8880 rows/s, above 1.1 x 8000; the window
+    # (9 x 6000 + 4 x 9600) / 13 = 7108 rows/s would not scale up yet. The target: 8880 / 0.8
+    # + a batch's overrun of 9600 rows / 100 s = 11196 rows/s -> 11.2 slots -> 12.
+    assert (d.outcome, d.kind, d.target_slots) == ("scale-up", "live", 12)
+    assert (d.inputs.input_rate, d.inputs.input_rate_recent) == (8880.0, 8880.0)
+    assert d.inputs.input_rate_window is not None and d.inputs.input_rate_window < 7200
+    assert d.inputs.target_rate == 11196.0
+
+
 def test_a_backlog_spike_is_seen_at_once_not_diluted() -> None:
     q = make(rate=6000, per_slot=1000, slots=8, partitions=48, backlog=0.0)
     q.run(90)
