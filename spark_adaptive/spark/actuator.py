@@ -55,7 +55,8 @@ class SparkExecutorActuator:
         self._control: Any = None
         self._synchronous = synchronous
         self._queue: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
-        self._latest_total: int | None = None
+        self._latest_total: int | None = None  # the total to send, None once sent
+        self._declared_total: int | None = None  # the last total the scheduler declared
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._warned = False
@@ -111,13 +112,21 @@ class SparkExecutorActuator:
             self.kill_executors(newest, f"more executors alive than the {total} declared")
         with self._lock:
             self._latest_total = total
+        self._declared_total = total
         self._enqueue("request", None)
         return newest
 
     def release_hung_executor(self, executor_id: str, reason: str) -> None:
-        """Kill a silent executor and have the driver drop it at once (through the shim)."""
+        """Kill a silent executor and have the driver drop it at once (through the shim),
+        then declare the total again: Spark's ``killExecutors`` also lowers the app's
+        executor target by the executors it kills, so without it no replacement would
+        ever be launched."""
         self.kill_executors([executor_id], reason)
         self._enqueue("declare-lost", (executor_id, reason))
+        if self._declared_total is not None:
+            with self._lock:
+                self._latest_total = self._declared_total
+            self._enqueue("request", None)
 
     def kill_executors(self, executor_ids: Sequence[str], reason: str) -> None:
         if executor_ids:

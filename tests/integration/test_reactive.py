@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 from typing import Any
@@ -145,4 +146,55 @@ def test_frozen_executor_is_released_within_the_failure_detection_timeout(
                 cluster.thaw_executor(frozen.executor_id)
             except Exception:
                 pass  # killed meanwhile, as it should be
+    query.stop()
+
+
+def test_a_released_frozen_executor_is_replaced_when_a_worker_has_room(
+        local_cluster_factory, cluster_spark_factory, tmp_path):
+    """Spark's killExecutors also lowers the app's executor target: spark-adaptive declares
+    its total again after releasing a hung executor, so the master launches a replacement."""
+    from pyspark.sql import functions as F
+
+    cluster = local_cluster_factory(3)
+    spark = cluster_spark_factory(cluster, **{
+        "spark.adaptive.enabled": "true",  # adaptive: 2 partitions want 2 of the 3 executors
+        "spark.adaptive.scheduler.submission.resource-stabilization-timeout": "0s",
+        "spark.adaptive.scheduler.executing.cooldown-after-rescaling": "0s",
+        "spark.adaptive.scheduler.executing.resource-stabilization-timeout": "2s",
+        "spark.adaptive.scheduler.executor-loss-grace": "2s",
+        "spark.sql.shuffle.partitions": "2"})
+    rt = runtime_for(spark.sparkContext)
+    assert rt is not None
+    rec = EventRecorder()
+    rt.subscribe(rec, "test")
+    query = (spark.readStream.format("rate").option("rowsPerSecond", 20).load()
+             .groupBy((F.col("value") % 10).alias("k")).count()
+             .writeStream.outputMode("update")
+             .foreachBatch(lambda df, i: df.write.mode("overwrite").parquet(
+                 str(tmp_path / "out" / str(i))))
+             .option("checkpointLocation", str(tmp_path / "cp"))
+             .trigger(processingTime="1 second").start())
+    rec.wait_for(ev.QueryProgress, lambda e: e.state_partitions == 2, timeout=180)
+    wait_until(lambda: len(cluster.executors()) == 2, timeout=60,
+               what="the surplus executor released")
+    rec.wait_until(lambda: len({e.executor_id for e in rec.of(ev.ExecutorHeartbeat)}) >= 2,
+                   timeout=60, what="heartbeats from both executors")
+    before = {e.executor_id for e in cluster.executors()}
+    victim = cluster.executors()[-1]
+    frozen = cluster.freeze_executor(victim.executor_id)
+    try:
+        mark = rec.mark()
+        rec.wait_for(ev.ExecutorRemoved, lambda e: e.executor_id == victim.executor_id,
+                     since=mark, timeout=60)
+        assert victim.executor_id in rt.actuator.killed
+        joined = rec.wait_for(ev.ExecutorAdded, lambda e: e.executor_id not in before,
+                              since=mark, timeout=90)
+        print(f"executor {victim.executor_id} released; executor {joined.executor_id} replaces "
+              "it")
+        rec.wait_until(lambda: rt.loop.call_sync(
+            lambda: rt.scheduler.query(query.id).snapshot().slots) == 2,
+            timeout=120, what="the query on 2 slots again")
+    finally:
+        with contextlib.suppress(Exception):  # killed meanwhile, as it should be
+            cluster.thaw_executor(frozen.executor_id)
     query.stop()
