@@ -6,7 +6,7 @@ For each mode (``adaptive``, then ``reactive``; half the time each, counted from
 app's start, which takes a few tens of seconds more) it starts a Spark
 standalone cluster on 127.0.0.1 with two one-core workers, submits
 :mod:`spark_adaptive.testing.soak_app` with ``spark-submit --conf
-spark.adaptive.enabled=true`` and, every 6 to 12 seconds, does one thing a cluster does
+spark.adaptive.enabled=true`` and, every 5 to 10 seconds, does one thing a cluster does
 to an app, drawn from a :class:`random.Random` seeded with ``--seed``:
 
 * ``add-worker``: a worker joins (up to ``--max-workers``);
@@ -329,8 +329,8 @@ class Soak:
             self._submit()
             self.say(f"app up, REST API {self.app.rest_url if self.app else '?'}")
             end = time.monotonic() + self.seconds  # the faults' time: after the app is up
-            while time.monotonic() + 6 < end:
-                time.sleep(self.rng.uniform(6, 12))
+            while time.monotonic() + 5 < end:
+                time.sleep(self.rng.uniform(5, 10))
                 if time.monotonic() >= end:
                     break
                 action = self.rng.choice(self._choices())
