@@ -93,21 +93,19 @@ def test_unmodified_app_in_reactive_mode_follows_workers_exactly_once(local_clus
     assert sum(table["total"]) == latest * (latest + 1) // 2
 
 
-def test_frozen_executor_is_released_within_the_failure_detection_timeout(
-        local_cluster_factory, cluster_spark_factory, tmp_path):
+def _counts_on_cluster(cluster_spark_factory, cluster, tmp_path, partitions):
+    """A counting query on ``partitions`` partitions in adaptive mode, enabled through the
+    session's configuration like spark-submit --conf (the start-up hook then sets a 3 s
+    executor heartbeat before the context starts), once it runs at them."""
     from pyspark.sql import functions as F
 
-    cluster = local_cluster_factory(3)
-    # Enabled through the session's configuration, like spark-submit --conf: the start-up
-    # hook then sets a 3 s executor heartbeat before the context starts.
     spark = cluster_spark_factory(cluster, **{
         "spark.adaptive.enabled": "true",
         "spark.adaptive.scheduler.submission.resource-stabilization-timeout": "0s",
         "spark.adaptive.scheduler.executing.cooldown-after-rescaling": "0s",
         "spark.adaptive.scheduler.executing.resource-stabilization-timeout": "2s",
         "spark.adaptive.scheduler.executor-loss-grace": "2s",
-        "spark.sql.shuffle.partitions": "3"})
-    assert spark.sparkContext.getConf().get("spark.executor.heartbeatInterval") == "3s"
+        "spark.sql.shuffle.partitions": str(partitions)})
     rt = runtime_for(spark.sparkContext)
     assert rt is not None
     rec = EventRecorder()
@@ -119,7 +117,15 @@ def test_frozen_executor_is_released_within_the_failure_detection_timeout(
                  str(tmp_path / "out" / str(i))))
              .option("checkpointLocation", str(tmp_path / "cp"))
              .trigger(processingTime="1 second").start())
-    rec.wait_for(ev.QueryProgress, lambda e: e.state_partitions == 3, timeout=180)
+    rec.wait_for(ev.QueryProgress, lambda e: e.state_partitions == partitions, timeout=180)
+    return spark, rt, rec, query
+
+
+def test_frozen_executor_is_released_within_the_failure_detection_timeout(
+        local_cluster_factory, cluster_spark_factory, tmp_path):
+    cluster = local_cluster_factory(3)
+    spark, rt, rec, query = _counts_on_cluster(cluster_spark_factory, cluster, tmp_path, 3)
+    assert spark.sparkContext.getConf().get("spark.executor.heartbeatInterval") == "3s"
     rec.wait_until(lambda: len({e.executor_id for e in rec.of(ev.ExecutorHeartbeat)}) == 3,
                    timeout=60, what="heartbeats from all three executors")
     victim = cluster.executors()[-1]
@@ -153,28 +159,9 @@ def test_a_released_frozen_executor_is_replaced_when_a_worker_has_room(
         local_cluster_factory, cluster_spark_factory, tmp_path):
     """Spark's killExecutors also lowers the app's executor target: spark-adaptive declares
     its total again after releasing a hung executor, so the master launches a replacement."""
-    from pyspark.sql import functions as F
-
     cluster = local_cluster_factory(3)
-    spark = cluster_spark_factory(cluster, **{
-        "spark.adaptive.enabled": "true",  # adaptive: 2 partitions want 2 of the 3 executors
-        "spark.adaptive.scheduler.submission.resource-stabilization-timeout": "0s",
-        "spark.adaptive.scheduler.executing.cooldown-after-rescaling": "0s",
-        "spark.adaptive.scheduler.executing.resource-stabilization-timeout": "2s",
-        "spark.adaptive.scheduler.executor-loss-grace": "2s",
-        "spark.sql.shuffle.partitions": "2"})
-    rt = runtime_for(spark.sparkContext)
-    assert rt is not None
-    rec = EventRecorder()
-    rt.subscribe(rec, "test")
-    query = (spark.readStream.format("rate").option("rowsPerSecond", 20).load()
-             .groupBy((F.col("value") % 10).alias("k")).count()
-             .writeStream.outputMode("update")
-             .foreachBatch(lambda df, i: df.write.mode("overwrite").parquet(
-                 str(tmp_path / "out" / str(i))))
-             .option("checkpointLocation", str(tmp_path / "cp"))
-             .trigger(processingTime="1 second").start())
-    rec.wait_for(ev.QueryProgress, lambda e: e.state_partitions == 2, timeout=180)
+    # Adaptive mode: the query's 2 partitions want 2 of the 3 executors.
+    _, rt, rec, query = _counts_on_cluster(cluster_spark_factory, cluster, tmp_path, 2)
     wait_until(lambda: len(cluster.executors()) == 2, timeout=60,
                what="the surplus executor released")
     rec.wait_until(lambda: len({e.executor_id for e in rec.of(ev.ExecutorHeartbeat)}) >= 2,
