@@ -140,12 +140,14 @@ def test_frozen_executor_is_released_within_the_failure_detection_timeout(
         assert released_after <= 20 + 3, f"released {released_after:.1f}s after the freeze"
         assert removed.reason  # Spark's words ("Executor killed by driver.")
         assert victim.executor_id in rt.actuator.killed  # released by spark-adaptive
-        # The query goes on without the hung executor, at a reduced parallelism.
-        rec.wait_for(ev.QueryProgress, lambda e: e.state_partitions == 2, since=mark,
-                     timeout=120)
+        # The query goes on without the hung executor: on the two others, or on the
+        # replacement the master launches on the frozen one's worker once its process is gone
+        # (spark-adaptive declares its total again after the release).
+        after = rec.mark()
+        going_on = rec.wait_for(ev.QueryProgress, since=after, timeout=120)
         stall = time.monotonic() - t_freeze
-        print(f"frozen executor released after {released_after:.1f}s; running at 2 partitions "
-              f"{stall:.1f}s after the freeze")
+        print(f"frozen executor released after {released_after:.1f}s; a micro-batch at "
+              f"{going_on.state_partitions} partitions {stall:.1f}s after the freeze")
     finally:
         if frozen is not None:
             try:
