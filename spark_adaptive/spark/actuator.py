@@ -111,8 +111,7 @@ class SparkExecutorActuator:
             newest = sorted(staying, key=lambda k: self._alive[k].time)[-surplus:]
             self.kill_executors(newest, f"more executors alive than the {total} declared")
         with self._lock:
-            self._latest_total = total
-        self._declared_total = total
+            self._latest_total = self._declared_total = total
         self._enqueue("request", None)
         return newest
 

@@ -53,6 +53,7 @@ class AppWatch(threading.Thread):
         """``GET /queries/{id}/autoscaler`` of every sample (with ``autoscaler=True``)."""
         self.stopped = threading.Event()
         self.created = time.time()
+        self._answered = False
 
     def since(self, seen: Seen) -> float:
         """Seconds from the watch's creation to ``seen``."""
@@ -67,8 +68,10 @@ class AppWatch(threading.Thread):
 
     def _read(self, seen: Seen) -> None:
         with contextlib.suppress(OSError, ValueError, KeyError, IndexError):
-            self.app.learn_rest_url()
+            if not self._answered:  # the log says where the server went; read it until then
+                self.app.learn_rest_url()
             q = self.app.queries()[0]
+            self._answered = True
             seen.slots, seen.parallelism, seen.state = (
                 q.get("slots"), q.get("parallelism"), q.get("state"))
             self.rescales = self.app.rescales(q["id"])["rescales"]

@@ -205,7 +205,7 @@ class Autoscaling:
 
     def _start_small(self, q: QueryScheduler) -> bool:
         """Give a query ``autoscaler.initial-slots`` (within its bounds and partitions) at
-        its first evaluation, before its load is known; True if that changed its target."""
+        its first evaluation, before its load is known; True if it set the query's target."""
         initial = self.config.initial_slots
         if initial is None or not self.config.scaling_enabled or q.target is not None:
             return False
