@@ -259,6 +259,27 @@ def test_two_queries_share_the_slots_like_flinks_slot_sharing_groups() -> None:
     assert b.calls[-1] == ("start", 9)
 
 
+def test_an_executor_that_joins_after_the_declaration_is_released() -> None:
+    """The master may launch an executor before it hears the declared total: it is surplus,
+    and the same total is declared again to release it."""
+    app = App()
+    app.add("1")
+    app.add("2")
+    driver = FakeDriver(query_info("q", partitions=2))
+    app.register(driver)
+    assert app.actuator.requested == [2]
+    app.actuator.release_next = ["3"]
+    app.add("3")
+    assert app.actuator.requested == [2, 2]
+    assert app.scheduler.executor_count == 2  # released: it stops counting at once
+    app.remove("3", "Executor killed by driver.")  # its removal, later, declares nothing
+    assert app.actuator.requested == [2, 2]
+    app.actuator.release_next = ["4"]
+    app.add("4")
+    assert app.actuator.requested == [2, 2, 2]
+    assert app.scheduler.executor_count == 2
+
+
 def test_requirements_update_rescales_the_query() -> None:
     app = App()
     for e in "1234":

@@ -137,6 +137,7 @@ class AdaptiveScheduler:
         self._queries: dict[str, QueryScheduler] = {}
         self._shares: dict[str, int] | None = {}
         self._declared: int | None = None
+        self._releasing = False
         self._listeners: list[Callable[[StateChange], None]] = []
         # Events of runs whose start has not reported yet (see on_event), by run id.
         self._early: OrderedDict[str, list[Event]] = OrderedDict()
@@ -210,7 +211,9 @@ class AdaptiveScheduler:
         """Declare the executors the active queries want, but never fewer than their running
         micro-batches use: a lower total releases executors, and tasks lost under a running
         batch would have to run again (Flink, too, releases only free slots). What is held
-        back is declared once the queries let go (:meth:`released_slots`)."""
+        back is declared once the queries let go (:meth:`released_slots`). An executor that
+        joins after the declaration (the master launched it before it heard the total)
+        is surplus: the same total is declared again, which releases it."""
         if not active or self.resources.fixed_slots is not None:
             return  # nothing to size for, or nothing can change; leave the executors alone
         if self._autoscaled and any(self._queries[k].target is None for k in active):
@@ -221,8 +224,11 @@ class AdaptiveScheduler:
         in_use = sum(q.slots_in_use for q in self._queries.values())
         slots = max(wanted, in_use)
         total = self.resources.executors_for(slots, self._default_slots_per_executor)
-        if total is None or total == self._declared:
+        if total is None:
             return
+        if total == self._declared and (self._releasing
+                                        or len(self.resources.executors) <= total):
+            return  # declared already, and no executor beyond it joined since
         self._declared = total
         per = self.resources.slots_per_executor(self._default_slots_per_executor)
         held = (f"; the running queries still use {in_use} slots, the rest are released when "
@@ -240,8 +246,12 @@ class AdaptiveScheduler:
     def executors_released(self, executor_ids: Sequence[str], reason: str) -> None:
         """Executors released on spark-adaptive's request stop counting at once: Spark
         reports them removed only once their processes have exited, seconds later."""
-        for executor_id in executor_ids:
-            self.resources.release(executor_id, reason)
+        self._releasing = True  # each release re-allocates: the others are not surplus
+        try:
+            for executor_id in executor_ids:
+                self.resources.release(executor_id, reason)
+        finally:
+            self._releasing = False
 
     def released_slots(self) -> None:
         """A query's run uses fewer slots now: declare what is wanted without them."""
