@@ -23,7 +23,12 @@ Each evaluation, in order (Flink's operator, ``ScalingMetricCollector`` ->
    ``backlog-processing.lag-threshold``, or, from two batches on, an input rate
    :data:`OVERLOAD` times its capacity): then a scale-up, and only that, may
    be decided on a partial window. Falling behind is not noise, and a query
-   whose batches grew long completes few of them.
+   whose batches grew long completes few of them. Nor is a rise that the last
+   scale-up fell short of: in the first window after a scale-up, from two
+   batches on, an input rate above ``utilization.max`` of the capacity reached,
+   and above the rate the scale-up was sized for by more than ``utilization.max
+   / utilization.target``, scales up again (the batch that decided it
+   straddled the rise).
 2. **Rates.** Arrival rate = consumption + backlog growth, over the window and
    over its newest batches; the higher one is used, so a rise is seen at once
    and a fall only once the whole window shows it; the newest batch alone sets
@@ -117,6 +122,10 @@ class QueryAutoscaler:
                                          config.effectiveness_threshold,
                                          config.effectiveness_expiry)
         self._floor: tuple[tuple[object, ...], float, float, str] | None = None
+        # The last scale-up applied: its slots and the input rate it was sized for; and
+        # that rate while the window is the first one after the scale-up reached them.
+        self._scaled_up: tuple[int, float] | None = None
+        self._after_up: float | None = None
         self._downtimes: list[float] = []
         self.rejected = 0
         self.last_rejection = ""
@@ -172,6 +181,9 @@ class QueryAutoscaler:
         self._known_rescale = time
         self._pending_down.clear()
         self._guard.on_rescale(slots)
+        up = self._scaled_up
+        self._after_up = up[1] if up is not None and slots == up[0] else None
+        self._scaled_up = None
 
     # -- evaluation ---------------------------------------------------------------------
     @property
@@ -237,11 +249,23 @@ class QueryAutoscaler:
         # The rate per slot at the load to be processed: a batch's fixed cost is spread over
         # the rows of the input and of the backlog being caught up.
         rate, rate_src = w.rate_per_slot_at((lam or 0.0) + catch)
+        short = False
         if not full and not behind and rate is not None and lam is not None and w.count >= 2:
             # Input above what the query can process grows a backlog from now on, whatever
             # the source reports (many report none): that is falling behind too.
-            behind = lam > OVERLOAD * rate * effective_slots(view.slots, view.partitions)
-        if not full and not behind:
+            cap_now = rate * effective_slots(view.slots, view.partitions)
+            behind = lam > OVERLOAD * cap_now
+            # Right after a scale-up, input above the band and above the rate the scale-up
+            # was sized for, by more than the band's headroom, is a rise it under-read (its
+            # newest batch straddled the rise), not noise; and not an ineffective scale-up,
+            # whose input stays where it was. The next step is decided on the first batches
+            # at the new slots, not a full window later.
+            sized = self._after_up
+            short = (sized is not None and lam > cfg.utilization_max * cap_now
+                     and lam > sized * cfg.utilization_max / cfg.utilization_target)
+        if full:
+            self._after_up = None
+        if not full and not behind and not short:
             return self._collecting(view)
         base = DecisionInputs(window_span=span, sample_count=w.count, input_rate=lam,
                               input_rate_window=lam_w, input_rate_recent=lam_r,
@@ -269,7 +293,8 @@ class QueryAutoscaler:
         # the target, and the scale-down that follows would flap it. The target of a scale-up
         # still uses the higher rate, so that one rescale reaches a rise.
         lam_up = lam
-        if lam_w is not None and lam_w < lam and not behind and lam <= OVERLOAD * cap:
+        if (lam_w is not None and lam_w < lam and not behind and not short
+                and lam <= OVERLOAD * cap):
             lam_up = lam_w
         up_at = lam_up / cfg.utilization_max + catch
         down_at = lam / cfg.utilization_min + catch if cfg.utilization_min > 0 else math.inf
@@ -338,6 +363,7 @@ class QueryAutoscaler:
         if d.applied:
             self._guard.expect(choice.slots, choice.partitions, inputs.capacity or 0.0, eff,
                                rate)
+            self._scaled_up = (choice.slots, lam)
         return d
 
     def _scale_down(self, view: QueryView, inputs: DecisionInputs, rate: float,

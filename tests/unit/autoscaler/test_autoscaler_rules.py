@@ -28,7 +28,7 @@ def test_stabilization_after_a_rescale_ignores_samples_and_decides_nothing() -> 
     q = make(rate=7600, per_slot=1000, slots=8, partitions=48)
     q.run(90)
     q.apply(q.evaluate())  # live to 12 at t=90: stabilizing until 120
-    q.rate = 11400  # utilization 0.95 on 12 slots
+    q.rate = 6000  # utilization 0.5 on 12 slots: at the band's lower edge
     for _ in range(2):
         q.run(10)
         d = q.evaluate()
@@ -39,8 +39,43 @@ def test_stabilization_after_a_rescale_ignores_samples_and_decides_nothing() -> 
     assert q.evaluate().outcome == "not-ready"
     q.run(10)  # t=180: full
     d = q.evaluate()
-    # 11400 / 0.8 = 14250 -> 14.25 slots -> 16
-    assert (d.outcome, d.target_slots) == ("scale-up", 16)
+    assert (d.outcome, d.target_slots) == ("no-change", 12)
+    assert d.reason.startswith("utilization 0.50 within [0.5, 0.9]")
+
+
+def test_a_rise_the_last_scale_up_fell_short_of_scales_up_again_without_a_full_window() -> None:
+    q = make(rate=7600, per_slot=1000, slots=8, partitions=48)
+    q.run(90)
+    q.apply(q.evaluate())  # live to 12 at t=90, sized for 7600 rows/s; stabilizing until 120
+    q.rate = 11400  # utilization 0.95 on 12 slots, 1.5 times the rate the scale-up was for
+    q.run(30)  # t=120: the first batch kept
+    assert q.evaluate().outcome == "not-ready"  # one batch says too little
+    q.run(5)  # t=125: two batches
+    d = q.evaluate()
+    # 11400 / 0.8 = 14250 -> 14.25 slots -> 16, 55 s before the window is full
+    assert (d.outcome, d.kind, d.target_slots) == ("scale-up", "live", 16)
+    q.apply(d)  # t=125, sized for 11400
+    q.rate = 13300  # utilization 0.83 on 16 slots: within the band, no early step
+    q.run(45)  # t=170: stabilized at 155, three batches
+    assert q.evaluate().outcome == "not-ready"
+    q.rate = 14600  # 0.91 on 16 slots, 1.28 times the rate sized for: the rise goes on
+    q.run(25)  # t=195: the newest 20 s read it alone; the window is full at 215
+    d = q.evaluate()
+    assert (d.outcome, d.target_slots) == ("scale-up", 24)
+
+
+def test_an_ineffective_scale_up_is_not_taken_for_a_rise_it_fell_short_of() -> None:
+    # The capacity stops growing above 8 slots: at the same input rate the query stays above
+    # the band after its scale-up, but that is no new rise; the full window judges it.
+    def per_slot(eff: float) -> float:
+        return 1000.0 if eff <= 8 else 8000.0 / eff
+
+    q = make(config(effectiveness_detection=True), rate=7600, per_slot=per_slot, slots=8,
+             partitions=48)
+    q.run(90)
+    q.apply(q.evaluate())  # live to 12 at t=90
+    ds = q.run_and_evaluate(80)  # t=170: stabilized at 120, the window is full at 180
+    assert {d.outcome for d in ds} == {"not-ready"}
 
 
 def test_delayed_scale_down_applies_the_highest_recommendation_of_its_interval() -> None:
