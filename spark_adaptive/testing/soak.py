@@ -6,7 +6,7 @@ For each mode (``adaptive``, then ``reactive``; half the time each, counted from
 app's start, which takes a few tens of seconds more) it starts a Spark
 standalone cluster on 127.0.0.1 with two one-core workers, submits
 :mod:`spark_adaptive.testing.soak_app` with ``spark-submit --conf
-spark.adaptive.enabled=true`` and, every 5 to 10 seconds, does one thing a cluster does
+spark.adaptive.enabled=true`` and, every 3 to 7 seconds, does one thing a cluster does
 to an app, drawn from a :class:`random.Random` seeded with ``--seed``:
 
 * ``add-worker``: a worker joins (up to ``--max-workers``);
@@ -14,7 +14,7 @@ to an app, drawn from a :class:`random.Random` seeded with ``--seed``:
 * ``kill-worker``: a worker and its executors are SIGKILLed (a lost node);
 * ``kill-executor``: one executor process is SIGKILLed;
 * ``freeze-executor``: one executor is SIGSTOPped past the failure-detection timeout,
-  then SIGCONTed;
+  then SIGCONTed (one at a time; the other actions go on meanwhile);
 * ``kill-driver``: the driver is SIGKILLed and the app submitted again on its
   checkpoint; ``kill-driver-in-repartition`` does it while a restart rescale
   repartitions the query's state offline (a worker is added to cause one);
@@ -31,9 +31,12 @@ result) and ``soak.png`` (the timeline) into ``--out``, and prints the summary.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import random
 import shutil
+import signal
 import sys
 import threading
 import time
@@ -58,9 +61,9 @@ CONF = {
     "spark.adaptive.enabled": "true",
     "spark.sql.shuffle.partitions": "4",
     "spark.executor.cores": "1",
-    "spark.adaptive.scheduler.executing.cooldown-after-rescaling": "5s",
-    "spark.adaptive.scheduler.executing.resource-stabilization-timeout": "5s",
-    "spark.adaptive.scheduler.submission.resource-stabilization-timeout": "5s",
+    "spark.adaptive.scheduler.executing.cooldown-after-rescaling": "3s",
+    "spark.adaptive.scheduler.executing.resource-stabilization-timeout": "3s",
+    "spark.adaptive.scheduler.submission.resource-stabilization-timeout": "3s",
     "spark.adaptive.scheduler.executor-loss-grace": "5s",
     "spark.adaptive.failure-detection.timeout": f"{FAILURE_DETECTION:g}s",
     "spark.sql.streaming.stateStore.providerClass":
@@ -203,6 +206,8 @@ class Soak:
         self.result = Result(mode)
         self.cluster: LocalCluster | None = None
         self.app: SubmittedApp | None = None
+        self._frozen: threading.Timer | None = None
+        self._upper: int | None = None  # the upper bound the last bounds action set
 
     def say(self, text: str) -> None:
         print(f"[{self.mode} {time.monotonic() - self.t0:6.1f}s] {text}", flush=True)
@@ -230,18 +235,22 @@ class Soak:
         return [] if app_id is None else self.cluster.executors(app_id)
 
     # -- actions ------------------------------------------------------------------------
-    def _choices(self) -> list[str]:
+    def _choices(self) -> dict[str, float]:
         assert self.cluster is not None
         workers = len(self.cluster.workers)
-        out = ["kill-executor", "freeze-executor", "kill-driver", "kill-driver-in-repartition"]
-        # Workers join more often than they go, so that the cluster keeps moving between one
-        # and --max-workers instead of sitting at one; new bounds are as likely as a fault.
+        # Weights. A driver kill stops everything for the half minute its resubmission takes,
+        # so each of the two is half as likely as another fault. Workers join more often than
+        # they go, so that the cluster keeps moving between one and --max-workers instead of
+        # sitting at one; new bounds are as likely as a worker joining.
+        out = {"kill-executor": 1.0, "kill-driver": 0.5, "kill-driver-in-repartition": 0.5}
+        if self._frozen is None or not self._frozen.is_alive():
+            out["freeze-executor"] = 1.0  # one frozen executor at a time
         if workers < self.max_workers:
-            out += ["add-worker"] * 3
+            out["add-worker"] = 3.0
         if workers > 1:
-            out += ["stop-worker", "kill-worker"]
+            out["stop-worker"] = out["kill-worker"] = 1.0
         if self.mode == "adaptive":
-            out += ["bounds"] * 3
+            out["bounds"] = 3.0
         return out
 
     def act(self, action: str) -> str:
@@ -260,18 +269,19 @@ class Soak:
             if action == "kill-executor":
                 self.cluster.kill_executor(e.executor_id, e.app_id)
                 return f"executor {e.executor_id}"
-            self.cluster.freeze_executor(e.executor_id, e.app_id)
-            time.sleep(FAILURE_DETECTION + 5)
-            try:
-                self.cluster.thaw_executor(e.executor_id, e.app_id)
-            except Exception:  # noqa: BLE001 - released and killed meanwhile: fine
-                pass
+            frozen = self.cluster.freeze_executor(e.executor_id, e.app_id)
+            # Thawed past the failure-detection timeout; the other actions go on meanwhile.
+            self._frozen = threading.Timer(FAILURE_DETECTION + 5, _thaw, (frozen.pid,))
+            self._frozen.daemon = True
+            self._frozen.start()
             return f"executor {e.executor_id} for {FAILURE_DETECTION + 5:g}s"
         if action == "bounds":
             # An upper bound other than the query's parallelism, so that the change rescales it
             # (to fewer slots at once, to more when the executors are there).
+            # Nor the upper bound set last: the same bounds again change nothing.
             now = next((s["parallelism"] for s in reversed(self.watch.samples)), None)
-            upper = self.rng.choice([u for u in range(1, 5) if u != now])
+            upper = self.rng.choice([u for u in range(1, 5) if u not in (now, self._upper)])
+            self._upper = upper
             body = json.dumps({"parallelism": {"lowerBound": 1, "upperBound": upper}})
             req = urllib.request.Request(
                 f"{self.app.rest_url}/queries/{QUERY}/resource-requirements", body.encode(),
@@ -330,10 +340,11 @@ class Soak:
             self.say(f"app up, REST API {self.app.rest_url if self.app else '?'}")
             end = time.monotonic() + self.seconds  # the faults' time: after the app is up
             while time.monotonic() + 5 < end:
-                time.sleep(self.rng.uniform(5, 10))
+                time.sleep(self.rng.uniform(3, 7))
                 if time.monotonic() >= end:
                     break
-                action = self.rng.choice(self._choices())
+                choices = self._choices()
+                action = self.rng.choices(list(choices), list(choices.values()))[0]
                 at = time.monotonic() - self.t0
                 try:
                     what = self.act(action)
@@ -343,6 +354,9 @@ class Soak:
                                      "action": action, "what": what})
                 self.result.actions[action] = self.result.actions.get(action, 0) + 1
                 self.say(f"{action}: {what}")
+            if self._frozen is not None and self._frozen.is_alive():
+                self._frozen.cancel()  # the run ends before its thaw: thaw it now
+                _thaw(*self._frozen.args)
             self._finish()
         return self.result
 
@@ -376,6 +390,12 @@ class Soak:
                 "rest_errors": self.watch.errors}
         (self.out / "soak.json").write_text(json.dumps(data, indent=1))
         plot(self.mode, data, self.out / "soak.png")
+
+
+def _thaw(pid: int) -> None:
+    """SIGCONT a frozen executor's process, unless it was killed meanwhile (released)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGCONT)
 
 
 def _worst_staleness(samples: list[dict[str, Any]]) -> float:
