@@ -280,6 +280,12 @@ class LocalCluster:
         st = self.status() or {}
         return sum(1 for w in st.get("workers", []) if w.get("state") == "ALIVE")
 
+    def registered_workers(self) -> list[Worker]:
+        """Live workers the master lists as ALIVE (a worker just started is not yet)."""
+        listed = [x.get("id", "") for x in (self.status() or {}).get("workers", [])
+                  if x.get("state") == "ALIVE"]
+        return [w for w in self.workers if any(i.endswith(w.worker_id_suffix) for i in listed)]
+
     def _worker_alive_at_master(self, w: Worker) -> bool:
         st = self.status() or {}
         return any(x.get("id", "").endswith(w.worker_id_suffix) and x.get("state") == "ALIVE"

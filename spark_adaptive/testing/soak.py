@@ -9,7 +9,8 @@ standalone cluster on 127.0.0.1 with two one-core workers, submits
 spark.adaptive.enabled=true`` and, every 3 to 7 seconds, does one thing a cluster does
 to an app, drawn from a :class:`random.Random` seeded with ``--seed``:
 
-* ``add-worker``: a worker joins (up to ``--max-workers``);
+* ``add-worker``: a worker joins (up to ``--max-workers``; one at a time, and the next
+  actions go on while it starts);
 * ``stop-worker``: a worker shuts down (SIGTERM) with its executors;
 * ``kill-worker``: a worker and its executors are SIGKILLed (a lost node);
 * ``kill-executor``: one executor process is SIGKILLed;
@@ -17,7 +18,8 @@ to an app, drawn from a :class:`random.Random` seeded with ``--seed``:
   then SIGCONTed (one at a time; the other actions go on meanwhile);
 * ``kill-driver``: the driver is SIGKILLed and the app submitted again on its
   checkpoint; ``kill-driver-in-repartition`` does it while a restart rescale
-  repartitions the query's state offline (a worker is added to cause one);
+  repartitions the query's state offline (caused by an upper bound below the query's
+  partitions in adaptive mode, else by a worker added or stopped);
 * ``bounds`` (adaptive mode): new parallelism bounds through the REST API.
 
 Meanwhile it reads the app's REST API every second (state, parallelism, executors, the
@@ -238,16 +240,19 @@ class Soak:
     def _choices(self) -> dict[str, float]:
         assert self.cluster is not None
         workers = len(self.cluster.workers)
+        registered = self.cluster.registered_workers()
         # Weights. A driver kill stops everything for the half minute its resubmission takes,
-        # so each of the two is half as likely as another fault. Workers join more often than
-        # they go, so that the cluster keeps moving between one and --max-workers instead of
-        # sitting at one; new bounds are as likely as a worker joining.
-        out = {"kill-executor": 1.0, "kill-driver": 0.5, "kill-driver-in-repartition": 0.5}
+        # so each of the two is half as likely as another fault; so is an executor's kill,
+        # which its worker replaces within the executor-loss grace (no rescale). Workers join
+        # more often than they go, so that the cluster keeps moving between one and
+        # --max-workers instead of sitting at one; new bounds are as likely as a worker
+        # joining.
+        out = {"kill-executor": 0.5, "kill-driver": 0.5, "kill-driver-in-repartition": 0.5}
         if self._frozen is None or not self._frozen.is_alive():
             out["freeze-executor"] = 1.0  # one frozen executor at a time
-        if workers < self.max_workers:
-            out["add-worker"] = 3.0
-        if workers > 1:
+        if workers < self.max_workers and len(registered) == workers:
+            out["add-worker"] = 3.0  # one worker joining at a time
+        if len(registered) > 1:
             out["stop-worker"] = out["kill-worker"] = 1.0
         if self.mode == "adaptive":
             out["bounds"] = 3.0
@@ -255,12 +260,16 @@ class Soak:
 
     def act(self, action: str) -> str:
         assert self.cluster is not None and self.app is not None
+        # A worker joins on its own time, as a node does: the next actions go on while it
+        # starts (and none stops or kills it before the master lists it).
         if action == "add-worker":
-            return self.cluster.add_worker().name
+            return self.cluster.add_worker(wait=False).name
         if action == "stop-worker":
-            return self.cluster.stop_worker(self.rng.choice(self.cluster.workers)).name
+            return self.cluster.stop_worker(
+                self.rng.choice(self.cluster.registered_workers())).name
         if action == "kill-worker":
-            return self.cluster.kill_worker(self.rng.choice(self.cluster.workers)).name
+            return self.cluster.kill_worker(
+                self.rng.choice(self.cluster.registered_workers())).name
         if action in ("kill-executor", "freeze-executor"):
             executors = self._executors()
             if not executors:
@@ -277,18 +286,14 @@ class Soak:
             return f"executor {e.executor_id} for {FAILURE_DETECTION + 5:g}s"
         if action == "bounds":
             # An upper bound other than the query's parallelism, so that the change rescales it
-            # (to fewer slots at once, to more when the executors are there).
-            # Nor the upper bound set last: the same bounds again change nothing.
-            now = next((s["parallelism"] for s in reversed(self.watch.samples)), None)
-            upper = self.rng.choice([u for u in range(1, 5) if u not in (now, self._upper)])
-            self._upper = upper
-            body = json.dumps({"parallelism": {"lowerBound": 1, "upperBound": upper}})
-            req = urllib.request.Request(
-                f"{self.app.rest_url}/queries/{QUERY}/resource-requirements", body.encode(),
-                method="PUT", headers={"Content-Type": "application/json"})
-            with urllib.request.urlopen(req, timeout=30) as r:
-                assert r.status == 200
-            return f"[1, {upper}]"
+            # (to fewer slots at once, to more when the executors are there), and other than
+            # the upper bound set last: the same bounds again change nothing.
+            # Within the slots the workers have, so that fewer and more both happen now.
+            now = self._parallelism()
+            top = max(2, len(self.cluster.registered_workers()))
+            upper = self.rng.choice([u for u in range(1, top + 1) if u not in (now, self._upper)]
+                                    or [u for u in range(1, top + 1) if u != now])
+            return self._put_upper(upper)
         if action == "kill-driver":
             self.watch.use(None)  # first: a request cut by the kill is no error of the API
             self.app.kill()
@@ -298,17 +303,39 @@ class Soak:
             return self._kill_in_repartition()
         raise ValueError(f"unknown action {action!r}")
 
+    def _parallelism(self) -> int | None:
+        return next((s["parallelism"] for s in reversed(self.watch.samples)), None)
+
+    def _put_upper(self, upper: int) -> str:
+        """New bounds ``[1, upper]`` through the REST API."""
+        assert self.app is not None
+        self._upper = upper
+        body = json.dumps({"parallelism": {"lowerBound": 1, "upperBound": upper}})
+        req = urllib.request.Request(
+            f"{self.app.rest_url}/queries/{QUERY}/resource-requirements", body.encode(),
+            method="PUT", headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            assert r.status == 200
+        return f"[1, {upper}]"
+
     def _kill_in_repartition(self) -> str:
-        """Cause a restart rescale, and SIGKILL the driver while its state is repartitioned."""
+        """Cause a restart rescale, and SIGKILL the driver while its state is repartitioned.
+        In adaptive mode an upper bound below the query's partitions restarts it onto
+        fewer; otherwise (and in reactive mode) a worker joins or stops."""
         assert self.cluster is not None and self.app is not None
         app = self.app
         before = {r["id"] for r in app.rescales(QUERY)["rescales"]}
-        if len(self.cluster.workers) < self.max_workers:
-            self.cluster.add_worker()
-        elif len(self.cluster.workers) > 1:
-            self.cluster.stop_worker(self.rng.choice(self.cluster.workers))
-        deadline = time.monotonic() + 90
-        phase = "no restart rescale within 90 s"
+        now = self._parallelism()
+        how = ""
+        if self.mode == "adaptive" and now is not None and now > 1:
+            how = f"bounds {self._put_upper(now - 1)}: "
+        elif len(self.cluster.workers) < self.max_workers:
+            how = f"{self.cluster.add_worker().name} joined: "
+        elif len(self.cluster.registered_workers()) > 1:
+            gone = self.cluster.stop_worker(self.rng.choice(self.cluster.registered_workers()))
+            how = f"{gone.name} stopped: "
+        deadline = time.monotonic() + 45
+        phase = "no restart rescale within 45 s"
         while time.monotonic() < deadline:
             try:
                 records = [r for r in app.rescales(QUERY)["rescales"] if r["id"] not in before]
@@ -325,7 +352,7 @@ class Soak:
         self.watch.use(None)
         app.kill()
         self._submit()
-        return phase
+        return how + phase
 
     # -- the run ------------------------------------------------------------------------
     def run(self) -> Result:
