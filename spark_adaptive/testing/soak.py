@@ -18,8 +18,8 @@ to an app, drawn from a :class:`random.Random` seeded with ``--seed``:
   then SIGCONTed (one at a time; the other actions go on meanwhile);
 * ``kill-driver``: the driver is SIGKILLed and the app submitted again on its
   checkpoint; ``kill-driver-in-repartition`` does it while a restart rescale
-  repartitions the query's state offline (caused by an upper bound below the query's
-  partitions in adaptive mode, else by a worker added or stopped);
+  repartitions the query's state offline (caused by new bounds in adaptive mode, by a
+  worker added or stopped in reactive mode);
 * ``bounds`` (adaptive mode): new parallelism bounds through the REST API.
 
 Meanwhile it reads the app's REST API every second (state, parallelism, executors, the
@@ -320,15 +320,17 @@ class Soak:
 
     def _kill_in_repartition(self) -> str:
         """Cause a restart rescale, and SIGKILL the driver while its state is repartitioned.
-        In adaptive mode an upper bound below the query's partitions restarts it onto
-        fewer; otherwise (and in reactive mode) a worker joins or stops."""
+        In adaptive mode new bounds restart it (onto fewer partitions, or from one onto
+        two); in reactive mode a worker joins or stops."""
         assert self.cluster is not None and self.app is not None
         app = self.app
         before = {r["id"] for r in app.rescales(QUERY)["rescales"]}
         now = self._parallelism()
         how = ""
-        if self.mode == "adaptive" and now is not None and now > 1:
-            how = f"bounds {self._put_upper(now - 1)}: "
+        if self.mode == "adaptive" and now is not None:
+            if now == 1 and len(self.cluster.registered_workers()) < 2:
+                how = f"{self.cluster.add_worker().name} joined, "
+            how += f"bounds {self._put_upper(now - 1 if now > 1 else 2)}: "
         elif len(self.cluster.workers) < self.max_workers:
             how = f"{self.cluster.add_worker().name} joined: "
         elif len(self.cluster.registered_workers()) > 1:
