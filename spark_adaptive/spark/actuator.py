@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from spark_adaptive.core import events as ev
@@ -66,9 +66,6 @@ class SparkExecutorActuator:
         self.task_cpus = int(sc._conf.get("spark.task.cpus", "1") or 1)
         self._alive: dict[str, ev.ExecutorAdded] = {}
         self._releasing: set[str] = set()
-        self.on_kept: Callable[[ev.ExecutorAdded], None] | None = None
-        """Called (on the actuator's thread) for each executor whose release failed: it
-        is alive and counts again (the runtime posts it as joined again)."""
 
     def _check_supported(self) -> bool:
         try:
@@ -213,20 +210,6 @@ class SparkExecutorActuator:
         except Exception as e:
             log.error("%s failed (%s); not done, and the queries run on with the executors "
                       "they have", doing, error_text(e), exc_info=True)
-            if what == "kill":
-                self._kept(arg[0])
-
-    def _kept(self, executor_ids: Sequence[str]) -> None:
-        """Executors whose release failed stay: they count again, here and (through
-        ``on_kept``) in the scheduler, which stopped counting them when it asked."""
-        for executor_id in executor_ids:
-            self._releasing.discard(executor_id)
-            joined = self._alive.get(executor_id)
-            if joined is not None and self.on_kept is not None:
-                try:
-                    self.on_kept(joined)
-                except Exception:
-                    log.exception("counting executor %s again failed", executor_id)
 
     def close(self) -> None:
         if self._thread is not None:

@@ -61,7 +61,6 @@ class AdaptiveRuntime:
         self.bus = EventBus(self.loop.submit)
         self.actuator = SparkExecutorActuator(sc, shim_jar=settings.shim_jar)
         self.bus.subscribe(self.actuator.observe, "executor tracking")
-        self.actuator.on_kept = self.bus.post  # a failed release: the executor counts again
         self._session: SparkSession | None = None
         self._closers: list[Callable[[], None]] = []
         self._closed = False
