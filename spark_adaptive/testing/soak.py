@@ -329,7 +329,8 @@ class Soak:
         now = self._parallelism()
         how = ""
         if self.mode == "adaptive" and now is not None:
-            if now == 1 and len(self.cluster.registered_workers()) < 2:
+            if (now == 1 and len(self.cluster.registered_workers()) < 2
+                    and len(self.cluster.workers) < self.max_workers):
                 how = f"{self.cluster.add_worker().name} joined, "
             how += f"bounds {self._put_upper(now - 1 if now > 1 else 2)}: "
         elif len(self.cluster.workers) < self.max_workers:

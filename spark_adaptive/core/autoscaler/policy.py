@@ -154,6 +154,7 @@ class QueryAutoscaler:
         last = w.last_time
         if last is not None and t < last:  # nothing measured before can be trusted
             w.clear()
+            self._after_up = None
             self._stable_from = t + self.config.stabilization_interval
             return self._reject(f"clock went back from {last:.3f}s to {t:.3f}s; metrics are "
                                 "collected again after a stabilization interval")
@@ -202,6 +203,7 @@ class QueryAutoscaler:
         if self._last_eval is not None and now < self._last_eval:
             before, self._last_eval = self._last_eval, now
             self._window.clear()
+            self._after_up = None
             self._stable_from = now + cfg.stabilization_interval
             return self._not_ready(view, f"the clock went back from {before:.3f}s to "
                                          f"{now:.3f}s; metrics are collected again")
@@ -282,7 +284,8 @@ class QueryAutoscaler:
         eff = effective_slots(s, p)
         cap = rate * eff
         self._model.record(eff, rate, now, p)
-        self._guard.judge(cap, now, self._model)
+        if full:  # a scale-up is judged on the first full window after it, not on two batches
+            self._guard.judge(cap, now, self._model)
         downtime = self._downtime(view)
         need_live = lam / cfg.utilization_target + catch
         need_restart = need_live + (lam * downtime / cu if cu > 0 else 0.0)
@@ -415,8 +418,11 @@ class QueryAutoscaler:
                 f"{cfg.scale_down_interval - waited:.0f}s more (scale-down.interval keeps the "
                 f"highest recommendation meanwhile)", inputs, target=target)
         self._pending_down.clear()
-        return self._result(view, "scale-down", choice.kind, s, p,
-                            f"{head}: {choice.reason}", inputs, target=target)
+        d = self._result(view, "scale-down", choice.kind, s, p, f"{head}: {choice.reason}",
+                         inputs, target=target)
+        if d.applied:
+            self._scaled_up = None  # a scale-up that never completed is not waited for now
+        return d
 
     # -- helpers and results ----------------------------------------------------------------
     def _downtime(self, view: QueryView) -> float:

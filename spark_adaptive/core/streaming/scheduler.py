@@ -138,6 +138,7 @@ class AdaptiveScheduler:
         self._shares: dict[str, int] | None = {}
         self._declared: int | None = None
         self._releasing = False
+        self._surplus_waits = False
         self._listeners: list[Callable[[StateChange], None]] = []
         # Events of runs whose start has not reported yet (see on_event), by run id.
         self._early: OrderedDict[str, list[Event]] = OrderedDict()
@@ -157,6 +158,9 @@ class AdaptiveScheduler:
             if isinstance(event, QueryProgress):
                 q.observe_batch(self.load.take(event.run_id))
             q.on_query_event(event)
+            if isinstance(event, QueryProgress) and self._surplus_waits:
+                self._surplus_waits = False  # between micro-batches: it may go now
+                self._declare(self._active(), between_batches=True)
             return
         # Spark reports a run's first events before its start returns to us: keep them
         # until a query's run with this id starts (or newer runs push them out).
@@ -207,13 +211,16 @@ class AdaptiveScheduler:
             if key != quiet and self.slot_share(key) != before:
                 self._queries[key].on_resources_changed()
 
-    def _declare(self, active: dict[str, req.ResourceRequirements]) -> None:
+    def _declare(self, active: dict[str, req.ResourceRequirements],
+                 between_batches: bool = False) -> None:
         """Declare the executors the active queries want, but never fewer than their running
         micro-batches use: a lower total releases executors, and tasks lost under a running
         batch would have to run again (Flink, too, releases only free slots). What is held
         back is declared once the queries let go (:meth:`released_slots`). An executor that
         joins after the declaration (the master launched it before it heard the total)
-        is surplus: the same total is declared again, which releases it."""
+        is surplus: the same total is declared again, which releases it, but only when a
+        micro-batch has just completed (``between_batches``) if a query runs, since Spark
+        may already have given it tasks of a running one."""
         if not active or self.resources.fixed_slots is not None:
             return  # nothing to size for, or nothing can change; leave the executors alone
         if self._autoscaled and any(self._queries[k].target is None for k in active):
@@ -226,9 +233,12 @@ class AdaptiveScheduler:
         total = self.resources.executors_for(slots, self._default_slots_per_executor)
         if total is None:
             return
-        if total == self._declared and (self._releasing
-                                        or len(self.resources.executors) <= total):
-            return  # declared already, and no executor beyond it joined since
+        if total == self._declared:
+            if self._releasing or len(self.resources.executors) <= total:
+                return  # declared already, and no executor beyond it joined since
+            if in_use and not between_batches:
+                self._surplus_waits = True  # released after the next micro-batch
+                return
         self._declared = total
         per = self.resources.slots_per_executor(self._default_slots_per_executor)
         held = (f"; the running queries still use {in_use} slots, the rest are released when "
@@ -246,12 +256,13 @@ class AdaptiveScheduler:
     def executors_released(self, executor_ids: Sequence[str], reason: str) -> None:
         """Executors released on spark-adaptive's request stop counting at once: Spark
         reports them removed only once their processes have exited, seconds later."""
-        self._releasing = True  # each release re-allocates: the others are not surplus
+        # Each release re-allocates; the executors still to be released are not surplus.
+        outer, self._releasing = self._releasing, True
         try:
             for executor_id in executor_ids:
                 self.resources.release(executor_id, reason)
         finally:
-            self._releasing = False
+            self._releasing = outer
 
     def released_slots(self) -> None:
         """A query's run uses fewer slots now: declare what is wanted without them."""

@@ -28,7 +28,7 @@ def test_stabilization_after_a_rescale_ignores_samples_and_decides_nothing() -> 
     q = make(rate=7600, per_slot=1000, slots=8, partitions=48)
     q.run(90)
     q.apply(q.evaluate())  # live to 12 at t=90: stabilizing until 120
-    q.rate = 6000  # utilization 0.5 on 12 slots: at the band's lower edge
+    q.rate = 9000  # utilization 0.75 on 12 slots: within the band
     for _ in range(2):
         q.run(10)
         d = q.evaluate()
@@ -40,7 +40,7 @@ def test_stabilization_after_a_rescale_ignores_samples_and_decides_nothing() -> 
     q.run(10)  # t=180: full
     d = q.evaluate()
     assert (d.outcome, d.target_slots) == ("no-change", 12)
-    assert d.reason.startswith("utilization 0.50 within [0.5, 0.9]")
+    assert d.reason.startswith("utilization 0.75 within [0.5, 0.9]")
 
 
 def test_a_rise_the_last_scale_up_fell_short_of_scales_up_again_without_a_full_window() -> None:
