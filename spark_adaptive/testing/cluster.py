@@ -282,14 +282,16 @@ class LocalCluster:
 
     def registered_workers(self) -> list[Worker]:
         """Live workers the master lists as ALIVE (a worker just started is not yet)."""
-        listed = [x.get("id", "") for x in (self.status() or {}).get("workers", [])
-                  if x.get("state") == "ALIVE"]
+        listed = self._alive_at_master()
         return [w for w in self.workers if any(i.endswith(w.worker_id_suffix) for i in listed)]
 
     def _worker_alive_at_master(self, w: Worker) -> bool:
-        st = self.status() or {}
-        return any(x.get("id", "").endswith(w.worker_id_suffix) and x.get("state") == "ALIVE"
-                   for x in st.get("workers", []))
+        return any(i.endswith(w.worker_id_suffix) for i in self._alive_at_master())
+
+    def _alive_at_master(self) -> list[str]:
+        """Ids of the workers the master lists as ALIVE."""
+        return [x.get("id", "") for x in (self.status() or {}).get("workers", [])
+                if x.get("state") == "ALIVE"]
 
     # -- executors ---------------------------------------------------------------
     def executors(self, app_id: str | None = None) -> list[ExecutorProcess]:

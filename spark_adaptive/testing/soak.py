@@ -244,10 +244,9 @@ class Soak:
         # Weights. A driver kill stops everything for the half minute to a minute its
         # resubmission takes, so each of the two is a quarter as likely as another fault; an
         # executor's kill, which its worker replaces within the executor-loss grace (no
-        # rescale), half as likely. Workers join
-        # more often than they go, so that the cluster keeps moving between one and
-        # --max-workers instead of sitting at one; new bounds are as likely as a worker
-        # joining.
+        # rescale), half as likely. Workers join more often than they go, so that the
+        # cluster keeps moving between one and --max-workers instead of sitting at one; new
+        # bounds are as likely as a worker joining.
         out = {"kill-executor": 0.5, "kill-driver": 0.25, "kill-driver-in-repartition": 0.25}
         if self._frozen is None or not self._frozen.is_alive():
             out["freeze-executor"] = 1.0  # one frozen executor at a time
