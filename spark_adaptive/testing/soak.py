@@ -19,8 +19,13 @@ to an app, drawn from a :class:`random.Random` seeded with ``--seed``:
 * ``kill-driver``: the driver is SIGKILLed and the app submitted again on its
   checkpoint; ``kill-driver-in-repartition`` does it while a restart rescale
   repartitions the query's state offline (caused by new bounds in adaptive mode, by a
-  worker added or stopped in reactive mode);
+  worker added or stopped in reactive mode). These two are planned, not drawn: one per
+  150 s of faults (at least one per mode), the two kinds in turn;
 * ``bounds`` (adaptive mode): new parallelism bounds through the REST API.
+
+An action that rescales (a worker joining or going, new bounds) first waits up to 20 s
+for the query to be executing rather than mid-rescale, so that it makes a rescale of its
+own; faults on executors strike at any time.
 
 Meanwhile it reads the app's REST API every second (state, parallelism, executors, the
 last micro-batch, the rescale history) and counts every error while a driver is up. At
@@ -71,6 +76,12 @@ CONF = {
     "spark.sql.streaming.stateStore.providerClass":
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
 }
+DRIVER_KILL_EVERY = 150.0
+"""Seconds of faults per planned driver kill (at least one per mode)."""
+SCALING_WAIT = 20.0
+"""Seconds an action that rescales waits for the query to be executing, not mid-rescale."""
+SETTLE = 180.0
+"""Seconds the end of a run waits for a micro-batch that completes after its last action."""
 FAULTS = ("stop-worker", "kill-worker", "kill-executor", "freeze-executor", "kill-driver",
           "kill-driver-in-repartition")
 
@@ -114,6 +125,8 @@ def check_counts(output: Path, checkpoint: Path) -> tuple[int, int, int, int]:
                         if p.name.isdigit()), reverse=True)
     batch = next(b for b in committed if (output / f"batch={b}").is_dir())
     table = pq.read_table(output / f"batch={batch}").to_pydict()
+    if not table["latest"]:  # an empty aggregate: nothing was counted
+        return 0, 0, 0, 0
     top = max(table["latest"])
     got = {k: (c, t) for k, c, t in zip(table["key"], table["count"], table["total"],
                                          strict=True)}
@@ -159,6 +172,17 @@ class Watch(threading.Thread):
     def now(self) -> float:
         return time.monotonic() - self.t0
 
+    def last(self) -> dict[str, Any] | None:
+        """The newest sample."""
+        with self._lock:
+            return self.samples[-1] if self.samples else None
+
+    def batch_since(self, wall: float) -> bool:
+        """Whether a micro-batch that started at or after ``wall`` (``time.time()``) has
+        completed (a progress's time is its batch's start, as in Spark's)."""
+        with self._lock:
+            return any(s["batch_time"] and s["batch_time"] >= wall for s in self.samples)
+
     def run(self) -> None:
         while not self.stopped.wait(1.0):
             with self._lock:
@@ -183,11 +207,12 @@ class Watch(threading.Thread):
             if q is None:
                 continue
             progress = q.get("lastProgress") or {}
-            self.samples.append({
-                "t": self.now(), "driver": driver, "state": q["state"],
-                "status": q.get("status"), "parallelism": q["parallelism"],
-                "slots": q["slots"], "executors": q["executors"],
-                "batch_time": progress.get("time"), "wall": time.time()})
+            sample = {"t": self.now(), "driver": driver, "state": q["state"],
+                      "status": q.get("status"), "parallelism": q["parallelism"],
+                      "slots": q["slots"], "executors": q["executors"],
+                      "batch_time": progress.get("time"), "wall": time.time()}
+            with self._lock:
+                self.samples.append(sample)
             for r in history:
                 self.rescales[(r["id"], r["time"])] = {**r, "driver": driver}
 
@@ -210,6 +235,7 @@ class Soak:
         self.app: SubmittedApp | None = None
         self._frozen: threading.Timer | None = None
         self._upper: int | None = None  # the upper bound the last bounds action set
+        self._driver_kills: list[tuple[float, str]] = []  # (due, action), soonest first
 
     def say(self, text: str) -> None:
         print(f"[{self.mode} {time.monotonic() - self.t0:6.1f}s] {text}", flush=True)
@@ -241,25 +267,70 @@ class Soak:
         assert self.cluster is not None
         workers = len(self.cluster.workers)
         registered = self.cluster.registered_workers()
-        # Weights. A driver kill stops everything for the half minute to a minute its
-        # resubmission takes, so each of the two is a quarter as likely as another fault; an
+        # Weights. The driver kills are planned, not drawn (see _plan_driver_kills). An
         # executor's kill, which its worker replaces within the executor-loss grace (no
-        # rescale), half as likely. Workers join more often than they go, so that the
-        # cluster keeps moving between one and --max-workers instead of sitting at one; new
-        # bounds are as likely as a worker joining.
-        out = {"kill-executor": 0.5, "kill-driver": 0.25, "kill-driver-in-repartition": 0.25}
+        # rescale), is half as likely as another fault. Workers join more often than they
+        # go, so that the cluster keeps moving between one and --max-workers instead of
+        # sitting at one; new bounds are as likely as a worker joining.
+        out = {"kill-executor": 0.5}
         if self._frozen is None or not self._frozen.is_alive():
             out["freeze-executor"] = 1.0  # one frozen executor at a time
         if workers < self.max_workers and len(registered) == workers:
             out["add-worker"] = 3.0  # one worker joining at a time
         if len(registered) > 1:
             out["stop-worker"] = out["kill-worker"] = 1.0
-        if self.mode == "adaptive":
+        if self.mode == "adaptive" and self._uppers():
             out["bounds"] = 3.0
         return out
 
+    def _plan_driver_kills(self) -> None:
+        """One driver kill per DRIVER_KILL_EVERY seconds of faults, at least one, each at a
+        random time in its own stretch of the run, the two kinds taking turns from a random
+        first. A resubmitted driver takes half a minute to a minute to run its query again,
+        in which nothing else can rescale: drawn at random, the kills took most of a
+        10-minute run in some seeds and none in others."""
+        n = max(1, round(self.seconds / DRIVER_KILL_EVERY))
+        kinds = ["kill-driver-in-repartition", "kill-driver"]
+        first = self.rng.randrange(2)
+        stretch = self.seconds / n
+        self._driver_kills = [
+            (time.monotonic() + stretch * (i + self.rng.uniform(0.2, 0.8)), kinds[(first + i) % 2])
+            for i in range(n)]
+
+    def _next_action(self) -> str:
+        """A planned driver kill when one is due, else an action drawn by weight."""
+        if self._driver_kills and self._driver_kills[0][0] <= time.monotonic():
+            return self._driver_kills.pop(0)[1]
+        choices = self._choices()
+        return self.rng.choices(list(choices), list(choices.values()))[0]
+
+    def _uppers(self) -> list[int]:
+        """The upper bounds a bounds action may set: within the slots the workers have (so
+        that fewer and more both happen now), other than the query's parallelism (so that
+        the change rescales it) and than the upper bound set last (the same bounds again
+        change nothing)."""
+        assert self.cluster is not None
+        now = self._parallelism()
+        top = max(2, len(self.cluster.registered_workers()))
+        return [u for u in range(1, top + 1) if u not in (now, self._upper)]
+
+    def _wait_executing(self) -> None:
+        """Before an action that rescales: up to SCALING_WAIT seconds for the query to run
+        (state Executing) rather than be mid-rescale, so that the action makes a rescale of
+        its own instead of being folded into the one under way. Faults on executors do not
+        wait: they strike whenever they do."""
+        deadline = time.monotonic() + SCALING_WAIT
+        since = self.watch.now()
+        while time.monotonic() < deadline:
+            last = self.watch.last()
+            if last is not None and last["t"] > since and last["state"] == "Executing":
+                return
+            time.sleep(0.5)
+
     def act(self, action: str) -> str:
         assert self.cluster is not None and self.app is not None
+        if action in ("add-worker", "stop-worker", "kill-worker", "bounds"):
+            self._wait_executing()
         # A worker joins on its own time, as a node does: the next actions go on while it
         # starts (and none stops or kills it before the master lists it).
         if action == "add-worker":
@@ -285,15 +356,10 @@ class Soak:
             self._frozen.start()
             return f"executor {e.executor_id} for {FAILURE_DETECTION + 5:g}s"
         if action == "bounds":
-            # An upper bound other than the query's parallelism, so that the change rescales it
-            # (to fewer slots at once, to more when the executors are there), and other than
-            # the upper bound set last: the same bounds again change nothing.
-            # Within the slots the workers have, so that fewer and more both happen now.
-            now = self._parallelism()
-            top = max(2, len(self.cluster.registered_workers()))
-            upper = self.rng.choice([u for u in range(1, top + 1) if u not in (now, self._upper)]
-                                    or [u for u in range(1, top + 1) if u != now])
-            return self._put_upper(upper)
+            uppers = self._uppers()  # read again: the wait may have changed the parallelism
+            if not uppers:
+                return "no upper bound would change anything"
+            return self._put_upper(self.rng.choice(uppers))
         if action == "kill-driver":
             self.watch.use(None)  # first: a request cut by the kill is no error of the API
             self.app.kill()
@@ -304,7 +370,8 @@ class Soak:
         raise ValueError(f"unknown action {action!r}")
 
     def _parallelism(self) -> int | None:
-        return next((s["parallelism"] for s in reversed(self.watch.samples)), None)
+        last = self.watch.last()
+        return None if last is None else last["parallelism"]
 
     def _put_upper(self, upper: int) -> str:
         """New bounds ``[1, upper]`` through the REST API."""
@@ -369,12 +436,12 @@ class Soak:
             self._submit()
             self.say(f"app up, REST API {self.app.rest_url if self.app else '?'}")
             end = time.monotonic() + self.seconds  # the faults' time: after the app is up
+            self._plan_driver_kills()
             while time.monotonic() + 5 < end:
                 time.sleep(self.rng.uniform(3, 7))
                 if time.monotonic() >= end:
                     break
-                choices = self._choices()
-                action = self.rng.choices(list(choices), list(choices.values()))[0]
+                action = self._next_action()
                 at = time.monotonic() - self.t0
                 try:
                     what = self.act(action)
@@ -393,6 +460,14 @@ class Soak:
     def _finish(self) -> None:
         assert self.app is not None
         time.sleep(10)  # the last action's rescale settles
+        # The check reads the last committed batch: it covers the faults only once a batch
+        # has completed after them (a driver resubmitted by the last action takes up to a
+        # minute to run its query again, and faults in a row can hold one batch that long).
+        mark, deadline = time.time(), time.monotonic() + SETTLE
+        while not self.watch.batch_since(mark) and time.monotonic() < deadline:
+            time.sleep(1)
+        self.say("a micro-batch ran after the last action" if self.watch.batch_since(mark)
+                 else f"no micro-batch ran within {SETTLE:g} s of the last action")
         self.watch.use(None)  # the REST API goes away with the stopping app: not an error
         (self.out / "stop").touch()
         self.result.app_exit = self.app.wait(240)

@@ -43,3 +43,15 @@ def test_the_last_committed_batch_with_output_is_read(tmp_path: Path) -> None:
     (tmp_path / "out" / "batch=3").mkdir()  # written, never committed
     (tmp_path / "ck" / "commits" / "4").write_text("v1")  # a repartition's: no output
     assert check_counts(tmp_path / "out", tmp_path / "ck")[2] > 0  # batch 2 is read
+
+
+def test_an_empty_aggregate_counts_nothing(tmp_path: Path) -> None:
+    # A first micro-batch of the rate source reads no rows: its aggregate is empty, and a
+    # run whose query committed nothing after it must say so (no values), not crash.
+    (tmp_path / "out" / "batch=0").mkdir(parents=True)
+    empty = pa.table({"key": pa.array([], pa.int64()), "count": pa.array([], pa.int64()),
+                      "total": pa.array([], pa.int64()), "latest": pa.array([], pa.int64())})
+    pq.write_table(empty, tmp_path / "out" / "batch=0" / "part.parquet")
+    (tmp_path / "ck" / "commits").mkdir(parents=True)
+    (tmp_path / "ck" / "commits" / "0").write_text("v1")
+    assert check_counts(tmp_path / "out", tmp_path / "ck") == (0, 0, 0, 0)
