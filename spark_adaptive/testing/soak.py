@@ -82,6 +82,8 @@ SCALING_WAIT = 20.0
 """Seconds an action that rescales waits for the query to be executing, not mid-rescale."""
 SETTLE = 180.0
 """Seconds the end of a run waits for a micro-batch that completes after its last action."""
+RESCALING = ("add-worker", "stop-worker", "kill-worker", "bounds")
+"""Actions that wait for the query to be executing (see Soak._wait_executing)."""
 FAULTS = ("stop-worker", "kill-worker", "kill-executor", "freeze-executor", "kill-driver",
           "kill-driver-in-repartition")
 
@@ -329,8 +331,6 @@ class Soak:
 
     def act(self, action: str) -> str:
         assert self.cluster is not None and self.app is not None
-        if action in ("add-worker", "stop-worker", "kill-worker", "bounds"):
-            self._wait_executing()
         # A worker joins on its own time, as a node does: the next actions go on while it
         # starts (and none stops or kills it before the master lists it).
         if action == "add-worker":
@@ -442,6 +442,8 @@ class Soak:
                 if time.monotonic() >= end:
                     break
                 action = self._next_action()
+                if action in RESCALING:
+                    self._wait_executing()
                 at = time.monotonic() - self.t0
                 try:
                     what = self.act(action)
