@@ -108,14 +108,15 @@ def oracle(points: list[list[float]], step: float = 0.01) -> float:
     return float(np.sum(np.ceil(rate * COST - 1e-9)) * step)
 
 
-def tracking(points: list[list[float]], step: float = 0.01) -> float:
+def tracking(points: list[list[float]], partitions: int = PARTITIONS,
+             step: float = 0.01) -> float:
     """Executor-seconds of instant tracking as the autoscaler aims: each moment on the
     fewest slots that carry the rate at ``utilization.target`` (its default) among those
-    on which the source's partitions run in balanced waves (the divisors of PARTITIONS),
+    on which the source's ``partitions`` run in balanced waves (their divisors),
     at most WORKERS. What a policy with no delay at all could reach; the oracle also
     drops the headroom and the balance."""
     target = AutoscalerConfig().utilization_target
-    balanced = [d for d in range(1, WORKERS + 1) if PARTITIONS % d == 0]
+    balanced = [d for d in range(1, WORKERS + 1) if partitions % d == 0]
     times = np.arange(0.0, points[-1][0], step)
     need = np.interp(times, [p[0] for p in points], [p[1] for p in points]) * COST / target
     slots = [next((d for d in balanced if d >= n - 1e-9), balanced[-1]) for n in need]
@@ -126,6 +127,7 @@ def tracking(points: list[list[float]], step: float = 0.01) -> float:
 class Run:
     profile: str
     mode: str
+    partitions: int = PARTITIONS
     start: float = 0.0
     total_rows: int = 0
     samples: list[Seen] = field(default_factory=list)
@@ -142,7 +144,7 @@ def run_once(cluster: LocalCluster, profile: str, mode: str, work: Path,
     conf = {**COMMON_CONF, "spark.sql.shuffle.partitions": str(partitions), **MODES[mode],
             **(AUTOSCALER_CONF if mode == "autoscaler" else {}),
             **(extra if mode == "autoscaler" else {})}
-    run = Run(profile, mode)
+    run = Run(profile, mode, partitions)
     app = submit(cluster, APP, "--profile", json.dumps(points), "--out", str(out / "data"),
                  "--checkpoint", str(out / "checkpoint"), "--partitions", str(partitions),
                  "--cost", str(COST), "--trigger", TRIGGER, conf=conf, log_path=out / "app.log")
@@ -213,7 +215,7 @@ def summarize(run: Run, rows: dict[str, np.ndarray]) -> dict[str, Any]:
         "profile": run.profile, "mode": run.mode,
         "executor_seconds": executor_seconds,
         "oracle": oracle(points),
-        "tracking": tracking(points),
+        "tracking": tracking(points, run.partitions),
         "lag_p50": float(np.percentile(lag, 50)) if len(lag) else None,
         "lag_p99": float(np.percentile(lag, 99)) if len(lag) else None,
         "lag_max": float(lag.max()) if len(lag) else None,
@@ -321,9 +323,19 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=PARTITIONS,
                         help="the source's partitions (default %(default)s)")
     parser.add_argument("--work-dir", default="")
+    parser.add_argument("--references", action="store_true",
+                        help="print each profile's oracle and tracking executor-seconds (no "
+                             "cluster) and exit")
     parser.add_argument("--results", default=str(RESULTS),
                         help="where the JSON and the plots go (default %(default)s)")
     args = parser.parse_args()
+    if args.references:
+        for profile in args.profiles.split(","):
+            points = knots(profile)[1]
+            o, t = oracle(points), tracking(points, args.partitions)
+            print(f"{profile}: oracle {o:.0f} executor-seconds, tracking {t:.0f} "
+                  f"({t / o:.2f}x the oracle) on {args.partitions} partitions")
+        return
     extra = dict(kv.split("=", 1) for kv in args.conf)
     results_dir = Path(args.results)
     results_dir.mkdir(parents=True, exist_ok=True)
