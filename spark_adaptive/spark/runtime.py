@@ -78,16 +78,21 @@ class AdaptiveRuntime:
             settings.scheduler, self.actuator, self.loop, self.loop.submit, task_cpus=task_cpus,
             default_slots_per_executor=int(cores) // task_cpus if cores else None,
             heartbeat_interval=heartbeat, fixed_slots=self.local_slots, restart=settings.restart,
-            autoscaled=settings.autoscaler.enabled, history_writer=self.history_writer)
-        self.bus.subscribe(self.scheduler.on_event, "adaptive scheduler")
+            autoscaled=settings.autoscaler.enabled, history_writer=self.history_writer,
+            warming=lambda: self.warm_up is not None and self.warm_up.blocking)
         self.warm_up: WarmUp | None = None
         if settings.scheduler.warm_up_new_executors and self.actuator.supported:
             self.warm_up = WarmUp(
                 self.loop,
                 managing_streaming=lambda: any(not q.finished for q in self.scheduler.queries()),
                 launch=warm_up_launcher(lambda: self._session,
-                                        lambda: self.actuator.slots, self.loop.submit))
+                                        lambda: self.actuator.slots, self.loop.submit,
+                                        self._warm_up_root),
+                on_idle=self.scheduler.warm_up_ended)
+            # Before the scheduler: an executor that joins is already being warmed up when
+            # the scheduler considers a restart onto it.
             self.bus.subscribe(self.warm_up.on_event, "executor warm-up")
+        self.bus.subscribe(self.scheduler.on_event, "adaptive scheduler")
         self.autoscaling: Autoscaling | None = None
         if settings.autoscaler.enabled and self.local_slots is None:
             self.autoscaling = Autoscaling(
@@ -203,6 +208,18 @@ class AdaptiveRuntime:
     def on_close(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` at shutdown, before the listeners are removed (last added, first run)."""
         self._closers.append(fn)
+
+    def _warm_up_root(self) -> str | None:
+        """Where a warm-up writes its scratch files (scheduler thread): the checkpoint of a
+        managed query that keeps state and can be restarted onto other partitions (a file
+        system every executor reaches); None when there is none, and nothing stateful to
+        warm up for."""
+        for q in self.scheduler.queries():
+            location = q.checkpoint_location
+            if (not q.finished and q.keeps_state and location
+                    and q.repartition_support().possible):
+                return location
+        return None
 
     def remember_session(self, spark: SparkSession) -> None:
         """A session of the app (warm-up jobs run SQL on it); the first one is kept."""

@@ -1,24 +1,39 @@
 """The warm-up job that :class:`~spark_adaptive.core.streaming.warm_up.WarmUp` runs.
 
-A small aggregation with a shuffle, written to Spark's ``noop`` sink: it loads
-Spark SQL's classes, compiles generated code and exercises the shuffle on
-every executor it reaches. It has twice as many tasks as the application has
-task slots (at least 4, at most 512), none with a preferred location, so
-Spark's scheduler spreads them over every executor, the new ones included (on
-the ones already warm they take milliseconds). It runs on a thread of its own
-in the job group :data:`~spark_adaptive.core.streaming.warm_up.WARM_UP_JOB_GROUP`, so the
-Spark UI shows it as "spark-adaptive: warm up executor(s) ...", and a failure
-is logged and otherwise ignored: a warm-up is an optimization only.
+A new executor's first tasks of a kind are slow: its JVM loads the classes, compiles the
+generated code and has not been through the JIT yet. Two steps take most of that out of a
+restart rescale's way, on a thread of their own while the query runs on:
+
+1. A small aggregation with a shuffle, written to Spark's ``noop`` sink, in the job group
+   :data:`~spark_adaptive.core.streaming.warm_up.WARM_UP_JOB_GROUP` (the Spark UI shows it
+   as "spark-adaptive: warm up executor(s) ..."): Spark SQL's classes, generated code, the
+   shuffle. It has twice as many tasks as the application has task slots (at least 4, at
+   most 512), none with a preferred location, so Spark spreads them over every executor,
+   the new ones included (on the ones already warm they take milliseconds).
+2. When a managed query keeps state: one micro-batch of a small stateful aggregation on the
+   RocksDB state store, read from parquet files it has just written, in a session of its
+   own (the app's session, its listeners and ``spark.streams`` never see it) and started
+   with Spark's own ``start()`` (spark-adaptive does not manage it), named
+   ``spark-adaptive warm-up``. That is what a restart rescale runs next on the new
+   executors: the state repartition writes RocksDB stores, and the first micro-batch loads
+   them and reads its source. Its scratch files live under the stateful query's
+   checkpoint (a file system every executor reaches) and are deleted afterwards.
+
+A failure is logged and otherwise ignored: a warm-up is an optimization only.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from spark_adaptive.core.streaming.warm_up import WARM_UP_JOB_GROUP
+from spark_adaptive.spark.checkpoint import PROVIDER_KEY, ROCKSDB_PROVIDER
+from spark_adaptive.spark.driver import SHUFFLE_PARTITIONS
+from spark_adaptive.spark.jvm import error_text
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -26,17 +41,23 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ROWS_PER_TASK = 2000
+STATE_ROWS_PER_TASK = 50
+#: Longest the warm-up's micro-batch may run before it is stopped (milliseconds).
+STREAM_TIMEOUT_MS = 60_000
+QUERY_NAME = "spark-adaptive warm-up"
 
 
 def warm_up_launcher(
     session: Callable[[], SparkSession | None], slots: Callable[[], int],
     post: Callable[[Callable[[], None]], None],
+    state_root: Callable[[], str | None] = lambda: None,
 ) -> Callable[[Sequence[str], Callable[[], None]], None]:
     """``launch(executor_ids, done)`` for :class:`~spark_adaptive.core.streaming.warm_up.WarmUp`.
 
     ``session()`` is the session of the managed queries (None: nothing to run with),
     ``slots()`` the application's task slots now, ``post`` puts ``done`` back on the
-    scheduler thread."""
+    scheduler thread. ``state_root()`` is the checkpoint of a managed query that keeps
+    state (None: there is none, and no stateful step is run)."""
 
     def launch(executor_ids: Sequence[str], done: Callable[[], None]) -> None:
         spark = session()
@@ -44,31 +65,71 @@ def warm_up_launcher(
             post(done)
             return
         tasks = min(max(4, 2 * slots()), 512)
-        threading.Thread(target=_run, args=(spark, tuple(executor_ids), tasks, done, post),
+        root = state_root()
+        threading.Thread(target=_run, args=(spark, tuple(executor_ids), tasks, root, done, post),
                          name="spark-adaptive-warm-up", daemon=True).start()
 
     return launch
 
 
-def _run(spark: SparkSession, executor_ids: tuple[str, ...], tasks: int,
+def _run(spark: SparkSession, executor_ids: tuple[str, ...], tasks: int, root: str | None,
          done: Callable[[], None], post: Callable[[Callable[[], None]], None]) -> None:
     from pyspark.sql import functions as F
 
     sc = spark.sparkContext
+    which = ", ".join(executor_ids)
     try:
-        sc.setJobGroup(WARM_UP_JOB_GROUP, "spark-adaptive: warm up executor(s) "
-                       + ", ".join(executor_ids), interruptOnCancel=True)
+        sc.setJobGroup(WARM_UP_JOB_GROUP, f"spark-adaptive: warm up executor(s) {which}",
+                       interruptOnCancel=True)
         (spark.range(0, tasks * ROWS_PER_TASK, 1, tasks)
          .withColumn("k", F.col("id") % 997)
          .repartition(tasks, "k")
          .groupBy("k").agg(F.count("*").alias("n"), F.sum("id").alias("s"))
          .write.format("noop").mode("overwrite").save())
+        if root is not None:
+            _stateful_batch(spark, root, tasks)
     except Exception as e:  # the context may be stopping; a warm-up is only an optimization
-        log.info("warming up executor(s) %s did not complete: %s", ", ".join(executor_ids),
-                 str(e).splitlines()[0] if str(e) else type(e).__name__)
+        log.info("warming up executor(s) %s did not complete: %s", which, error_text(e))
     finally:
         try:
             sc._jsc.clearJobGroup()
         except Exception:  # the context is gone: nothing to clear
             pass
         post(done)
+
+
+def _stateful_batch(spark: SparkSession, root: str, tasks: int) -> None:
+    """One micro-batch of a stateful aggregation on RocksDB, read from parquet, on scratch
+    files under ``root`` (deleted afterwards)."""
+    from pyspark.sql import functions as F
+
+    session = spark.newSession()
+    session.conf.set(SHUFFLE_PARTITIONS, str(tasks))
+    session.conf.set(PROVIDER_KEY, ROCKSDB_PROVIDER)
+    scratch = f"{root.rstrip('/')}/spark-adaptive/warm-up-{uuid.uuid4().hex[:12]}"
+    try:
+        (session.range(0, tasks * STATE_ROWS_PER_TASK, 1, tasks)
+         .selectExpr("id % 1000 AS key", "CAST(id AS STRING) AS payload")
+         .write.parquet(f"{scratch}/input"))
+        counts = (session.readStream.schema("key LONG, payload STRING")
+                  .parquet(f"{scratch}/input")
+                  .groupBy("key").agg(F.count("*").alias("n"), F.max("payload").alias("last")))
+        writer = (counts.writeStream.format("noop").outputMode("update")
+                  .trigger(availableNow=True).queryName(QUERY_NAME)
+                  .option("checkpointLocation", f"{scratch}/checkpoint"))
+        # Spark's own start on the JVM writer: the app's start() is spark-adaptive's hook,
+        # which would manage this query like one of the app's.
+        query = writer._jwrite.start()
+        if not query.awaitTermination(STREAM_TIMEOUT_MS):
+            query.stop()
+    finally:
+        _delete(spark, scratch)
+
+
+def _delete(spark: SparkSession, location: str) -> None:
+    try:
+        jvm: Any = spark.sparkContext._jvm
+        path = jvm.org.apache.hadoop.fs.Path(location)
+        path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).delete(path, True)
+    except Exception as e:  # scratch files left behind cost a few KB; say so
+        log.info("could not delete the warm-up's scratch files %s: %s", location, error_text(e))

@@ -11,6 +11,7 @@ import pytest
 import spark_adaptive
 from spark_adaptive.core import events as ev
 from spark_adaptive.core.streaming.warm_up import WARM_UP_JOB_GROUP
+from spark_adaptive.spark.warm_up import QUERY_NAME as WARM_UP_QUERY
 from spark_adaptive.testing.recorder import EventRecorder
 from spark_adaptive.testing.session import wait_for_executors
 from spark_adaptive.testing.streaming import history, rate_aggregation, snapshot
@@ -64,12 +65,20 @@ def test_stateful_query_follows_workers_one_three_two_exactly_once(
                                   ("NEW_RESOURCES", "restart", 1, 3)], records
     assert "repartition" in dict(records[-1]["timings"]), records[-1]
     assert query.id == query_id, "the same query (same checkpoint) across restarts"
-    # The joining executors were warmed up by a job of spark-adaptive's own, before or
-    # while the rescale waited for them.
+    # The joining executors were warmed up by spark-adaptive's own jobs, and by one
+    # micro-batch of a stateful query of its own (in a session of its own, so the app never
+    # sees it), before the restart began: the restart did not wait inside, and the query
+    # ran on at 1 partition meanwhile.
     warm = [e for e in rec.events[mark:]
             if isinstance(e, ev.JobStarted) and e.job_group == WARM_UP_JOB_GROUP]
     assert warm, "no warm-up job ran for the executors that joined"
+    assert any(isinstance(e, ev.QueryProgress) and e.name == WARM_UP_QUERY
+               for e in rec.events[mark:]), "no stateful warm-up micro-batch ran"
     assert rt.warm_up is not None and not rt.warm_up.in_flight
+    assert "warm-up" not in dict(records[-1]["timings"]), records[-1]
+    assert [q.name for q in spark.streams.active] == [None], "the app sees only its query"
+    assert not glob.glob(str(tmp_path / "checkpoint" / "spark-adaptive" / "warm-up-*")), \
+        "the warm-up's scratch files are deleted"
 
     # A worker is lost (SIGKILL): after the grace, 3 partitions on 2 slots is unbalanced -> 2.
     local_cluster.kill_worker()

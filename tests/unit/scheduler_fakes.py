@@ -87,6 +87,7 @@ class StateContext:
         self.target: ScalingTarget | None = None
         self.running = running
         self.failure_results = list(failure_results or [])
+        self.warming = False
         self.handled_failures: list[Failure] = []
         self.repartition_failures: list[tuple[int, str]] = []
         self._history = RescaleHistory(vt)
@@ -192,6 +193,9 @@ class StateContext:
 
     def slot_share(self) -> int | None:
         return self.share
+
+    def warming_up(self) -> bool:
+        return self.warming
 
     def has_desired_share(self, share: int | None) -> bool:
         target = self.fixed_partitions or self._requirements.upper

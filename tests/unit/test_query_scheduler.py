@@ -33,6 +33,9 @@ class OneQueryApp:
     def released_slots(self) -> None:
         self.released += 1
 
+    def warming_up(self) -> bool:
+        return False
+
 
 class Posted:
     """A post function that queues work until the test runs it."""

@@ -255,3 +255,43 @@ def test_leaving_cancels_the_timing_timers(vt: VirtualTime) -> None:
     assert vt.pending() == []
     vt.advance(1000)
     assert len(ctx.transitions) == 1
+
+
+def test_a_restart_onto_more_slots_waits_for_the_warm_up_of_new_executors(
+        vt: VirtualTime) -> None:
+    with StateContext(vt, share=1, requirements=BOUNDS_3) as ctx:
+        state = ctx.enter(lambda c: Executing(c, 1, 1))
+        vt.advance(30)
+        ctx.share, ctx.warming = 3, True
+        state.on_resources_changed()
+        vt.advance(100)
+        assert ctx.transitions == [], "the query runs on at 1 partition meanwhile"
+        assert ctx.decisions[-1][0] == "wait for warm-up"
+        ctx.warming = False
+        ctx.expect("Restarting")
+        state.on_warm_up_ended()
+        assert ctx.last.args["target_parallelism"] == 3
+
+
+def test_a_restart_onto_fewer_slots_does_not_wait_for_a_warm_up(vt: VirtualTime) -> None:
+    with StateContext(vt, share=3, requirements=BOUNDS_3) as ctx:
+        state = ctx.enter(lambda c: Executing(c, 3, 3))
+        vt.advance(100)
+        ctx.share, ctx.warming = 2, True
+        state.on_resources_changed()
+        ctx.expect("Restarting")
+        vt.advance(60)
+        assert ctx.last.args["target_parallelism"] == 2
+
+
+def test_after_the_warm_up_a_restart_no_longer_needed_is_not_made(vt: VirtualTime) -> None:
+    with StateContext(vt, share=1, requirements=BOUNDS_3) as ctx:
+        state = ctx.enter(lambda c: Executing(c, 1, 1))
+        vt.advance(30)
+        ctx.share, ctx.warming = 3, True
+        state.on_resources_changed()
+        vt.advance(100)
+        ctx.share, ctx.warming = 1, False  # the new executors went again
+        state.on_warm_up_ended()
+        vt.advance(100)
+        assert ctx.transitions == []

@@ -94,3 +94,36 @@ def test_close_cancels_a_pending_warm_up(vt: VirtualTime) -> None:
     w.close()
     vt.advance(5)
     assert launcher.launched == [] and not w.in_flight
+
+
+def test_restarts_are_held_back_until_the_warm_up_ends_and_then_told(vt: VirtualTime) -> None:
+    launcher = FakeLauncher()
+    ended: list[float] = []
+    w = WarmUp(vt, managing_streaming=lambda: True, launch=launcher, debounce=1.0, limit=30.0,
+               on_idle=lambda: ended.append(vt.now()))
+    assert not w.blocking
+    w.on_event(added("3"))
+    assert w.blocking, "blocking from the join on, before the job starts"
+    vt.advance(5)
+    assert w.blocking and ended == []
+    launcher.finish()
+    assert not w.blocking and ended == [5.0]
+    vt.advance(60)
+    assert ended == [5.0], "the limit's timer went with the warm-up"
+
+
+def test_a_warm_up_that_hangs_holds_restarts_back_only_until_its_limit(vt: VirtualTime) -> None:
+    launcher = FakeLauncher()
+    ended: list[float] = []
+    w = WarmUp(vt, managing_streaming=lambda: True, launch=launcher, debounce=1.0, limit=20.0,
+               on_idle=lambda: ended.append(vt.now()))
+    w.on_event(added("3"))
+    vt.advance(19.9)
+    assert w.blocking and ended == []
+    vt.advance(0.1)
+    assert ended == [20.0] and not w.blocking
+    assert w.in_flight, "the job itself still runs; only the restarts stop waiting"
+    launcher.finish()
+    assert ended == [20.0], "told once"
+    w.on_event(added("4"))
+    assert w.blocking, "a later join blocks again"

@@ -87,6 +87,10 @@ class AppView(Protocol):
         live onto fewer. Executors held back for it may go now."""
         ...
 
+    def warming_up(self) -> bool:
+        """Executors that joined are being warmed up now."""
+        ...
+
 
 @dataclass(frozen=True)
 class StateChange:
@@ -198,6 +202,15 @@ class QueryScheduler:
     @property
     def finished(self) -> bool:
         return isinstance(self._state, Finished)
+
+    @property
+    def keeps_state(self) -> bool:
+        """The query keeps state across micro-batches (a restart repartitions it)."""
+        return self._stateful
+
+    @property
+    def checkpoint_location(self) -> str | None:
+        return self._driver.info.checkpoint_location
 
     def add_listener(self, listener: Callable[[StateChange], None]) -> None:
         """``listener`` hears of every state change, after it happened."""
@@ -538,6 +551,12 @@ class QueryScheduler:
 
     def slot_share(self) -> int | None:
         return self._app.slot_share(self.key)
+
+    def warming_up(self) -> bool:
+        return self._app.warming_up()
+
+    def on_warm_up_ended(self) -> None:
+        self._state.on_warm_up_ended()
 
     def observe_batch(self, batch: BatchLoad) -> None:
         """The stages of the micro-batch whose progress comes next. A batch of one stage has

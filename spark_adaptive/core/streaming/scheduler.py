@@ -107,6 +107,7 @@ class AdaptiveScheduler:
         restart: RestartStrategySettings | None = None,
         autoscaled: bool = False,
         history_writer: HistoryWriter | None = None,
+        warming: Callable[[], bool] | None = None,
     ) -> None:
         """``default_slots_per_executor`` sizes executor requests until one executor is seen
         (``spark.executor.cores // spark.task.cpus`` when the app sets it);
@@ -117,7 +118,9 @@ class AdaptiveScheduler:
         default). ``autoscaled``: the autoscaler sizes the queries from their load, so a
         first run starts at its configured partitions rather than at the slots there are.
         ``history_writer``: where the queries' histories go to be saved beside their
-        checkpoints (None: they last as long as the driver)."""
+        checkpoints (None: they last as long as the driver). ``warming()``: executors that
+        joined are being warmed up now (a restart onto more slots waits for them, see
+        :meth:`warm_up_ended`)."""
         self.settings = settings
         self._restart = restart if restart is not None else RestartStrategySettings()
         self._autoscaled = autoscaled
@@ -127,6 +130,7 @@ class AdaptiveScheduler:
         self._default_slots_per_executor = default_slots_per_executor
         self._random = random
         self._history_writer = history_writer
+        self._warming = warming
         self.resources = ResourceTracker(
             timers, loss_grace=settings.executor_loss_grace,
             failure_detection_timeout=settings.failure_detection_timeout
@@ -274,6 +278,15 @@ class AdaptiveScheduler:
 
     def slot_share(self, key: str) -> int | None:
         return None if self._shares is None else self._shares.get(key)
+
+    def warming_up(self) -> bool:
+        """Executors that joined are being warmed up (a restart onto them waits)."""
+        return self._warming is not None and self._warming()
+
+    def warm_up_ended(self) -> None:
+        """No warm-up is in flight any more: restarts that waited for one go on."""
+        for q in list(self._queries.values()):
+            q.on_warm_up_ended()
 
     @property
     def executor_count(self) -> int:

@@ -18,15 +18,14 @@ aggregation with a shuffle, spread over every executor, in the job group
   micro-batches;
 * executors of one scale-up arrive within seconds of each other: the job
   starts ``debounce`` seconds after the last of them joined, once for all;
-* a warm-up is *in flight* from the first join until its job has ended. A
-  restart rescale onto more partitions waits for it (at most a bounded time,
-  see :meth:`WarmUp.wait`) before repartitioning and starting, so the
-  restarted query meets warm executors; one onto fewer does not wait. The
-  scheduler's stabilization and cooldown usually leave the warm-up done long
-  before. Without them (a rescale at once) the warm-up only moves the cost
-  from the first micro-batch into the wait; on a real cluster, where the new
-  executor's cores are otherwise idle, it overlaps the clean stop and the
-  state repartition.
+* a warm-up is *in flight* from the first join until its job has ended, or for
+  at most ``limit`` seconds (a job that hangs must not hold rescales back). A
+  restart rescale onto more slots is not even begun while one is
+  (:meth:`WarmUp.blocking`): the query runs on where it is, and the restart
+  follows when ``on_idle`` reports the end, so that its state repartition and
+  first micro-batch meet warm executors and the warm-up costs no downtime. A
+  restart already under way when executors join waits for the warm-up before
+  it repartitions (:meth:`WarmUp.wait`); one onto fewer slots never waits.
 
 Every method but :meth:`WarmUp.wait` runs on the scheduler thread; the job
 runs on a thread of its own (``launch``), whose ``done`` callback the boundary
@@ -49,6 +48,8 @@ WARM_UP_JOB_GROUP = "spark-adaptive-warm-up"
 #: Seconds after the last executor joined before the job starts: executors a cluster manager
 #: starts together register within a fraction of a second; a straggler gets a job of its own.
 DEFAULT_DEBOUNCE = 0.25
+#: Longest a warm-up holds restarts back (seconds), whatever its job does.
+DEFAULT_LIMIT = 20.0
 
 
 class WarmUp:
@@ -61,15 +62,23 @@ class WarmUp:
         managing_streaming: Callable[[], bool],
         launch: Callable[[Sequence[str], Callable[[], None]], None],
         debounce: float = DEFAULT_DEBOUNCE,
+        limit: float = DEFAULT_LIMIT,
+        on_idle: Callable[[], None] = lambda: None,
     ) -> None:
         """``launch(executor_ids, done)`` starts the job without blocking and has ``done``
-        called on the scheduler thread once the job has ended, whatever the outcome."""
+        called on the scheduler thread once the job has ended, whatever the outcome.
+        ``on_idle()`` runs on the scheduler thread when no warm-up blocks restarts any more
+        (its jobs ended, or ``limit`` seconds passed since the first join)."""
         self._timers = timers
         self._managing = managing_streaming
         self._launch = launch
         self._debounce = debounce
+        self._limit = limit
+        self._on_idle = on_idle
         self._joined: list[str] = []
         self._timer: Cancellable | None = None
+        self._deadline: Cancellable | None = None
+        self._since: float | None = None
         self._jobs = 0
         self._idle = threading.Event()
         self._idle.set()
@@ -81,6 +90,9 @@ class WarmUp:
             return
         self._joined.append(event.executor_id)
         self._idle.clear()
+        if self._since is None:
+            self._since = self._timers.now()
+            self._deadline = self._timers.call_later(self._limit, self._expired)
         if self._timer is not None:
             self._timer.cancel()
         self._timer = self._timers.call_later(self._debounce, self._start)
@@ -104,10 +116,33 @@ class WarmUp:
         self._jobs = max(0, self._jobs - 1)
         if self._jobs == 0 and self._timer is None and not self._joined:
             self._idle.set()
+            self._unblock()
+
+    def _expired(self) -> None:
+        self._deadline = None
+        if self.in_flight:
+            log.info("executor warm-up still running after %gs; rescales no longer wait for it",
+                     self._limit)
+        self._unblock()
+
+    def _unblock(self) -> None:
+        was_blocking = self._since is not None
+        self._since = None
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        if was_blocking:
+            self._on_idle()
 
     @property
     def in_flight(self) -> bool:
         return not self._idle.is_set()
+
+    @property
+    def blocking(self) -> bool:
+        """A warm-up is in flight and has not yet run for ``limit`` seconds: restarts onto
+        more slots wait for it."""
+        return self.in_flight and self._since is not None
 
     def wait(self, timeout: float) -> bool:
         """Block (not on the scheduler thread) until no warm-up is in flight, at most
@@ -118,5 +153,9 @@ class WarmUp:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        self._since = None
         self._joined.clear()
         self._idle.set()

@@ -124,6 +124,10 @@ class State:
         """The query's bounds (or, ``autoscaler``, the autoscaler's target) changed.
         Ignored unless a state says otherwise."""
 
+    def on_warm_up_ended(self) -> None:
+        """No warm-up of new executors is in flight any more. Ignored unless a state says
+        otherwise."""
+
     def on_query_event(self, event: Event) -> None:
         """An event of the query's current run. Ignored unless a state says otherwise."""
         log.debug("%s ignores %s", self.name, type(event).__name__)
@@ -247,6 +251,10 @@ class SeesResources(Protocol):
         ...
 
     def repartition_support(self) -> RepartitionSupport: ...
+
+    def warming_up(self) -> bool:
+        """Executors that joined are being warmed up now."""
+        ...
 
 
 class HasParams(Protocol):

@@ -24,6 +24,12 @@ cooldown, and ``submission.resource-stabilization-timeout`` instead of the
 executing one, so that it reaches the parallelism its resources allow about
 as soon as a submission would have, while it already runs.
 
+A restart onto more slots than the query runs on waits while executors that
+joined are being warmed up (``scheduler.warm-up-new-executors``): the query
+goes on running where it is meanwhile, and the restart follows the moment the
+warm-up ends, so that its state repartition and first micro-batch run on warm
+executors and the warm-up costs no downtime.
+
 A scale-up smaller than ``min-parallelism-increase`` is held back; with
 ``scaling-interval.max`` set, it becomes a change like any other that long
 after it was first seen (the timing machine still applies).
@@ -82,6 +88,7 @@ class Executing(State):
         self.initial = initial
         self._changed_by: Trigger | None = None  # REQUIREMENTS_CHANGED or AUTOSCALER
         self._held_back_since: float | None = None
+        self._awaiting_warm_up = False
         self.timing = self._new_timing()
         # Changes that happened while the query was starting count now (Flink runs
         # onChange and onTrigger once on entry); not from the constructor, though.
@@ -157,6 +164,10 @@ class Executing(State):
             grew = d.target_parallelism > d.current_parallelism
         return Trigger.NEW_RESOURCES if grew else Trigger.RESOURCES_LOST
 
+    def on_warm_up_ended(self) -> None:
+        if self._awaiting_warm_up:
+            self.transition_to_subsequent_state()
+
     # -- the query's own events --------------------------------------------------------
     def on_query_event(self, event: Event) -> None:
         if isinstance(event, QueryProgress):
@@ -186,12 +197,19 @@ class Executing(State):
             self._ctx.slot_share())
 
     def transition_to_subsequent_state(self) -> None:
+        self._awaiting_warm_up = False
         d = self.decide()
         if d.kind != "restart":  # the checks before this one ran on this same thread
             log.warning("no restart rescale to carry out after all (%s); timing starts over",
                         d.reason)
             self.timing.close()
             self.timing = self._new_timing()
+            return
+        if d.target_slots > self.slots and self._ctx.warming_up():
+            self._awaiting_warm_up = True
+            self._ctx.decide("wait for warm-up", (
+                f"{d.reason}; executors that joined are being warmed up: the query runs on "
+                f"at {self.parallelism} partitions until they are"))
             return
         self._ctx.go_to_restarting(
             d.reason, backoff=0.0, trigger=self._trigger(d),
