@@ -200,14 +200,17 @@ def main() -> int:
         for r in results[name]["records"]:
             for k, v in r["timings"].items():
                 phases.setdefault(k, []).append(v)
+        # The stop phase is the micro-batch that was running at the decision finishing (the
+        # query still processes meanwhile): what is left is the time without processing.
+        idle = [r["duration"] - r["timings"].get("stop", 0.0) for r in results[name]["records"]]
         rows.append((label, statistics.median(durations), max(durations), len(durations),
-                     {k: statistics.median(v) for k, v in phases.items()}))
+                     {k: statistics.median(v) for k, v in phases.items()}, max(idle)))
     print(f"\ntrigger interval {TRIGGER:g}s; decision -> first completed micro-batch at the new "
-          "parallelism")
-    print(f"{'case':<26}{'median':>9}{'max':>8}{'n':>4}  phases (median)")
-    for label, med, mx, n, ph in rows:
+          "parallelism; 'max idle': the longest without the running batch's stop phase")
+    print(f"{'case':<26}{'median':>9}{'max':>8}{'max idle':>10}{'n':>4}  phases (median)")
+    for label, med, mx, n, ph, idle_max in rows:
         phase_text = ", ".join(f"{k} {v:.2f}s" for k, v in ph.items()) or "no restart"
-        print(f"{label:<26}{med:>8.2f}s{mx:>7.2f}s{n:>4}  {phase_text}")
+        print(f"{label:<26}{med:>8.2f}s{mx:>7.2f}s{idle_max:>9.2f}s{n:>4}  {phase_text}")
     print(f"live rescales restarted the query: {results['live']['restarted']}")
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "rescale_downtime.json").write_text(json.dumps(results, indent=2))
@@ -216,7 +219,7 @@ def main() -> int:
     return 0
 
 
-def plot(rows: list[tuple[str, float, float, int, dict[str, float]]], path: Path) -> None:
+def plot(rows: list[tuple[str, float, float, int, dict[str, float], float]], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
