@@ -133,6 +133,7 @@ INPUT_NOISE = 0.05
 RATE_NOISE = 0.06
 RATE_NOISE_TAU = 120.0
 PROFILES = ("diurnal", "spike", "step", "random-walk")
+BOUND = "reactive-bound"
 DAY = 86400.0
 
 
@@ -443,6 +444,47 @@ class FlinkOperatorBaseline:
         return self._d(v, "scale-down", new, "scale down")
 
 
+class ReactiveBound:
+    """What a reactive policy could do at best in this model: not a policy to ship.
+
+    At every evaluation it knows the true input rate and the rows waiting (no window, no
+    noise), and asks for the fewest slots whose noise-free capacity at ``P = slots`` (one
+    wave, free repartitioning, no downtime) carries the rate at ``utilization`` plus the
+    waiting rows over ``drain`` seconds. It pays what no policy escapes: the evaluation
+    interval, the micro-batch in flight, and the executors' start-up. Its lag beyond the
+    target is what start-up alone costs; its executor-seconds what tracking costs with
+    that headroom.
+    """
+
+    def __init__(self, spec: Spec, query: SimQuery, truth: array[float],
+                 utilization: float, drain: float) -> None:
+        self.spec, self.query, self.truth = spec, query, truth
+        self.utilization, self.drain = utilization, drain
+
+    def observe(self, sample: LoadSample) -> bool:
+        return True
+
+    def on_rescale_completed(self, time: float, *, slots: int, partitions: int,
+                             kind: Kind = "live", downtime: float | None = None) -> None:
+        pass
+
+    def evaluate(self, v: QueryView) -> ScalingDecision:
+        q, spec = self.query, self.spec
+        k = min(len(self.truth) - 1, max(0, int(v.now / STEP) - 1))
+        waiting = max(0.0, q.A - q.done)
+        need = self.truth[k] / self.utilization + waiting / self.drain
+        top = min(v.upper, v.cluster_max_slots or v.upper)
+        slots = 1
+        while slots < top and spec.capacity(slots, slots) < need:
+            slots += 1
+        acts = slots != v.slots
+        outcome: Outcome = ("no-change" if not acts else
+                            "scale-up" if slots > v.slots else "scale-down")
+        return ScalingDecision(v.now, outcome, "live" if acts else "none", v.slots, slots,
+                               v.partitions, slots if acts else v.partitions, "bound", acts,
+                               DecisionInputs())
+
+
 # -- the simulated queries --------------------------------------------------------------------
 class SimQuery:
     __slots__ = (
@@ -604,6 +646,9 @@ class SimQuery:
             taken = grant
         if d.kind == "live":
             self.live += 1
+            if partitions != self.P:  # the reactive bound's free repartitioning
+                self.P = partitions
+                self.shape_key = None
             if target < self.held:
                 taken = target - self.held
                 self.held = self.active = target
@@ -666,6 +711,10 @@ def run(profile: str, name: str, specs: list[Spec], load: Load, args: argparse.N
                        else FlinkOperatorBaseline(scale=day / DAY))
         slots, parts = initial_config(s, load.true[s.index][0], ours)
         q = SimQuery(s, pol, slots, parts)
+        if name == BOUND:
+            q.P = slots
+            q.policy = ReactiveBound(s, q, load.true[s.index], args.bound_utilization,
+                                     args.bound_drain)
         q.changes = load.changes[s.index]
         queries.append(q)
     free = args.executors - sum(q.held for q in queries)
@@ -681,6 +730,7 @@ def run(profile: str, name: str, specs: list[Spec], load: Load, args: argparse.N
     perf = time.perf_counter
     stride = max(1, steps // 400)
     step_profile = profile == "step"
+    trace = _traced(profile)
     for k in range(steps):
         t0, t1 = k * STEP, (k + 1) * STEP
         held = 0
@@ -698,6 +748,11 @@ def run(profile: str, name: str, specs: list[Spec], load: Load, args: argparse.N
             if lag > worst:
                 worst = lag
             held += q.held
+            if i == trace:
+                sys.stdout.write(
+                    f"TRACE {t1:8.0f}s rate {load.true[i][k]:9.0f} cap "
+                    f"{q.spec.capacity(q.active, q.P):9.0f} slots {q.active}/{q.held} "
+                    f"P {q.P} lag {lag:5.1f}s\n")
             if step_profile:
                 _track_convergence(q, t1, load.true[i][k], band)
         oracle = load.oracle[k]
@@ -721,6 +776,9 @@ def run(profile: str, name: str, specs: list[Spec], load: Load, args: argparse.N
                 d = q.policy.evaluate(view)
                 spent += perf() - a
                 cpu += cpu_clock() - c
+                if s.index == trace and d.outcome not in ("no-change", "not-ready"):
+                    sys.stdout.write(f"TRACE {t1:8.0f}s {d.outcome} {d.kind} -> "
+                                     f"{d.target_slots}/{d.target_partitions}: {d.reason}\n")
                 if d.actionable and q.inflight is None:
                     free -= q.start(d, t1, free, rng)
             round_times.append(spent)
@@ -769,6 +827,13 @@ def run(profile: str, name: str, specs: list[Spec], load: Load, args: argparse.N
                        "can_restart": q.spec.can_restart, "partitions": q.P}
                       for q in queries],
     }
+
+
+def _traced(profile: str) -> int | None:
+    """``AUTOSCALE_SIM_TRACE=profile:query`` prints that query's steps and decisions."""
+    spec = os.environ.get("AUTOSCALE_SIM_TRACE", "")
+    name, _, index = spec.partition(":")
+    return int(index) if name == profile and index.isdigit() else None
 
 
 def _track_convergence(q: SimQuery, t: float, true_rate: float,
@@ -922,16 +987,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profiles", default=",".join(PROFILES))
     ap.add_argument("--hours", type=float, default=24.0,
                     help="simulated length of the day (below 24 compresses it)")
-    ap.add_argument("--policies", default="spark-adaptive,flink-baseline")
+    ap.add_argument("--policies", default="spark-adaptive,flink-baseline",
+                    help=f"of spark-adaptive, flink-baseline and {BOUND} (see ReactiveBound)")
+    ap.add_argument("--bound-utilization", type=float, default=1.0,
+                    help=f"utilization the {BOUND} sizes for")
+    ap.add_argument("--bound-drain", type=float, default=10.0,
+                    help=f"seconds in which the {BOUND} plans to drain waiting rows")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                     help="override an autoscaler key for spark-adaptive, e.g. "
-                         "spark.adaptive.autoscaler.utilization.target=0.8 (repeatable)")
+                         "utilization.target=0.8 (repeatable)")
     args = ap.parse_args(argv)
     conf = {"spark.adaptive.autoscaler.enabled": "true"}
     for item in args.conf:
         key, _, value = item.partition("=")
-        conf[key if key.startswith("spark.") else "spark.adaptive." + key] = value
+        conf[key if key.startswith("spark.") else "spark.adaptive.autoscaler." + key] = value
     args.config = AutoscalerConfig.from_conf(conf)
     profiles = [p.strip() for p in args.profiles.split(",") if p.strip()]
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
