@@ -92,8 +92,9 @@ Measures
   the next change: its true (noise-free) utilization within the policy's own band, or
   below it when the next smaller slot count would exceed the policy's target (integer
   slots cannot do better). Changes that never settle are counted apart;
-* the policy's CPU time per evaluation round of all queries (``time.perf_counter`` around
-  each ``evaluate`` call), median and p99.
+* the policy's time per evaluation round of all queries, median and p99: the thread's CPU
+  time around each ``evaluate`` call (``time.thread_time``, what T6 checks), and the wall
+  clock (``time.perf_counter``, which also holds preemption by other processes).
 """
 
 from __future__ import annotations
@@ -451,7 +452,9 @@ class ReactiveBound:
     noise), and asks for the fewest slots whose noise-free capacity at ``P = slots`` (one
     wave, free repartitioning, no downtime) carries the rate at ``utilization`` plus the
     waiting rows over ``drain`` seconds. It pays what no policy escapes: the evaluation
-    interval, the micro-batch in flight, and the executors' start-up. Its lag beyond the
+    interval, the micro-batch in flight, and the executors' start-up. Rows waiting beyond
+    two triggers' arrivals (what a query that keeps up always has) count as backlog. Its
+    lag beyond the
     target is what start-up alone costs; its executor-seconds what tracking costs with
     that headroom.
     """
@@ -471,8 +474,11 @@ class ReactiveBound:
     def evaluate(self, v: QueryView) -> ScalingDecision:
         q, spec = self.query, self.spec
         k = min(len(self.truth) - 1, max(0, int(v.now / STEP) - 1))
-        waiting = max(0.0, q.A - q.done)
-        need = self.truth[k] / self.utilization + waiting / self.drain
+        rate = self.truth[k]
+        # Rows beyond what a keeping-up query always has waiting (a trigger's arrivals and
+        # the batch in flight) are backlog to drain.
+        waiting = max(0.0, q.A - q.done - 2 * TRIGGER * rate)
+        need = rate / self.utilization + waiting / self.drain
         top = min(v.upper, v.cluster_max_slots or v.upper)
         slots = 1
         while slots < top and spec.capacity(slots, slots) < need:
@@ -882,13 +888,13 @@ TARGETS = """targets (spark-adaptive, default keys):
   T3 restart rescales <= half the baseline's, and executor-seconds <= the baseline's
   T4 <= 5 restart rescales per query per simulated day (every query)
   T5 one rescale to converge after a step change in most cases, never more than three
-  T6 one evaluation round of all queries < 10 ms (p99)"""
+  T6 one evaluation round of all queries < 10 ms (p99 of the thread's CPU time)"""
 
 
 def table(results: list[dict[str, Any]]) -> str:
     head = (f"{'profile':<11} {'policy':<15} {'exec-s':>10} {'x oracle':>8} {'lag>30s s':>10} "
             f"{'q>30s':>5} {'max lag':>8} {'live/q/d':>8} {'rst/q/d':>8} {'rst max':>7} "
-            f"{'eval p50':>8} {'eval p99':>8}")
+            f"{'cpu p50':>8} {'cpu p99':>8}")
     lines = [head, "-" * len(head)]
     for r in results:
         lines.append(
@@ -896,8 +902,8 @@ def table(results: list[dict[str, Any]]) -> str:
             f"{r['vs_oracle']:>8.3f} {r['seconds_over_lag_target']:>10.0f} "
             f"{r['queries_over_lag_target']:>5d} {r['max_lag']:>7.0f}s "
             f"{r['live_per_query_day']:>8.2f} {r['restarts_per_query_day']:>8.2f} "
-            f"{r['max_restarts_per_query_day']:>7.1f} {r['eval_round_ms_median']:>6.2f}ms "
-            f"{r['eval_round_ms_p99']:>6.2f}ms")
+            f"{r['max_restarts_per_query_day']:>7.1f} {r['eval_round_cpu_ms_median']:>6.2f}ms "
+            f"{r['eval_round_cpu_ms_p99']:>6.2f}ms")
     for r in results:
         c = r["convergence"]
         if c:
@@ -935,11 +941,12 @@ def check_targets(results: list[dict[str, Any]]) -> list[tuple[str, bool, str]]:
             ok = (needed == 0 or one / needed > 0.5) and worst <= 3 and c["unsettled"] == 0
             out.append((f"T5 {p}", ok, f"{one}/{needed} changes that needed a rescale took "
                                        f"one; most {worst}; unsettled {c['unsettled']}"))
-        out.append((f"T6 {p}", r["eval_round_ms_p99"] < 10,
-                    f"perf_counter p50 {r['eval_round_ms_median']:.2f} ms, p99 "
-                    f"{r['eval_round_ms_p99']:.2f} ms (CPU time p50 "
-                    f"{r['eval_round_cpu_ms_median']:.2f} ms, p99 "
-                    f"{r['eval_round_cpu_ms_p99']:.2f} ms)"))
+        # The policy's own time is the thread's CPU time: on a shared machine the wall clock
+        # of a round also holds whatever preempted the process meanwhile.
+        out.append((f"T6 {p}", r["eval_round_cpu_ms_p99"] < 10,
+                    f"CPU time p50 {r['eval_round_cpu_ms_median']:.2f} ms, p99 "
+                    f"{r['eval_round_cpu_ms_p99']:.2f} ms (wall clock p50 "
+                    f"{r['eval_round_ms_median']:.2f} ms, p99 {r['eval_round_ms_p99']:.2f} ms)"))
     return out
 
 

@@ -84,7 +84,9 @@ class AdaptiveRuntime:
         if settings.scheduler.warm_up_new_executors and self.actuator.supported:
             self.warm_up = WarmUp(
                 self.loop,
-                managing_streaming=lambda: any(not q.finished for q in self.scheduler.queries()),
+                restartable_streaming=lambda: any(
+                    not q.finished and q.repartition_support().possible
+                    for q in self.scheduler.queries()),
                 launch=warm_up_launcher(lambda: self._session,
                                         lambda: self.actuator.slots, self.loop.submit,
                                         self._warm_up_root),

@@ -32,7 +32,7 @@ def added(executor_id: str, time: float = 0.0) -> ExecutorAdded:
 
 
 def make(vt: VirtualTime, launcher: FakeLauncher, managing: list[bool]) -> WarmUp:
-    return WarmUp(vt, managing_streaming=lambda: managing[0], launch=launcher, debounce=1.0)
+    return WarmUp(vt, restartable_streaming=lambda: managing[0], launch=launcher, debounce=1.0)
 
 
 def test_executors_joining_together_are_warmed_up_by_one_job(vt: VirtualTime) -> None:
@@ -52,7 +52,7 @@ def test_executors_joining_together_are_warmed_up_by_one_job(vt: VirtualTime) ->
     assert not w.in_flight and w.wait(0)
 
 
-def test_nothing_is_warmed_up_without_a_managed_streaming_query(vt: VirtualTime) -> None:
+def test_nothing_is_warmed_up_without_a_query_a_restart_can_rescale(vt: VirtualTime) -> None:
     launcher = FakeLauncher()
     managing = [False]
     w = make(vt, launcher, managing)
@@ -99,7 +99,7 @@ def test_close_cancels_a_pending_warm_up(vt: VirtualTime) -> None:
 def test_restarts_are_held_back_until_the_warm_up_ends_and_then_told(vt: VirtualTime) -> None:
     launcher = FakeLauncher()
     ended: list[float] = []
-    w = WarmUp(vt, managing_streaming=lambda: True, launch=launcher, debounce=1.0, limit=30.0,
+    w = WarmUp(vt, restartable_streaming=lambda: True, launch=launcher, debounce=1.0, limit=30.0,
                on_idle=lambda: ended.append(vt.now()))
     assert not w.blocking
     w.on_event(added("3"))
@@ -115,7 +115,7 @@ def test_restarts_are_held_back_until_the_warm_up_ends_and_then_told(vt: Virtual
 def test_a_warm_up_that_hangs_holds_restarts_back_only_until_its_limit(vt: VirtualTime) -> None:
     launcher = FakeLauncher()
     ended: list[float] = []
-    w = WarmUp(vt, managing_streaming=lambda: True, launch=launcher, debounce=1.0, limit=20.0,
+    w = WarmUp(vt, restartable_streaming=lambda: True, launch=launcher, debounce=1.0, limit=20.0,
                on_idle=lambda: ended.append(vt.now()))
     w.on_event(added("3"))
     vt.advance(19.9)

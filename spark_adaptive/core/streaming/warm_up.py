@@ -13,9 +13,11 @@ aggregation with a shuffle, spread over every executor, in the job group
 :data:`WARM_UP_JOB_GROUP`). Rules:
 
 * only executors that join while spark-adaptive manages a streaming query
-  that has not finished are warmed: batch jobs warm executors by themselves,
-  and the executors present at the start warm up with the query's first
-  micro-batches;
+  that has not finished and that a restart can rescale are warmed: batch jobs
+  warm executors by themselves, the executors present at the start warm up
+  with the query's first micro-batches, and a query rescaled only live warms
+  new executors with its own next micro-batch (a warm-up job would only hold
+  its tasks back);
 * executors of one scale-up arrive within seconds of each other: the job
   starts ``debounce`` seconds after the last of them joined, once for all;
 * a warm-up is *in flight* from the first join until its job has ended, or for
@@ -59,7 +61,7 @@ class WarmUp:
         self,
         timers: Timers,
         *,
-        managing_streaming: Callable[[], bool],
+        restartable_streaming: Callable[[], bool],
         launch: Callable[[Sequence[str], Callable[[], None]], None],
         debounce: float = DEFAULT_DEBOUNCE,
         limit: float = DEFAULT_LIMIT,
@@ -70,7 +72,7 @@ class WarmUp:
         ``on_idle()`` runs on the scheduler thread when no warm-up blocks restarts any more
         (its jobs ended, or ``limit`` seconds passed since the first join)."""
         self._timers = timers
-        self._managing = managing_streaming
+        self._managing = restartable_streaming
         self._launch = launch
         self._debounce = debounce
         self._limit = limit
@@ -85,7 +87,8 @@ class WarmUp:
         self.launched: list[tuple[str, ...]] = []
 
     def on_event(self, event: Event) -> None:
-        """Bus subscriber: an executor that joins while a streaming query is managed."""
+        """Bus subscriber: an executor that joins while a streaming query that a restart can
+        rescale is managed."""
         if not isinstance(event, ExecutorAdded) or not self._managing():
             return
         self._joined.append(event.executor_id)
