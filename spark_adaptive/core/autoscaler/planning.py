@@ -137,15 +137,17 @@ decision milliseconds."""
 
 @functools.lru_cache(maxsize=4096)
 def restart_target(need: int, lower: int, upper: int, per_slot_max: int, per_executor: int,
-                   cap: int | None, limit: int) -> tuple[int, int]:
+                   cap: int | None, limit: int, per_partition: float = 0.0) -> tuple[int, int]:
     """Slots and partitions ``(S', P')`` for a restart that needs ``need`` balanced slots.
 
     Each candidate ``P'`` within ``[max(lower, need), min(upper, per_slot_max need)]`` (the
     numbers of :data:`SMOOTH` there, and the range's ends) is scored by the slots it needs
     now (its smallest balanced count ``S' >= need``, whole executors, at most ``limit``) plus
     those slots times :data:`FUTURE_WEIGHT` times :func:`expected_overshoot`: what later
-    live rescales near ``S'`` would waste. The cheapest wins, the fewer partitions on a
-    tie. ``per_slot_max = 1`` gives Flink's ``P' = S'``.
+    live rescales near ``S'`` would waste; plus ``P' x per_partition``, the slots its tasks'
+    fixed cost keeps busy (every task costs its slot a fixed time each micro-batch, whatever
+    its rows). The cheapest wins, the fewer partitions on a tie. ``per_slot_max = 1`` gives
+    Flink's ``P' = S'``.
     """
     need = max(1, need)
     s_top = min(limit, upper if cap is None else min(upper, cap))
@@ -167,6 +169,7 @@ def restart_target(need: int, lower: int, upper: int, per_slot_max: int, per_exe
         cost = float(fit)
         if per_slot_max > 1:
             cost *= 1.0 + FUTURE_WEIGHT * expected_overshoot(p, fit, per_executor, t_cap)
+        cost += p * per_partition
         if best is None or cost < best[0] - 1e-9:
             best = (cost, fit, p)
     if best is None:
@@ -208,6 +211,7 @@ class Plan:
     utilization_target: float
     per_slot_max: int
     urgent: bool = False  # falling behind: capacity below the input, or an old backlog
+    per_partition: float = 0.0  # slots a partition's fixed task cost keeps busy
     eff_now: float = 0.0  # effective slots now, computed from slots and partitions
 
     def __post_init__(self) -> None:
@@ -216,7 +220,7 @@ class Plan:
     @classmethod
     def of(cls, view: QueryView, cfg: AutoscalerConfig, rate: float, lam: float,
            need_live: float, need_restart: float, downtime: float,
-           urgent: bool = False) -> Plan:
+           urgent: bool = False, per_partition: float = 0.0) -> Plan:
         """The plan for a query as ``view`` shows it, with the horizon and band of ``cfg``."""
         return cls(
             slots=view.slots, partitions=view.partitions, lower=view.lower, upper=view.upper,
@@ -226,7 +230,8 @@ class Plan:
             downtime=downtime,
             horizon=cfg.stabilization_interval + cfg.metrics_window + cfg.scale_down_interval,
             utilization_min=cfg.utilization_min, utilization_target=cfg.utilization_target,
-            per_slot_max=cfg.restart_max_partitions_per_slot, urgent=urgent)
+            per_slot_max=cfg.restart_max_partitions_per_slot, urgent=urgent,
+            per_partition=per_partition)
 
     def task_cap(self, partitions: int) -> int:
         cap = partitions
@@ -291,7 +296,7 @@ def restart_candidate(plan: Plan, model: ScalabilityModel) -> Choice | None:
     # cache key keeps a cluster whose free slots move from defeating the cache.
     limit = min(limit, plan.per_slot_max * round_up(need, plan.per_executor))
     s, p = restart_target(need, plan.lower, plan.upper, plan.per_slot_max, plan.per_executor,
-                          plan.max_useful_slots, limit)
+                          plan.max_useful_slots, limit, plan.per_partition)
     cap = capacity(plan, model, s, p)
     return Choice("restart", s, p, cap, cap >= plan.need_restart * (1 - 1e-9), "")
 

@@ -127,6 +127,7 @@ class QueryAutoscaler:
         self._scaled_up: tuple[int, float] | None = None
         self._after_up: float | None = None
         self._downtimes: list[float] = []
+        self._per_partition = 0.0
         self.rejected = 0
         self.last_rejection = ""
         self._last: ScalingDecision | None = None
@@ -251,6 +252,7 @@ class QueryAutoscaler:
         # The rate per slot at the load to be processed: a batch's fixed cost is spread over
         # the rows of the input and of the backlog being caught up.
         rate, rate_src = w.rate_per_slot_at((lam or 0.0) + catch)
+        self._per_partition = _per_partition(w, view.partitions)
         short = False
         if not full and not behind and rate is not None and lam is not None and w.count >= 2:
             # Input above what the query can process grows a backlog from now on, whatever
@@ -342,7 +344,8 @@ class QueryAutoscaler:
         backlog = inputs.backlog or 0.0
         behind = backlog > 0 and (lam <= 0 or backlog / lam > cfg.backlog_lag_threshold)
         urgent = behind or lam >= (inputs.capacity or 0.0)
-        choice = choose(Plan.of(view, cfg, rate, lam, nl, nr, downtime, urgent), self._model)
+        choice = choose(Plan.of(view, cfg, rate, lam, nl, nr, downtime, urgent,
+                                self._per_partition), self._model)
         util = inputs.utilization or 0.0
         head = f"utilization {util:.2f} above {cfg.utilization_max:g}"
         if util <= cfg.utilization_max:  # the backlog's catch-up term made it a scale-up
@@ -400,7 +403,8 @@ class QueryAutoscaler:
             return self._result(view, "no-change", "none", s, p, f"{head}{floor[3]}", inputs)
         lam = inputs.input_rate or 0.0
         choice = choose(Plan.of(view, self.config, rate, lam, m.capacity(xl, eff, rate),
-                                   m.capacity(xr, eff, rate), downtime), m)
+                                m.capacity(xr, eff, rate), downtime,
+                                per_partition=self._per_partition), m)
         if choice is None or choice.slots >= s:
             # The interval's highest recommendation keeps the current slots: it is spent, and
             # a new interval starts with the next recommendation (Flink: "no change" clears).
@@ -466,3 +470,14 @@ class QueryAutoscaler:
             "lastRejection": self.last_rejection,
             "lastDecision": self._last.as_dict() if self._last else None,
         }
+
+
+def _per_partition(window: MetricsWindow, partitions: int) -> float:
+    """Slots one partition's fixed task cost keeps busy: the fixed part of a batch's busy
+    time (:meth:`.window.MetricsWindow.batch_cost`, all of it taken as per-task) over the
+    partitions and the batch interval; 0 while the window cannot tell. Rounded to two
+    significant digits, so that the restart planner's cache sees few distinct values."""
+    cost, interval = window.batch_cost(), window.batch_interval()
+    if cost is None or not interval or partitions < 1:
+        return 0.0
+    return float(f"{cost[0] / (partitions * interval):.2g}")

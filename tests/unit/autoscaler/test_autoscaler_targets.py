@@ -166,6 +166,16 @@ def test_restart_partitions_leave_room_for_live_rescales() -> None:
     assert s % 4 == 0 and p % s == 0 and s >= 9
 
 
+def test_restart_partitions_shrink_as_each_task_costs_more() -> None:
+    # A partition whose tasks cost its slot a fixed 0.1 slots each micro-batch (a Python
+    # source and UDF on a short trigger) makes 120 partitions cost 12 slots of overhead.
+    free = restart_target(11, 1, 720, 12, 1, None, 1000)
+    cheap = restart_target(11, 1, 720, 12, 1, None, 1000, 0.03)
+    dear = restart_target(11, 1, 720, 12, 1, None, 1000, 0.1)
+    assert free == (12, 120) and cheap == (12, 72) and dear == (12, 24)
+    assert restart_target(3, 1, 720, 12, 1, None, 1000, 0.1) == (3, 6)
+
+
 def test_expected_overshoot_prefers_dense_divisors() -> None:
     assert expected_overshoot(60, 15, 1, 60) < expected_overshoot(30, 15, 1, 30)
     assert expected_overshoot(7, 7, 1, 7) > 0.5
@@ -208,3 +218,28 @@ def test_input_above_capacity_scales_up_before_the_window_is_full_without_a_back
     calm = make(rate=3000, per_slot=1000, slots=4, partitions=48)  # within its capacity
     calm.run(40)
     assert calm.evaluate().outcome == "not-ready"
+
+
+def test_a_restart_prices_the_fixed_cost_of_each_partition_s_tasks() -> None:
+    # As the restart above, but every batch's busy time holds a fixed 4.2 slot-s for its
+    # 7 tasks (0.6 each: a Python source and UDF) beside 1 ms a row; batches alternate
+    # between 1000 and 2000 rows/s so the window tells the parts apart. A partition then
+    # keeps 0.6 / 5 s = 0.12 slots busy, and 12 partitions cost more than they balance.
+    def window(q: object, fixed: float) -> None:
+        for i in range(18):
+            rate = 1000.0 if i % 2 else 2000.0
+            rows = rate * 5.0
+            q.t += 5.0  # type: ignore[attr-defined]
+            q.batch += 1  # type: ignore[attr-defined]
+            q.policy.observe(q.sample(  # type: ignore[attr-defined]
+                num_input_rows=rows, input_rows_per_second=rate,
+                busy_time=fixed + rows / 1000.0))
+    free = make(config(scale_down_interval=0.0), rate=1500, per_slot=1000, slots=7,
+                partitions=7)
+    window(free, 0.0)
+    dear = make(config(scale_down_interval=0.0), rate=1500, per_slot=1000, slots=7,
+                partitions=7)
+    window(dear, 4.2)
+    a, b = free.evaluate(), dear.evaluate()
+    assert (a.kind, a.target_partitions) == ("restart", 12)
+    assert b.kind == "restart" and b.target_partitions < a.target_partitions, b
