@@ -8,7 +8,8 @@ Contract
   subtracted from the running sums, so no evaluation re-scans a history.
 * Two spans are kept: the whole *window* (``metrics.window``), averaged for the
   processing rate and for the input rate, and the *newest* batches (the last
-  :data:`NEWEST_SPAN` seconds, at least two batches), from which a rise of the
+  :data:`NEWEST_SPAN` seconds, or a third of a shorter window, at least two
+  batches), from which a rise of the
   input rate is read at once; the newest batch alone is read too, for a jump
   that the newest seconds still dilute. That is the answer to FLINK-39306, where
   a 0 -> 1M lag spike was diluted across the whole window.
@@ -42,7 +43,9 @@ from typing import NamedTuple
 from spark_adaptive.core.autoscaler.samples import LoadSample, clean
 
 NEWEST_SPAN = 20.0
-"""Seconds of the newest batches (at least two) whose arrival rate is read on its own."""
+"""Seconds of the newest batches (at least two) whose arrival rate is read on its own; a third
+of the window when that is shorter, so that the newest batches of a short window still differ
+from the whole of it."""
 
 MIN_ROW_SPREAD = 0.25
 """Row counts must vary by this coefficient of variation across the window's batches before
@@ -177,7 +180,7 @@ class MetricsWindow:
 
     def __init__(self, span: float) -> None:
         self.span = span
-        self.recent_span = min(span, NEWEST_SPAN)
+        self.recent_span = min(span / 3, NEWEST_SPAN)
         self._all = _Sums()
         self._last_time: float | None = None
 
@@ -215,8 +218,9 @@ class MetricsWindow:
 
     def recent_arrival_rate(self) -> float | None:
         """Arrival rate over the newest batches only (rows/s): the last
-        :data:`NEWEST_SPAN` seconds, at least two batches, read from the right end of the
-        window (a handful of entries, so no running sums are needed)."""
+        :data:`NEWEST_SPAN` seconds (a third of a shorter window), at least two batches,
+        read from the right end of the window (a handful of entries, so no running sums
+        are needed)."""
         entries = self._all.entries
         newest = entries[-1].time if entries else 0.0
         rows = dt = 0.0
