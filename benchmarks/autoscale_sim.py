@@ -879,6 +879,10 @@ def _close_interval(q: SimQuery) -> None:
         q.unsettled += 1
     else:
         q.steps_hist.append(sum(1 for x in q.rescale_starts if x < q.in_band_since))
+    if os.environ.get("AUTOSCALE_SIM_TRACE", "").startswith("convergence"):
+        sys.stdout.write(f"CONVERGENCE q{q.spec.index} change {q.next_change} "
+                         f"{'unsettled' if q.in_band_since is None else q.steps_hist[-1]} "
+                         f"rescales {len(q.rescale_starts)}\n")
 
 
 # -- report ---------------------------------------------------------------------------------
