@@ -11,13 +11,18 @@ restart rescale's way, on a thread of their own while the query runs on:
    most 512), none with a preferred location, so Spark spreads them over every executor,
    the new ones included (on the ones already warm they take milliseconds).
 2. When a managed query keeps state: one micro-batch of a small stateful aggregation on the
-   RocksDB state store, read from parquet files it has just written, in a session of its
-   own (the app's session, its listeners and ``spark.streams`` never see it) and started
-   with Spark's own ``start()`` (spark-adaptive does not manage it), named
-   ``spark-adaptive warm-up``. That is what a restart rescale runs next on the new
-   executors: the state repartition writes RocksDB stores, and the first micro-batch loads
-   them and reads its source. Its scratch files live under the stateful query's
-   checkpoint (a file system every executor reaches) and are deleted afterwards.
+   RocksDB state store, read from parquet files it has just written, named
+   ``spark-adaptive warm-up`` and started with Spark's own ``start()`` (spark-adaptive
+   does not manage it). That is what a restart rescale runs next on the new executors:
+   the state repartition writes RocksDB stores, and the first micro-batch loads them and
+   reads its source. It runs in one session of spark-adaptive's own, created once from
+   the app's (whose runtime settings, file-system credentials among them, are copied in
+   before each run): the app's session, its ``spark.streams`` and the listeners it added
+   never see the query; the Spark UI and listeners configured for every session
+   (``spark.sql.streaming.streamingQueryListeners``) do. Its scratch files live under the
+   stateful query's checkpoint (a file system every executor reaches) and are deleted
+   afterwards. It has twice as many partitions as executors joined (at least 4, at most
+   :data:`STATE_PARTITIONS_MAX`), and is stopped after :data:`STREAM_TIMEOUT_MS`.
 
 A failure is logged and otherwise ignored: a warm-up is an optimization only.
 """
@@ -42,8 +47,10 @@ log = logging.getLogger(__name__)
 
 ROWS_PER_TASK = 2000
 STATE_ROWS_PER_TASK = 50
-#: Longest the warm-up's micro-batch may run before it is stopped (milliseconds).
-STREAM_TIMEOUT_MS = 60_000
+STATE_PARTITIONS_MAX = 32
+#: Longest the warm-up's micro-batch may run before it is stopped (milliseconds): as long
+#: as a restart waits for a warm-up at most (``warm_up.DEFAULT_LIMIT`` of the core).
+STREAM_TIMEOUT_MS = 20_000
 QUERY_NAME = "spark-adaptive warm-up"
 
 
@@ -59,6 +66,9 @@ def warm_up_launcher(
     scheduler thread. ``state_root()`` is the checkpoint of a managed query that keeps
     state (None: there is none, and no stateful step is run)."""
 
+    own: list[SparkSession] = []  # spark-adaptive's own session, created at the first use
+    lock = threading.Lock()  # one stateful warm-up at a time (one query name in one session)
+
     def launch(executor_ids: Sequence[str], done: Callable[[], None]) -> None:
         spark = session()
         if spark is None:
@@ -66,13 +76,15 @@ def warm_up_launcher(
             return
         tasks = min(max(4, 2 * slots()), 512)
         root = state_root()
-        threading.Thread(target=_run, args=(spark, tuple(executor_ids), tasks, root, done, post),
+        threading.Thread(target=_run, args=(spark, own, lock, tuple(executor_ids), tasks, root,
+                                            done, post),
                          name="spark-adaptive-warm-up", daemon=True).start()
 
     return launch
 
 
-def _run(spark: SparkSession, executor_ids: tuple[str, ...], tasks: int, root: str | None,
+def _run(spark: SparkSession, own: list[SparkSession], lock: threading.Lock,
+         executor_ids: tuple[str, ...], tasks: int, root: str | None,
          done: Callable[[], None], post: Callable[[Callable[[], None]], None]) -> None:
     from pyspark.sql import functions as F
 
@@ -87,7 +99,11 @@ def _run(spark: SparkSession, executor_ids: tuple[str, ...], tasks: int, root: s
          .groupBy("k").agg(F.count("*").alias("n"), F.sum("id").alias("s"))
          .write.format("noop").mode("overwrite").save())
         if root is not None:
-            _stateful_batch(spark, root, tasks)
+            partitions = min(max(4, 2 * len(executor_ids)), STATE_PARTITIONS_MAX)
+            with lock:
+                if not own:
+                    own.append(spark.newSession())
+                _stateful_batch(spark, own[0], root, partitions)
     except Exception as e:  # the context may be stopping; a warm-up is only an optimization
         log.info("warming up executor(s) %s did not complete: %s", which, error_text(e))
     finally:
@@ -98,12 +114,15 @@ def _run(spark: SparkSession, executor_ids: tuple[str, ...], tasks: int, root: s
         post(done)
 
 
-def _stateful_batch(spark: SparkSession, root: str, tasks: int) -> None:
+def _stateful_batch(app: SparkSession, session: SparkSession, root: str, tasks: int) -> None:
     """One micro-batch of a stateful aggregation on RocksDB, read from parquet, on scratch
-    files under ``root`` (deleted afterwards)."""
+    files under ``root`` (deleted afterwards), in ``session`` with the runtime settings of
+    the ``app``'s session."""
     from pyspark.sql import functions as F
 
-    session = spark.newSession()
+    for key, value in app.conf.getAll.items():
+        if session.conf.isModifiable(key):
+            session.conf.set(key, value)
     session.conf.set(SHUFFLE_PARTITIONS, str(tasks))
     session.conf.set(PROVIDER_KEY, ROCKSDB_PROVIDER)
     scratch = f"{root.rstrip('/')}/spark-adaptive/warm-up-{uuid.uuid4().hex[:12]}"
@@ -123,7 +142,7 @@ def _stateful_batch(spark: SparkSession, root: str, tasks: int) -> None:
         if not query.awaitTermination(STREAM_TIMEOUT_MS):
             query.stop()
     finally:
-        _delete(spark, scratch)
+        _delete(app, scratch)
 
 
 def _delete(spark: SparkSession, location: str) -> None:

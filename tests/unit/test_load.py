@@ -5,6 +5,7 @@ from __future__ import annotations
 from spark_adaptive.core.events import (
     JobStarted,
     QueryProgress,
+    QueryTerminated,
     SourceProgress,
     StageCompleted,
     StageSubmitted,
@@ -28,9 +29,18 @@ def test_task_time_and_tasks_add_up_per_run_between_batches() -> None:
     t.on_event(_completed(12, 7.0))
     t.on_event(_completed(13, 9.0))  # another job group's stage
     t.on_event(_completed(99, 5.0))  # a stage of no known job
-    assert t.take("run-a") == BatchLoad(3.75, 12, 2)
+    assert t.take("run-a") == BatchLoad(3.75, 12, 2, 16)
     assert t.take("run-a") == BatchLoad(None, None, 0)  # started again
-    assert t.take("run-b") == BatchLoad(7.0, 3, 1)
+    assert t.take("run-b") == BatchLoad(7.0, 3, 1, 3)
+
+
+def test_a_run_that_ended_is_forgotten() -> None:
+    t = LoadTracker()
+    t.on_event(JobStarted(0.0, 1, (1,), job_group="warm-up-run"))
+    t.on_event(StageSubmitted(0.0, 1, 0, 8))
+    t.on_event(_completed(1, 2.0))
+    t.on_event(QueryTerminated(0.0, "q", "warm-up-run", None))
+    assert t.take("warm-up-run") == BatchLoad(None, None, 0)
 
 
 def test_without_task_time_busy_time_is_unknown() -> None:

@@ -267,10 +267,44 @@ def test_a_restart_onto_more_slots_waits_for_the_warm_up_of_new_executors(
         vt.advance(100)
         assert ctx.transitions == [], "the query runs on at 1 partition meanwhile"
         assert ctx.decisions[-1][0] == "wait for warm-up"
+        assert state.restart_deferred
         ctx.warming = False
-        ctx.expect("Restarting")
         state.on_warm_up_ended()
+        assert ctx.transitions == [], "the restart waits for the next batch boundary"
+        ctx.expect("Restarting")
+        state.on_query_event(progress())
         assert ctx.last.args["target_parallelism"] == 3
+
+
+def test_after_the_warm_up_a_restart_goes_at_the_max_delay_without_a_batch(
+        vt: VirtualTime) -> None:
+    params = dataclasses.replace(PARAMS, trigger_max_delay=6.0)
+    with StateContext(vt, share=1, requirements=BOUNDS_3, params=params) as ctx:
+        state = ctx.enter(lambda c: Executing(c, 1, 1))
+        vt.advance(30)
+        ctx.share, ctx.warming = 3, True
+        state.on_resources_changed()
+        vt.advance(100)
+        ctx.warming = False
+        state.on_warm_up_ended()
+        vt.advance(5.9)
+        assert ctx.transitions == []
+        ctx.expect("Restarting")
+        vt.advance(0.1)
+
+
+def test_a_restart_onto_fewer_slots_needed_during_a_warm_up_goes_at_once(
+        vt: VirtualTime) -> None:
+    with StateContext(vt, share=2, requirements=BOUNDS_4) as ctx:
+        state = ctx.enter(lambda c: Executing(c, 2, 2))
+        vt.advance(30)
+        ctx.share, ctx.warming = 4, True
+        state.on_resources_changed()
+        vt.advance(100)
+        assert ctx.transitions == [] and state.restart_deferred
+        ctx.share = 1  # executors lost while the new ones warm up: 2 partitions on 1 slot
+        state.on_resources_changed()
+        assert not state.restart_deferred
 
 
 def test_a_restart_onto_fewer_slots_does_not_wait_for_a_warm_up(vt: VirtualTime) -> None:

@@ -123,7 +123,8 @@ def test_a_warm_up_that_hangs_holds_restarts_back_only_until_its_limit(vt: Virtu
     vt.advance(0.1)
     assert ended == [20.0] and not w.blocking
     assert w.in_flight, "the job itself still runs; only the restarts stop waiting"
+    assert w.wait(0), "a restart already under way does not wait for it either"
     launcher.finish()
     assert ended == [20.0], "told once"
     w.on_event(added("4"))
-    assert w.blocking, "a later join blocks again"
+    assert w.blocking and not w.wait(0), "a later join blocks again"

@@ -128,6 +128,7 @@ class QueryAutoscaler:
         self._after_up: float | None = None
         self._downtimes: list[float] = []
         self._per_partition = 0.0
+        self._tasks: int | None = None  # tasks of the newest batch's stages, when known
         self.rejected = 0
         self.last_rejection = ""
         self._last: ScalingDecision | None = None
@@ -162,6 +163,8 @@ class QueryAutoscaler:
         if t < self._stable_from:
             return False  # stabilizing: not an error, just not used
         w.add(entry_from(sample, last))
+        if sample.tasks is not None and sample.tasks > 0:
+            self._tasks = sample.tasks
         return True
 
     def on_rescale_completed(self, time: float, *, slots: int, partitions: int,
@@ -252,7 +255,7 @@ class QueryAutoscaler:
         # The rate per slot at the load to be processed: a batch's fixed cost is spread over
         # the rows of the input and of the backlog being caught up.
         rate, rate_src = w.rate_per_slot_at((lam or 0.0) + catch)
-        self._per_partition = _per_partition(w, view.partitions)
+        self._per_partition = _per_partition(w, self._tasks or view.partitions)
         short = False
         if not full and not behind and rate is not None and lam is not None and w.count >= 2:
             # Input above what the query can process grows a backlog from now on, whatever
@@ -472,12 +475,13 @@ class QueryAutoscaler:
         }
 
 
-def _per_partition(window: MetricsWindow, partitions: int) -> float:
+def _per_partition(window: MetricsWindow, tasks: int) -> float:
     """Slots one partition's fixed task cost keeps busy: the fixed part of a batch's busy
     time (:meth:`.window.MetricsWindow.batch_cost`, all of it taken as per-task) over the
-    partitions and the batch interval; 0 while the window cannot tell. Rounded to two
-    significant digits, so that the restart planner's cache sees few distinct values."""
+    ``tasks`` a batch runs (every stage's; the partitions when that is unknown) and the
+    batch interval; 0 while the window cannot tell. Rounded to two significant digits, so
+    that the restart planner's cache sees few distinct values."""
     cost, interval = window.batch_cost(), window.batch_interval()
-    if cost is None or not interval or partitions < 1:
+    if cost is None or not interval or tasks < 1:
         return 0.0
-    return float(f"{cost[0] / (partitions * interval):.2g}")
+    return float(f"{cost[0] / (tasks * interval):.2g}")

@@ -39,6 +39,7 @@ class LoadSample:
     * ``backlog``: rows the source still holds beyond this batch (Kafka: offsets
       behind latest), None when the source reports none.
     * ``busy_time``: total task run time of the batch's stages, in slot-seconds.
+    * ``tasks``: how many tasks the batch's stages ran in all, None when unknown.
     """
 
     time: float
@@ -52,6 +53,7 @@ class LoadSample:
     trigger_interval: float | None = None
     backlog: float | None = None
     busy_time: float | None = None
+    tasks: int | None = None
 
     @classmethod
     def from_progress(
@@ -64,6 +66,7 @@ class LoadSample:
         trigger_interval: float | None = None,
         backlog: float | None = None,
         busy_time: float | None = None,
+        tasks: int | None = None,
     ) -> LoadSample:
         """A sample from Spark's progress event plus what the wiring measures itself.
 
@@ -76,7 +79,7 @@ class LoadSample:
             input_rows_per_second=progress.input_rows_per_second,
             processed_rows_per_second=progress.processed_rows_per_second,
             batch_duration=progress.batch_duration, trigger_interval=trigger_interval,
-            backlog=backlog, busy_time=busy_time)
+            backlog=backlog, busy_time=busy_time, tasks=tasks)
 
 
 @dataclass(frozen=True, slots=True)

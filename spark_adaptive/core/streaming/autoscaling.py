@@ -118,7 +118,8 @@ class Autoscaling:
         sample = LoadSample.from_progress(
             event, time=self._timers.now(), slots=max(1, q.running_slots),
             partitions=max(1, q.partitions), trigger_interval=q.trigger_interval,
-            backlog=backlog_rows(event), busy_time=batch.busy_time)
+            backlog=backlog_rows(event), busy_time=batch.busy_time,
+            tasks=batch.task_total or None)
         watched.policy.observe(sample)
 
     def _watch(self, q: QueryScheduler) -> _Watched:
@@ -245,7 +246,8 @@ class Autoscaling:
             restart_downtimes=tuple(x.duration for x in completed
                                     if x.kind == "restart" and x.trigger is not Trigger.FAILURE
                                     and x.duration is not None),
-            rescale_in_flight=q.history.pending is not None or (waiting and not gave_up),
+            rescale_in_flight=(q.history.pending is not None or q.restart_deferred
+                               or (waiting and not gave_up)),
             last_rescale_completed=None if last is None or last.duration is None
             else last.started + last.duration,
             slots_per_executor=self._sched.resources.slots_per_executor(1) or 1,

@@ -25,6 +25,7 @@ from spark_adaptive.core.events import (
     Event,
     JobStarted,
     QueryProgress,
+    QueryTerminated,
     SourceProgress,
     StageCompleted,
     StageSubmitted,
@@ -37,12 +38,14 @@ _STAGES = 4096
 @dataclass(frozen=True)
 class BatchLoad:
     """What the stages of one micro-batch cost: ``busy_time`` in slot-seconds (None when
-    the listener does not report task time), the most ``tasks`` one stage ran, and how many
-    ``stages`` ran (one: no shuffle, so its tasks are all the query can run at once)."""
+    the listener does not report task time), the most ``tasks`` one stage ran, how many
+    ``stages`` ran (one: no shuffle, so its tasks are all the query can run at once), and
+    ``task_total``, the tasks of all its stages."""
 
     busy_time: float | None
     tasks: int | None
     stages: int = 0
+    task_total: int = 0
 
 
 class LoadTracker:
@@ -53,6 +56,7 @@ class LoadTracker:
         self._busy: dict[str, float] = {}
         self._tasks: dict[str, int] = {}
         self._stages: dict[str, int] = {}
+        self._total: dict[str, int] = {}
         self._timed: set[str] = set()
 
     def on_event(self, event: Event) -> None:
@@ -67,17 +71,21 @@ class LoadTracker:
             if run is not None:
                 self._tasks[run] = max(self._tasks.get(run, 0), event.num_tasks)
                 self._stages[run] = self._stages.get(run, 0) + 1
+                self._total[run] = self._total.get(run, 0) + event.num_tasks
         elif isinstance(event, StageCompleted):
             run = self._run_of_stage.get(event.stage_id)
             if run is not None and event.task_time is not None:
                 self._busy[run] = self._busy.get(run, 0.0) + event.task_time
                 self._timed.add(run)
+        elif isinstance(event, QueryTerminated):  # a run no one takes from is forgotten
+            self.take(event.run_id)
 
     def take(self, run_id: str) -> BatchLoad:
         """What the run's stages cost since the last call for it, and start again."""
         busy = self._busy.pop(run_id, 0.0) if run_id in self._timed else None
         self._timed.discard(run_id)
-        return BatchLoad(busy, self._tasks.pop(run_id, None), self._stages.pop(run_id, 0))
+        return BatchLoad(busy, self._tasks.pop(run_id, None), self._stages.pop(run_id, 0),
+                         self._total.pop(run_id, 0))
 
 
 def backlog_rows(progress: QueryProgress) -> float | None:

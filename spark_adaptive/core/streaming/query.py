@@ -204,6 +204,11 @@ class QueryScheduler:
         return isinstance(self._state, Finished)
 
     @property
+    def restart_deferred(self) -> bool:
+        """A restart rescale was decided and waits for new executors to be warmed up."""
+        return isinstance(self._state, Executing) and self._state.restart_deferred
+
+    @property
     def keeps_state(self) -> bool:
         """The query keeps state across micro-batches (a restart repartitions it)."""
         return self._stateful

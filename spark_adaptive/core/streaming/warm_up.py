@@ -84,6 +84,8 @@ class WarmUp:
         self._jobs = 0
         self._idle = threading.Event()
         self._idle.set()
+        self._released = threading.Event()  # set while no warm-up blocks restarts
+        self._released.set()
         self.launched: list[tuple[str, ...]] = []
 
     def on_event(self, event: Event) -> None:
@@ -95,6 +97,7 @@ class WarmUp:
         self._idle.clear()
         if self._since is None:
             self._since = self._timers.now()
+            self._released.clear()
             self._deadline = self._timers.call_later(self._limit, self._expired)
         if self._timer is not None:
             self._timer.cancel()
@@ -131,6 +134,7 @@ class WarmUp:
     def _unblock(self) -> None:
         was_blocking = self._since is not None
         self._since = None
+        self._released.set()
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
@@ -148,9 +152,10 @@ class WarmUp:
         return self.in_flight and self._since is not None
 
     def wait(self, timeout: float) -> bool:
-        """Block (not on the scheduler thread) until no warm-up is in flight, at most
-        ``timeout`` seconds; True if none is."""
-        return self._idle.wait(timeout)
+        """Block (not on the scheduler thread) while a warm-up blocks restarts: until its
+        jobs have ended or its ``limit`` has passed, at most ``timeout`` seconds; True if
+        none blocks."""
+        return self._released.wait(timeout)
 
     def close(self) -> None:
         if self._timer is not None:
@@ -162,3 +167,4 @@ class WarmUp:
         self._since = None
         self._joined.clear()
         self._idle.set()
+        self._released.set()

@@ -243,3 +243,19 @@ def test_a_restart_prices_the_fixed_cost_of_each_partition_s_tasks() -> None:
     a, b = free.evaluate(), dear.evaluate()
     assert (a.kind, a.target_partitions) == ("restart", 12)
     assert b.kind == "restart" and b.target_partitions < a.target_partitions, b
+
+
+def test_the_fixed_cost_is_shared_by_every_task_of_a_batch() -> None:
+    # 0.6 slot-s a batch beside 4 ms a row, every 4 s: over 4 tasks 0.0375 slots a task;
+    # over 12 (4 source tasks and 8 shuffle partitions) a third of it.
+    from spark_adaptive.core.autoscaler.policy import _per_partition
+    from spark_adaptive.core.autoscaler.window import Entry, MetricsWindow
+
+    w = MetricsWindow(60.0)
+    for i, rows in enumerate([80, 80, 80, 1400, 1400, 1400]):
+        w.add(Entry(4.0 * i, 4.0, rows, 0.6 + 0.004 * rows, rows, None, None, rows / 4.0,
+                    1.0, 4.0, 1, 4))
+    # (rounded to two significant digits, for the planner's cache)
+    assert _per_partition(w, 4) == pytest.approx(0.0375, rel=0.05)
+    assert _per_partition(w, 12) == pytest.approx(0.0125, rel=0.05)
+    assert _per_partition(MetricsWindow(60.0), 4) == 0.0  # nothing to tell by

@@ -26,9 +26,12 @@ as soon as a submission would have, while it already runs.
 
 A restart onto more slots than the query runs on waits while executors that
 joined are being warmed up (``scheduler.warm-up-new-executors``): the query
-goes on running where it is meanwhile, and the restart follows the moment the
-warm-up ends, so that its state repartition and first micro-batch run on warm
-executors and the warm-up costs no downtime.
+goes on running where it is meanwhile, and the restart follows at the first
+completed micro-batch after the warm-up ended (at the latest the rescale
+trigger's max delay later), so that its state repartition and first
+micro-batch run on warm executors, its stop meets a batch boundary, and the
+warm-up costs no downtime. A change meanwhile is decided afresh: a restart
+onto fewer slots goes at once, and one no longer needed is dropped.
 
 A scale-up smaller than ``min-parallelism-increase`` is held back; with
 ``scaling-interval.max`` set, it becomes a change like any other that long
@@ -88,7 +91,10 @@ class Executing(State):
         self.initial = initial
         self._changed_by: Trigger | None = None  # REQUIREMENTS_CHANGED or AUTOSCALER
         self._held_back_since: float | None = None
-        self._awaiting_warm_up = False
+        # A restart onto more slots deferred for a warm-up: "warming" until it ends, then
+        # "next batch" until the next completed micro-batch (or the fallback timer).
+        self._deferred: str | None = None
+        self._deferred_timer: Cancellable | None = None
         self.timing = self._new_timing()
         # Changes that happened while the query was starting count now (Flink runs
         # onChange and onTrigger once on entry); not from the constructor, though.
@@ -120,6 +126,11 @@ class Executing(State):
             self.slots = decision.target_slots
             self._changed_by = None
         self._track_held_back(decision)
+        if self._deferred is not None:
+            if decision.kind != "restart" or decision.target_slots <= self.slots:
+                self._end_deferral()
+                self.transition_to_subsequent_state()  # decided afresh, now
+            return
         self.timing.on_change()
 
     def on_requirements_changed(self, *, autoscaler: bool = False) -> None:
@@ -164,17 +175,38 @@ class Executing(State):
             grew = d.target_parallelism > d.current_parallelism
         return Trigger.NEW_RESOURCES if grew else Trigger.RESOURCES_LOST
 
+    @property
+    def restart_deferred(self) -> bool:
+        """A restart onto more slots was decided and waits for a warm-up to end."""
+        return self._deferred is not None
+
     def on_warm_up_ended(self) -> None:
-        if self._awaiting_warm_up:
+        if self._deferred != "warming":
+            return
+        self._deferred = "next batch"
+        self._deferred_timer = self._ctx.run_if_state(
+            self, self._after_warm_up, self._ctx.params.trigger_max_delay)
+
+    def _after_warm_up(self) -> None:
+        if self._deferred == "next batch":
+            self._end_deferral()
             self.transition_to_subsequent_state()
+
+    def _end_deferral(self) -> None:
+        self._deferred = None
+        if self._deferred_timer is not None:
+            self._deferred_timer.cancel()
+            self._deferred_timer = None
 
     # -- the query's own events --------------------------------------------------------
     def on_query_event(self, event: Event) -> None:
         if isinstance(event, QueryProgress):
             self._ctx.history.complete_pending()
             self.timing.on_trigger()
+            self._after_warm_up()
         elif isinstance(event, QueryIdle):
             self.timing.on_trigger()
+            self._after_warm_up()
         elif isinstance(event, QueryTerminated):
             if event.exception is None:
                 self._ctx.go_to_finished("FINISHED", "the query ended by itself")
@@ -197,16 +229,15 @@ class Executing(State):
             self._ctx.slot_share())
 
     def transition_to_subsequent_state(self) -> None:
-        self._awaiting_warm_up = False
         d = self.decide()
         if d.kind != "restart":  # the checks before this one ran on this same thread
-            log.warning("no restart rescale to carry out after all (%s); timing starts over",
-                        d.reason)
+            log.info("no restart rescale to carry out after all (%s); timing starts over",
+                     d.reason)
             self.timing.close()
             self.timing = self._new_timing()
             return
         if d.target_slots > self.slots and self._ctx.warming_up():
-            self._awaiting_warm_up = True
+            self._deferred = "warming"
             self._ctx.decide("wait for warm-up", (
                 f"{d.reason}; executors that joined are being warmed up: the query runs on "
                 f"at {self.parallelism} partitions until they are"))
