@@ -1012,7 +1012,9 @@ def main(argv: list[str] | None = None) -> int:
     conf = {"spark.adaptive.autoscaler.enabled": "true"}
     for item in args.conf:
         key, _, value = item.partition("=")
-        conf[key if key.startswith("spark.") else "spark.adaptive.autoscaler." + key] = value
+        if not key.startswith("spark."):
+            key = "spark.adaptive.autoscaler." + key.removeprefix("autoscaler.")
+        conf[key] = value
     args.config = AutoscalerConfig.from_conf(conf)
     profiles = [p.strip() for p in args.profiles.split(",") if p.strip()]
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]

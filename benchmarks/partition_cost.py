@@ -44,6 +44,10 @@ UI_PORT = 4097
 
 def measure(spark: Any, vl: Any, work: Path, partitions: int, rate: float, seconds: float,
             cost: float, tag: str) -> dict[str, float]:
+    sc = spark.sparkContext
+    url = f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/stages"
+    with urllib.request.urlopen(url) as r:
+        before = max((s["stageId"] for s in json.load(r)), default=-1)
     start = time.time()
     profile = json.dumps([[0, rate], [seconds, rate]])
     rows = (spark.readStream.format("profiled").option("profile", profile)
@@ -57,12 +61,13 @@ def measure(spark: Any, vl: Any, work: Path, partitions: int, rate: float, secon
     query.stop()
     if not progress:
         raise RuntimeError(f"no micro-batch with rows at {partitions} partitions")
-    sc = spark.sparkContext
-    url = f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/stages?status=complete"
-    with urllib.request.urlopen(url) as r:
+    with urllib.request.urlopen(url + "?status=complete") as r:
         stages = json.load(r)
-    # Newest first: this run's batches are the newest stages with one task per partition.
-    batches = [s for s in stages if s["numTasks"] == partitions][:len(progress)]
+    # This run's batches: its stages (ids after the last one before it) of one task per
+    # partition, the newest as many as the batches measured.
+    batches = sorted((s for s in stages if s["stageId"] > before
+                      and s["numTasks"] == partitions), key=lambda s: s["stageId"])
+    batches = batches[-len(progress):]
     rows_per_batch = statistics.mean(p["numInputRows"] for p in progress)
     task_time = statistics.mean(s["executorRunTime"] / 1000 for s in batches)
     ideal = rows_per_batch * cost

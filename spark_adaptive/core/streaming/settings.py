@@ -63,12 +63,14 @@ class SchedulerSettings:
         "before scaling down (FLIP-159).", unit="s")
     warm_up_new_executors: bool = option(
         "scheduler.warm-up-new-executors", "bool", True,
-        "Warm up executors that join while a streaming query is managed (a small SQL job, and "
-        "one micro-batch of a small stateful query on RocksDB when a managed query keeps "
-        "state), so that a restart rescale onto them does not pay their first-task costs "
-        "(class loading, code generation, JIT) in its state repartition and first "
-        "micro-batch. A restart onto more slots begins once the warm-up has ended (at most "
-        "20 s; the query runs on meanwhile).")
+        "Warm up executors that join while a managed streaming query can be restart-rescaled "
+        "(a small SQL job, and, when a managed query keeps state, one micro-batch of a small "
+        "stateful query on RocksDB named 'spark-adaptive warm-up', which the Spark UI and "
+        "listeners configured in spark.sql.streaming.streamingQueryListeners see), so that "
+        "a restart rescale onto them does not pay their first-task costs (class loading, "
+        "code generation, JIT) in its state repartition and first micro-batch. A restart "
+        "onto more slots begins once the warm-up has ended (at most 20 s; the query runs on "
+        "meanwhile).")
     non_replayable_sources: str = option(
         "scheduler.non-replayable-sources", "string", "",
         "Streaming sources, besides Spark's socket source, that cannot replay their input "
