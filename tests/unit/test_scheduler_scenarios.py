@@ -679,3 +679,32 @@ def test_a_query_without_a_shuffle_follows_its_executors_live_and_never_restarts
     app.event(StageSubmitted(0.0, 3, 0, 3))
     app.event(driver.progress())
     assert q.repartition_support().possible
+
+
+def test_a_restart_onto_joining_executors_waits_for_their_warm_up() -> None:
+    warming = [False]
+    app = App(warming=lambda: warming[0])
+    app.add("1")
+    driver = FakeDriver(query_info("q", partitions=3, trigger_interval=2.0))
+    app.register(driver)
+    app.event(driver.progress())
+    app.advance(60)
+    warming[0] = True  # the executors that join are being warmed up
+    app.add("2")
+    app.add("3")  # desired: the restart would go at once
+    app.event(driver.progress())
+    app.advance(10)
+    app.event(driver.progress())
+    assert driver.calls == [("start", 1)], "the query runs on at 1 partition meanwhile"
+    assert app.scheduler.query("q").restart_deferred
+    assert app.state("q") == "Executing"
+    warming[0] = False
+    app.scheduler.warm_up_ended()
+    app.vt.run_pending()
+    assert driver.calls == [("start", 1)], "the restart waits for a batch boundary"
+    app.event(driver.progress())  # (at the latest 3 triggers later, 6 s, without one)
+    assert driver.calls[1:] == [("stop", True)]
+    app.stop(driver)
+    app.start(driver)
+    app.event(driver.progress())
+    assert app.scheduler.query("q").snapshot().parallelism == 3
