@@ -204,12 +204,25 @@ class SparkExecutorActuator:
                 ids, reason = arg
                 doing = f"releasing executor(s) {', '.join(ids)}"
                 ok = jsc.killExecutors(scala_string_seq(self._sc, ids))
+                if not ok:
+                    self._kept(ids)
+                    log.warning("releasing executor(s) %s (%s) was refused by the cluster "
+                                "manager; they count as the app's again", ", ".join(ids),
+                                reason)
+                    return
                 self.killed.extend(ids)
                 log.info("released executor(s) %s: %s (accepted: %s)",
                          ", ".join(ids), reason, ok)
         except Exception as e:
+            if what == "kill":
+                self._kept(arg[0])
             log.error("%s failed (%s); not done, and the queries run on with the executors "
                       "they have", doing, error_text(e), exc_info=True)
+
+    def _kept(self, ids: Sequence[str]) -> None:
+        """Executors whose release failed stay the app's: the next declaration of a lower
+        total releases them again, instead of counting them as gone for good."""
+        self._releasing.difference_update(ids)
 
     def close(self) -> None:
         if self._thread is not None:

@@ -75,7 +75,7 @@ class CheckpointFile:
             parent = path.getParent()
             fs.mkdirs(parent)
             temp = j.org.apache.hadoop.fs.Path(parent, f".{self._name}.{uuid.uuid4().hex}.tmp")
-            out = fs.create(temp, False)
+            out = _unchecksummed(j, fs).create(temp, False)
             try:
                 out.write(data)
             finally:
@@ -96,6 +96,17 @@ class CheckpointFile:
         path, fs = self._target(checkpoint)
         if fs.exists(path):
             fs.delete(path, False)
+
+
+def _unchecksummed(j: Any, fs: Any) -> Any:
+    """The file system to write the temporary file with: a checksummed one's raw file
+    system. Hadoop's local file system writes a ``.crc`` beside each file, and when a
+    write fails on a full disk its stream's ``close`` stops at the failing flush and
+    leaves the file open (the space is then never freed); the raw stream closes. The
+    rename through ``fs`` then drops the target's old ``.crc``, and the file is read
+    without one (its JSON is checked when decoded)."""
+    checksummed = j.java.lang.Class.forName("org.apache.hadoop.fs.ChecksumFileSystem")
+    return fs.getRawFileSystem() if checksummed.isInstance(fs) else fs
 
 
 class HadoopRequirementsStore:
