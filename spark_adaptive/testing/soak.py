@@ -73,6 +73,12 @@ CONF = {
     "spark.adaptive.scheduler.submission.resource-stabilization-timeout": "3s",
     "spark.adaptive.scheduler.executor-loss-grace": "5s",
     "spark.adaptive.failure-detection.timeout": f"{FAILURE_DETECTION:g}s",
+    # As a user running under faults configures it (Flink restarts a checkpointed job by
+    # default; spark-adaptive's default is plain Spark's: a failed query stays failed).
+    # Executors dying faster than a stage reruns exceed Spark's own limit of consecutive
+    # stage attempts (spark.stage.maxConsecutiveAttempts, 4) and fail the micro-batch; the
+    # query is then restarted on its checkpoint instead of ending the app.
+    "spark.adaptive.restart-strategy.type": "exponential-delay",
     "spark.sql.streaming.stateStore.providerClass":
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
 }
@@ -106,6 +112,8 @@ class Result:
     lost: int = 0
     duplicated: int = 0
     app_exit: int | None = None
+    # Drivers that ended without the soak stopping or killing them: "<t>s: driver N, exit X".
+    drivers_ended: list[str] = field(default_factory=list)
 
     @property
     def faults(self) -> int:
@@ -114,7 +122,8 @@ class Result:
     @property
     def ok(self) -> bool:
         return (self.lost == 0 and self.duplicated == 0 and self.failed_states == 0
-                and self.rest_errors == 0 and self.app_exit == 0 and self.values > 0)
+                and self.rest_errors == 0 and self.app_exit == 0 and self.values > 0
+                and not self.drivers_ended)
 
 
 def check_counts(output: Path, checkpoint: Path) -> tuple[int, int, int, int]:
@@ -441,6 +450,7 @@ class Soak:
                 time.sleep(self.rng.uniform(3, 7))
                 if time.monotonic() >= end:
                     break
+                self._check_driver()
                 action = self._next_action()
                 if action in RESCALING:
                     self._wait_executing()
@@ -459,8 +469,23 @@ class Soak:
             self._finish()
         return self.result
 
+    def _check_driver(self) -> None:
+        """A driver that ended on its own (the app failed) is counted and submitted again,
+        so that the rest of the run still tests something."""
+        assert self.app is not None
+        if self.app.running():
+            return
+        self.watch.use(None)
+        what = (f"{self.watch.now():.0f}s: driver {self.result.drivers}, exit "
+                f"{self.app.process.returncode}")
+        self.result.drivers_ended.append(what)
+        self.say(f"the driver ended on its own ({what}; see {self.app.log_path}); "
+                 "submitting it again")
+        self._submit()
+
     def _finish(self) -> None:
         assert self.app is not None
+        self._check_driver()
         time.sleep(10)  # the last action's rescale settles
         # The check reads the last committed batch: it covers the faults only once a batch
         # has completed after them (a driver resubmitted by the last action takes up to a
@@ -574,7 +599,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {r.mode}: {r.seconds:.0f}s, {r.rescales} rescales ({r.live_rescales} live, "
               f"{r.restart_rescales} restart), {r.faults} faults {r.actions}, "
               f"{r.drivers} drivers, {r.values} values in {r.keys} keys checked: {r.lost} lost, "
-              f"{r.duplicated} duplicated; FAILED seen {r.failed_states}; REST errors "
+              f"{r.duplicated} duplicated; FAILED seen {r.failed_states}; drivers ended on "
+              f"their own {len(r.drivers_ended)}; REST errors "
               f"{r.rest_errors} of {r.rest_requests}; worst time since a batch "
               f"{r.worst_staleness:.1f}s; app exit {r.app_exit}: {'ok' if r.ok else 'NOT OK'}")
     print(f"  timelines: {', '.join(str(out / r.mode / 'soak.png') for r in results)}")

@@ -23,6 +23,7 @@ def test_three_minutes_of_faults_lose_and_duplicate_nothing(mode: str, tmp_path:
     assert result.values > 0 and result.keys == 50, summary
     assert (result.lost, result.duplicated) == (0, 0), summary
     assert result.failed_states == 0 and result.app_exit == 0, summary
+    assert result.drivers_ended == [], summary
     assert result.rest_errors == 0 and result.rest_requests > 30, summary
     assert sum(result.actions.values()) >= 3 and result.faults >= 1, summary
     # Whether a rescale also completes within 80 s depends on how the faults race (a new
