@@ -211,8 +211,7 @@ class SparkExecutorActuator:
                                 reason)
                     return
                 self.killed.extend(ids)
-                log.info("released executor(s) %s: %s (accepted: %s)",
-                         ", ".join(ids), reason, ok)
+                log.info("released executor(s) %s: %s", ", ".join(ids), reason)
         except Exception as e:
             if what == "kill":
                 self._kept(arg[0])

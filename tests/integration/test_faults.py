@@ -46,6 +46,7 @@ from pyspark.sql.streaming.query import StreamingCheckpointManager
 
 import spark_adaptive
 from spark_adaptive.core import events as ev
+from spark_adaptive.spark import actuator as actuator_module
 from spark_adaptive.spark import runtime as runtime_module
 from spark_adaptive.spark.checkpoint import inspect_checkpoint
 from spark_adaptive.testing.streaming import (
@@ -252,6 +253,7 @@ def test_d_failing_executor_calls_are_one_line_each_and_the_query_goes_on(
     actuator = rt.actuator
     monkeypatch.setattr(actuator, "supported", True)  # local mode has no cluster manager
     monkeypatch.setattr("spark_adaptive.spark.actuator.empty_scala_map", lambda sc: 42)
+    real_seq = actuator_module.scala_string_seq
     monkeypatch.setattr("spark_adaptive.spark.actuator.scala_string_seq", lambda sc, ids: 42)
     caplog.set_level(logging.INFO, logger="spark_adaptive")
     # An executor the actuator knows (local mode has none of its own).
@@ -271,6 +273,16 @@ def test_d_failing_executor_calls_are_one_line_each_and_the_query_goes_on(
             assert "Py4JError" in line or "does not exist" in line, line
         # The executor whose release failed is still the app's: a lower total releases it
         # again, where it would otherwise count as gone for good.
+        assert actuator.request_total_executors(0) == ["7"]
+        assert actuator.drain()
+        # A release the cluster manager refuses (local mode's scheduler kills nothing and
+        # answers false) leaves it the app's too.
+        monkeypatch.setattr("spark_adaptive.spark.actuator.scala_string_seq", real_seq)
+        actuator.kill_executors(["7"], "a test")
+        assert actuator.drain()
+        assert actuator.killed == []
+        assert ("releasing executor(s) 7 (a test) was refused by the cluster manager; they "
+                "count as the app's again") in _problems(caplog)
         assert actuator.request_total_executors(0) == ["7"]
         assert actuator.drain()
     finally:
