@@ -312,6 +312,8 @@ def make_load(profile: str, specs: list[Spec], seed: int, steps: int, day: float
 class Policy(Protocol):
     def observe(self, sample: LoadSample) -> bool: ...
 
+    def observe_start(self, batch_id: int, input_rate: float) -> bool: ...
+
     def evaluate(self, view: QueryView) -> ScalingDecision: ...
 
     def on_rescale_completed(self, time: float, *, slots: int, partitions: int,
@@ -339,6 +341,9 @@ class FlinkOperatorBaseline:
         self.collect_from = self.stabilization
         self.known: float | None = 0.0
         self.pending: tuple[float, int] | None = None
+
+    def observe_start(self, batch_id: int, input_rate: float) -> bool:
+        return False  # Flink's operator reads completed metrics windows only
 
     def observe(self, s: LoadSample) -> bool:
         if s.time < self.stable_from:
@@ -467,6 +472,9 @@ class ReactiveBound:
     def observe(self, sample: LoadSample) -> bool:
         return True
 
+    def observe_start(self, batch_id: int, input_rate: float) -> bool:
+        return True
+
     def on_rescale_completed(self, time: float, *, slots: int, partitions: int,
                              kind: Kind = "live", downtime: float | None = None) -> None:
         pass
@@ -583,6 +591,9 @@ class SimQuery:
             self.batch_backlog = (available - rows) if spec.kafka else None
             self.batch_slots = self.active
             self.next_start = start + max(TRIGGER, dur)
+            if self.prev_start is not None and start > self.prev_start:
+                # What the batch reads is in its offset-log entry as it starts.
+                self.policy.observe_start(self.batch_id + 1, rows / (start - self.prev_start))
         self.A = A0 + lam * (t1 - t0)
 
     def _complete(self) -> None:

@@ -137,6 +137,8 @@ class SourceProgress:
     #: or Kafka's ``{"topic": {"partition": offset}}``); None when not reported.
     end_offset: str | None = None
     latest_offset: str | None = None
+    #: The offsets the batch started at, as JSON; None when not reported (a first batch).
+    start_offset: str | None = None
 
     def metric(self, name: str) -> float | None:
         """A numeric metric, or None when absent or not a number."""

@@ -109,6 +109,32 @@ class QueryDriver(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class StartedBatch:
+    """A micro-batch that has started, as its entry in the query's offset log says: Spark
+    writes that entry before it runs the batch, so what the batch reads is known while
+    it runs, long before its progress event.
+
+    * ``batch_id``: the batch.
+    * ``started``: when it started (the log's batch timestamp), epoch seconds.
+    * ``offsets``: each source's offsets the batch reads up to, as JSON, in the order of
+      the query's sources; None for a source without one.
+    """
+
+    batch_id: int
+    started: float
+    offsets: tuple[str | None, ...]
+
+
+class OffsetLog(Protocol):
+    """Reads a streaming query's offset log (its checkpoint's ``offsets/N``)."""
+
+    def started_batch(self, checkpoint_location: str, batch_id: int) -> StartedBatch | None:
+        """The entry of ``batch_id``, or None when there is none (yet) or it cannot be
+        read. Never raises."""
+        ...
+
+
 class ExecutorActuator(Protocol):
     """Declares and releases executors (Spark's ExecutorAllocationClient calls)."""
 

@@ -27,13 +27,18 @@ writes the state's next version over whatever the repartition had written of it.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from spark_adaptive.core.ports import StartedBatch
 from spark_adaptive.spark.jvm import jvm
 
 if TYPE_CHECKING:
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 PROVIDER_KEY = "spark.sql.streaming.stateStore.providerClass"
@@ -137,6 +142,50 @@ def _batch(j: Any, fs: Any, root: Any, batch: int) -> list[str] | None:
     if not fs.exists(path):
         return None
     return _read(j, fs, path).splitlines()
+
+
+class CheckpointOffsetLog:
+    """The offset log of streaming checkpoints (:class:`~spark_adaptive.core.ports.OffsetLog`):
+    one existence check and one small read per batch looked up, through the Hadoop
+    FileSystem of the checkpoint's root (kept per location)."""
+
+    def __init__(self, sc: SparkContext) -> None:
+        self._sc = sc
+        self._roots: dict[str, tuple[Any, Any]] = {}
+
+    def started_batch(self, checkpoint_location: str, batch_id: int) -> StartedBatch | None:
+        try:
+            j = jvm(self._sc)
+            root, fs = self._root(j, checkpoint_location)
+            return started_batch(_batch(j, fs, root, batch_id), batch_id)
+        except Exception as e:  # a store that fails now is read again at the next batch
+            log.debug("reading batch %d of %s's offset log failed: %s", batch_id,
+                      checkpoint_location, e)
+            return None
+
+    def _root(self, j: Any, location: str) -> tuple[Any, Any]:
+        known = self._roots.get(location)
+        if known is None:
+            root = j.org.apache.hadoop.fs.Path(location)
+            fs = root.getFileSystem(self._sc._jsc.hadoopConfiguration())
+            known = self._roots[location] = (root, fs)
+        return known
+
+
+def started_batch(lines: list[str] | None, batch_id: int) -> StartedBatch | None:
+    """A batch's offset-log entry (Spark's ``v1`` format: the version, the batch's metadata
+    with its timestamp, then one line per source, ``-`` for none), or None if it is not
+    one."""
+    if lines is None or len(lines) < 3 or lines[0].strip() != "v1":
+        return None
+    try:
+        stamp = json.loads(lines[1]).get("batchTimestampMs")
+    except ValueError:
+        return None
+    if not isinstance(stamp, (int, float)) or isinstance(stamp, bool) or stamp <= 0:
+        return None
+    offsets = tuple(None if line.strip() in ("", "-") else line.strip() for line in lines[2:])
+    return StartedBatch(batch_id, stamp / 1000.0, offsets)
 
 
 def _conf(lines: list[str] | None) -> tuple[int | None, str | None]:

@@ -281,7 +281,8 @@ def progress_from_json(p: dict[str, Any]) -> ev.QueryProgress:
             _float_or_none(s.get("inputRowsPerSecond")),
             _float_or_none(s.get("processedRowsPerSecond")),
             tuple((str(k), str(v)) for k, v in (s.get("metrics") or {}).items()),
-            _json_or_none(s.get("endOffset")), _json_or_none(s.get("latestOffset")))
+            _json_or_none(s.get("endOffset")), _json_or_none(s.get("latestOffset")),
+            _json_or_none(s.get("startOffset")))
         for s in p.get("sources") or ())
     durations = p.get("durationMs") or {}
     return ev.QueryProgress(

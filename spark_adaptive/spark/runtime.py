@@ -33,6 +33,7 @@ from spark_adaptive.rest.metrics import flat_figures
 from spark_adaptive.rest.server import serve
 from spark_adaptive.settings import Settings
 from spark_adaptive.spark.actuator import SparkExecutorActuator
+from spark_adaptive.spark.checkpoint import CheckpointOffsetLog
 from spark_adaptive.spark.history_writer import BackgroundHistoryWriter
 from spark_adaptive.spark.listener import ShimListener, attach_spark_listener, live_executors
 from spark_adaptive.spark.metrics_source import PUSH_INTERVAL, SparkMetricsSource
@@ -99,7 +100,8 @@ class AdaptiveRuntime:
         if settings.autoscaler.enabled and self.local_slots is None:
             self.autoscaling = Autoscaling(
                 settings.autoscaler, self.scheduler, self.loop,
-                resource_wait=settings.scheduler.executing_stabilization)
+                resource_wait=settings.scheduler.executing_stabilization,
+                offsets=CheckpointOffsetLog(sc))
             self.bus.subscribe(self.autoscaling.on_event, "autoscaler")
         self.streaming = StreamingManager(self, self.scheduler)
         # Every subscriber above exists before the first event is posted.

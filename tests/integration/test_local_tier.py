@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -65,3 +66,37 @@ def test_a_closed_listener_hears_nothing_more(spark_session: Any, path: str) -> 
     assert any(isinstance(e, ev.StageCompleted) and e.time > stages[-1].time
                for e in other_heard), "the other listener still hears"
     other.close()
+
+
+def test_the_offset_log_says_what_a_batch_reads_as_its_progress_does_later(
+        spark_session: Any, tmp_path: Any) -> None:
+    from spark_adaptive.core.streaming.load import started_batch_rate
+    from spark_adaptive.spark.checkpoint import CheckpointOffsetLog
+    from spark_adaptive.spark.listener import progress_from_json
+
+    cp = str(tmp_path / "cp")
+    query = (spark_session.readStream.format("rate").option("rowsPerSecond", 200).load()
+             .writeStream.format("noop").option("checkpointLocation", cp)
+             .trigger(processingTime="1 second").start())
+    try:
+        while len([p for p in query.recentProgress if p["numInputRows"] > 0]) < 3:
+            query.awaitTermination(0.5)
+    finally:
+        query.stop()
+    before, last = [p for p in query.recentProgress if p["numInputRows"] > 0][-2:]
+    assert last["batchId"] == before["batchId"] + 1
+    log = CheckpointOffsetLog(spark_session.sparkContext)
+    started = log.started_batch(cp, last["batchId"])
+    assert started is not None and started.batch_id == last["batchId"]
+    # What the batch read up to, and when it started, as its progress reported them after
+    assert [json.loads(o) for o in started.offsets if o is not None] == [
+        json.loads(s["endOffset"]) if isinstance(s["endOffset"], str) else s["endOffset"]
+        for s in last["sources"]]
+    # (the log's batch timestamp is taken as the batch is planned, a millisecond or so
+    # after the trigger's start that progress reports)
+    assert started.started == pytest.approx(progress_from_json(last).time, abs=0.1)
+    # The rate source's offsets count seconds: converted by the rows per second it read
+    rate = started_batch_rate(progress_from_json(before), started)
+    assert rate == pytest.approx(last["inputRowsPerSecond"], rel=0.01)
+    assert log.started_batch(cp, last["batchId"] + 5) is None  # not (yet) written
+    assert log.started_batch(str(tmp_path / "nowhere"), 0) is None

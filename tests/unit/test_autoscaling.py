@@ -13,7 +13,14 @@ from typing import Any
 from scheduler_fakes import App, FakeDriver, query_info
 
 from spark_adaptive.core.autoscaler import AutoscalerConfig
-from spark_adaptive.core.events import JobStarted, QueryProgress, StageCompleted, StageSubmitted
+from spark_adaptive.core.events import (
+    JobStarted,
+    QueryProgress,
+    SourceProgress,
+    StageCompleted,
+    StageSubmitted,
+)
+from spark_adaptive.core.ports import StartedBatch
 from spark_adaptive.core.streaming.autoscaling import Autoscaling
 from spark_adaptive.core.streaming.history import Trigger
 from spark_adaptive.settings import Settings
@@ -203,3 +210,66 @@ def test_initial_slots_keep_within_the_bounds_and_do_nothing_in_recommend_only_m
     app, driver, autoscaling, load = _setup(executors=4, initial_slots=1, scaling_enabled=False)
     load.run(20)
     assert app.scheduler.query("q").target is None and app.actuator.requested == []
+
+
+class FakeOffsetLog:
+    """The query's offset log: what each batch reads, as the source's row counter."""
+
+    def __init__(self) -> None:
+        self.entries: dict[int, StartedBatch] = {}
+        self.reads: list[tuple[str, int]] = []
+
+    def started_batch(self, checkpoint_location: str, batch_id: int) -> StartedBatch | None:
+        self.reads.append((checkpoint_location, batch_id))
+        return self.entries.get(batch_id)
+
+
+def test_a_jump_is_acted_on_when_the_batch_that_reads_it_starts() -> None:
+    app = App(Settings.from_conf({"spark.adaptive.scheduler.executing.cooldown-after-rescaling":
+                                  "5s"}), autoscaled=True)
+    app.add("1")
+    driver = FakeDriver(query_info("q", partitions=8))
+    app.register(driver)
+    offsets = FakeOffsetLog()
+    autoscaling = Autoscaling(AutoscalerConfig(**QUICK), app.scheduler, app.vt, offsets=offsets)
+    run = driver.run_id
+    assert run is not None
+    q = app.scheduler.query("q")
+    total, stage = 0, 0
+
+    def post(event: Any) -> None:
+        app.event(event)
+        autoscaling.on_event(event)
+
+    def batch(batch_id: int, rows: int, duration: float = 0.5) -> None:
+        nonlocal total, stage
+        stage += 1
+        src = SourceProgress("counter", rows, None, None, (), f'{{"rows": {total + rows}}}',
+                             None, f'{{"rows": {total}}}')
+        total += rows
+        post(JobStarted(app.vt.now(), stage, (stage,), job_group=run))
+        post(StageCompleted(0.0, stage, 0, 8, 0, 0, 0, duration, task_time=rows * COST))
+        post(QueryProgress(app.vt.now(), "qid-1", run, "q", batch_id, rows, float(rows),
+                           rows / duration, duration, duration, sources=(src,)))
+        app.advance(1.0)
+
+    for b in range(40):  # 50 rows/s at 10 ms a row: half a slot, settled
+        batch(b, 50)
+    assert q.target is None or q.target.slots == 1
+    reads = len(offsets.reads)
+    # Batch 40 starts reading 3 s of 300 rows/s (three slots' worth); it runs long, and
+    # no progress says so yet.
+    started = app.vt.now() - 1.0 + 3.0
+    offsets.entries[40] = StartedBatch(40, started, (f'{{"rows": {total + 900}}}',))
+    app.advance(3.0)
+    assert q.target is None or q.target.slots == 1  # the completed batches show nothing
+    for job in range(3):  # its jobs: the log is read once
+        post(JobStarted(app.vt.now(), 1000 + job, (1000 + job,), job_group=run))
+    assert offsets.reads[reads:] == [("/cp/q1", 40)]
+    assert q.target is not None and q.target.slots >= 4, autoscaling.status(q).decision
+    decision = autoscaling.status(q).decision
+    assert decision is not None and decision.inputs.input_rate == 300.0
+    # Another run's jobs, or jobs of no group, read nothing
+    post(JobStarted(app.vt.now(), 2000, (2000,), job_group="another-run"))
+    post(JobStarted(app.vt.now(), 2001, (2001,)))
+    assert len(offsets.reads) == reads + 1

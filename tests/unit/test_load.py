@@ -10,7 +10,13 @@ from spark_adaptive.core.events import (
     StageCompleted,
     StageSubmitted,
 )
-from spark_adaptive.core.streaming.load import BatchLoad, LoadTracker, backlog_rows
+from spark_adaptive.core.ports import StartedBatch
+from spark_adaptive.core.streaming.load import (
+    BatchLoad,
+    LoadTracker,
+    backlog_rows,
+    started_batch_rate,
+)
 
 
 def _completed(stage: int, task_time: float | None) -> StageCompleted:
@@ -68,3 +74,45 @@ def test_backlog_from_kafka_offsets_numbers_and_metrics() -> None:
     odd = SourceProgress("files", 10, 1.0, 1.0, (), '{"logOffset": "x"}', '{"logOffset": "y"}')
     assert backlog_rows(_progress(rate, odd)) is None
     assert backlog_rows(_progress()) is None
+
+
+def _after(time: float, batch: int, *sources: SourceProgress) -> QueryProgress:
+    return QueryProgress(time, "q", "r", None, batch, 10, 1.0, 1.0, 1.0, 1.0, sources=sources)
+
+
+def test_the_input_rate_of_a_started_batch_from_its_offsets() -> None:
+    kafka = SourceProgress("kafka", 40, 1.0, 1.0, (), '{"t": {"0": 100, "1": 50}}', None,
+                           '{"t": {"0": 80, "1": 30}}')
+    counter = SourceProgress("counter", 400, 1.0, 1.0, (), '{"rows": 8463}', None,
+                             '{"rows": 8063}')
+    last = _after(100.0, 14, kafka, counter)
+    started = StartedBatch(15, 104.0, ('{"t": {"0": 160, "1": 90}}', '{"rows": 10663}'))
+    # Kafka: 60 + 40 rows; the counter: 2200 rows; over the 4 s between the batches' starts
+    assert started_batch_rate(last, started) == (100 + 2200) / 4.0
+    # A source whose offsets count seconds, not rows: 50 rows per offset unit last batch, and
+    # 2 units more over 2 s
+    seconds = SourceProgress("rate", 100, 1.0, 1.0, (), "12", None, "10")
+    assert started_batch_rate(_after(100.0, 3, seconds), StartedBatch(4, 102.0, ("14",))) == 50.0
+    # Without the last batch's start offsets (its first batch), offsets count rows
+    first = SourceProgress("counter", 400, 1.0, 1.0, (), '{"rows": 400}', None, None)
+    assert started_batch_rate(_after(0.0, 0, first),
+                              StartedBatch(1, 4.0, ('{"rows": 1000}',))) == 150.0
+
+
+def test_a_started_batch_that_cannot_be_compared_gives_no_rate() -> None:
+    src = SourceProgress("counter", 400, 1.0, 1.0, (), '{"rows": 800}', None, '{"rows": 400}')
+    last = _after(100.0, 7, src)
+    assert started_batch_rate(last, StartedBatch(9, 104.0, ('{"rows": 900}',))) is None  # not next
+    assert started_batch_rate(last, StartedBatch(8, 100.0, ('{"rows": 900}',))) is None  # no time
+    assert started_batch_rate(last, StartedBatch(8, 99.0, ('{"rows": 900}',))) is None  # back
+    assert started_batch_rate(last, StartedBatch(8, 104.0, ('{"rows": 700}',))) is None  # back
+    assert started_batch_rate(last, StartedBatch(8, 104.0, ('{"other": 900}',))) is None
+    assert started_batch_rate(last, StartedBatch(8, 104.0, (None,))) is None
+    assert started_batch_rate(last, StartedBatch(8, 104.0, ('{"logOffset": "x"}',))) is None
+    assert started_batch_rate(last, StartedBatch(8, 104.0, ("not json",))) is None
+    assert started_batch_rate(last, StartedBatch(8, 104.0, ())) is None  # other sources
+    # A file source's first batch (no start offsets): its log offsets are taken for rows, an
+    # under-read, and a started batch's rate is used only to see rises.
+    files = SourceProgress("files", 4, 1.0, 1.0, (), '{"logOffset": 3}', None, None)
+    assert started_batch_rate(_after(1.0, 2, files),
+                              StartedBatch(3, 2.0, ('{"logOffset": 4}',))) == 1.0

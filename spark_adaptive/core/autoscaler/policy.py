@@ -32,7 +32,10 @@ Each evaluation, in order (Flink's operator, ``ScalingMetricCollector`` ->
 2. **Rates.** Arrival rate = consumption + backlog growth, over the window and
    over its newest batches; the higher one is used, so a rise is seen at once
    and a fall only once the whole window shows it; the newest batch alone sets
-   it when it reads :data:`JUMP` times more. Backlog is the newest one plus the
+   it when it reads :data:`JUMP` times more, and so does the batch running now
+   (:meth:`QueryAutoscaler.observe_start`: what it reads is known when it starts,
+   and a batch that a jump made long would otherwise hide the jump until it
+   completes). Backlog is the newest one plus the
    batch overrun (see :mod:`.window`), never a window mean.
    True rate per slot from busy time, else from ``processedRowsPerSecond``; with
    a batch's fixed cost separated from its cost per row where the window allows
@@ -116,6 +119,8 @@ class QueryAutoscaler:
             self._stable_from = started_at + config.stabilization_interval
             self._known_rescale = started_at
         self._last_batch: int | None = None
+        # The batch running now, as its start showed it: (batch id, its input rate).
+        self._running: tuple[int, float] | None = None
         self._last_eval: float | None = None
         self._pending_down = DelayedScaleDown()
         self._guard = EffectivenessGuard(config.effectiveness_detection,
@@ -166,6 +171,35 @@ class QueryAutoscaler:
         if sample.tasks is not None and sample.tasks > 0:
             self._tasks = sample.tasks
         return True
+
+    def observe_start(self, batch_id: int, input_rate: float) -> bool:
+        """A micro-batch started that reads ``input_rate`` rows per second of arrivals
+        (its offsets against the last batch's, over the time between their starts). Until
+        it completes, a rate :data:`JUMP` times above the window's is a rise under way,
+        seen a whole batch before the batch's progress shows it. False if unused."""
+        rate = clean(input_rate)
+        if rate is None or not isinstance(batch_id, int) or isinstance(batch_id, bool):
+            return self._reject(f"started batch {batch_id!r} at {input_rate!r} rows/s")
+        if self._last_batch is not None and batch_id <= self._last_batch:
+            return False  # it completed already: its sample says more
+        self._running = (batch_id, rate)
+        return True
+
+    @property
+    def rising(self) -> bool:
+        """The batch running now reads :data:`JUMP` times the window's input rate: worth
+        evaluating at once rather than at the next interval."""
+        lam_s = self._running_rate()
+        w = self._window
+        rates = [x for x in (w.window_arrival_rate(), w.recent_arrival_rate()) if x is not None]
+        return lam_s is not None and bool(rates) and lam_s > JUMP * max(rates)
+
+    def _running_rate(self) -> float | None:
+        """The input rate of the batch running now, if it started after the newest sample."""
+        r = self._running
+        if r is None or (self._last_batch is not None and r[0] <= self._last_batch):
+            return None
+        return r[1]
 
     def on_rescale_completed(self, time: float, *, slots: int, partitions: int,
                              kind: Kind = "live", downtime: float | None = None) -> None:
@@ -248,6 +282,9 @@ class QueryAutoscaler:
         lam_n = w.newest_arrival_rate()
         if lam_n is not None and (lam is None or lam_n > JUMP * lam):
             lam = lam_n  # a jump under way: the newest batch already shows it
+        lam_s = self._running_rate()
+        if lam_s is not None and lam is not None and lam_s > JUMP * lam:
+            lam = lam_s  # ... or the batch running now, from what it reads
         backlog = w.backlog(now, lam or 0.0) or 0.0
         behind = backlog > 0 and (not lam or backlog / lam > cfg.backlog_lag_threshold)
         cu = cfg.catch_up_duration

@@ -9,6 +9,10 @@ managed query it keeps a :class:`~spark_adaptive.core.autoscaler.QueryAutoscaler
   duration, the source's backlog (:func:`~spark_adaptive.core.streaming.load.backlog_rows`),
   and the batch's busy time and task count
   (:class:`~spark_adaptive.core.streaming.load.LoadTracker`);
+* tells the policy what the batch that just started reads, from the query's
+  offset log (:func:`~spark_adaptive.core.streaming.load.started_batch_rate`), at
+  the first job of each batch: a jump in load makes the batch that reads it long,
+  and its progress would show the jump only once it completes;
 * tells the policy when a rescale completed (its window starts again after it);
 * evaluates every query each ``autoscaler.evaluation.interval``, from a
   :class:`~spark_adaptive.core.autoscaler.QueryView` of the query as the
@@ -42,9 +46,16 @@ from spark_adaptive.core.autoscaler import (
     ScalingDecision,
 )
 from spark_adaptive.core.clock import Cancellable, Timers
-from spark_adaptive.core.events import Event, ExecutorAdded, ExecutorRemoved, QueryProgress
+from spark_adaptive.core.events import (
+    Event,
+    ExecutorAdded,
+    ExecutorRemoved,
+    JobStarted,
+    QueryProgress,
+)
+from spark_adaptive.core.ports import OffsetLog
 from spark_adaptive.core.streaming.history import LOGGER_NAME, Trigger
-from spark_adaptive.core.streaming.load import BatchLoad, backlog_rows
+from spark_adaptive.core.streaming.load import BatchLoad, backlog_rows, started_batch_rate
 from spark_adaptive.core.streaming.query import QueryScheduler
 from spark_adaptive.core.streaming.requirements import ScalingTarget
 from spark_adaptive.core.streaming.scheduler import AdaptiveScheduler
@@ -83,14 +94,18 @@ class _Watched:
         self.last_logged: tuple[str, int, int] | None = None
         self.outcomes: dict[str, int] = {}  # evaluations by outcome
         self.started = False  # autoscaler.initial-slots was considered for it
+        self.progress: QueryProgress | None = None  # its newest progress
+        self.read_batch: int | None = None  # the newest batch looked up in its offset log
 
 
 class Autoscaling:
     """Every managed query's autoscaler; all on the scheduler thread."""
 
     def __init__(self, config: AutoscalerConfig, scheduler: AdaptiveScheduler,
-                 timers: Timers, *, resource_wait: float = 60.0) -> None:
+                 timers: Timers, *, resource_wait: float = 60.0,
+                 offsets: OffsetLog | None = None) -> None:
         self.config = config
+        self._offsets = offsets
         self._sched = scheduler
         self._timers = timers
         self._resource_wait = resource_wait
@@ -107,12 +122,16 @@ class Autoscaling:
         if isinstance(event, (ExecutorAdded, ExecutorRemoved)):
             self._cluster_max_slots = None  # the cluster changed: what it gives may too
             return
+        if isinstance(event, JobStarted):
+            self._batch_started(event)
+            return
         if not isinstance(event, QueryProgress):
             return
         q = self._sched.query_of_run(event.run_id)
         if q is None or q.finished:
             return
         watched = self._watch(q)
+        watched.progress = event
         self._tell_rescales(q, watched)
         batch = q.last_batch or BatchLoad(None, None)  # the scheduler took it just before
         sample = LoadSample.from_progress(
@@ -121,6 +140,29 @@ class Autoscaling:
             backlog=backlog_rows(event), busy_time=batch.busy_time,
             tasks=batch.task_total or None)
         watched.policy.observe(sample)
+
+    def _batch_started(self, event: JobStarted) -> None:
+        """The first job of a run's next batch: read what that batch reads from the offset
+        log (once per batch) and tell the policy its input rate."""
+        if self._offsets is None or not event.job_group:
+            return
+        q = self._sched.query_of_run(event.job_group)
+        if q is None or q.finished:
+            return
+        watched = self._queries.get(q.key)
+        location = q.checkpoint_location
+        last = watched.progress if watched is not None else None
+        if watched is None or last is None or location is None:
+            return
+        batch = last.batch_id + 1
+        if last.run_id != event.job_group or watched.read_batch == batch:
+            return
+        watched.read_batch = batch
+        started = self._offsets.started_batch(location, batch)
+        rate = started_batch_rate(last, started) if started is not None else None
+        if rate is not None and watched.policy.observe_start(batch, rate) \
+                and watched.policy.rising:
+            self._evaluate_guarded(q)  # a rise under way: not at the next interval
 
     def _watch(self, q: QueryScheduler) -> _Watched:
         watched = self._queries.get(q.key)

@@ -12,6 +12,13 @@ batch's progress and starts again.
 between the offsets a batch ended at and the latest the source offered, where
 the source reports both (Kafka's per-partition offsets, or one number), and
 Kafka's ``avgOffsetsBehindLatest`` otherwise.
+
+:func:`started_batch_rate` reads the arrival rate of the micro-batch that is
+running from its entry in the offset log, which Spark writes before it runs the
+batch: the rows between the offsets the last completed batch ended at and those
+the new one reads up to, over the time between their starts. It is the input
+rate Spark will report for that batch once it completes, known a whole batch
+earlier; a batch that runs long (the load jumped) is the one it matters for.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from spark_adaptive.core.events import (
     StageCompleted,
     StageSubmitted,
 )
+from spark_adaptive.core.ports import StartedBatch
 
 #: Stages remembered per application (older ones are forgotten first).
 _STAGES = 4096
@@ -107,6 +115,37 @@ def _source_backlog(source: SourceProgress) -> float | None:
     if avg is not None and end is not None and avg >= 0:
         return avg * max(1, len(end))
     return None
+
+
+def started_batch_rate(last: QueryProgress, started: StartedBatch) -> float | None:
+    """Rows per second the batch ``started`` reads, the batch right after ``last``; None
+    when the two cannot be compared (another batch, other sources, offsets that are not
+    numbers, offsets or time going back).
+
+    Offsets count rows for most sources (Kafka's, a file's line numbers); a source whose
+    offsets count something else (the rate source's seconds) is converted by the rows
+    the last batch read per unit of offset.
+    """
+    if started.batch_id != last.batch_id + 1 or len(started.offsets) != len(last.sources):
+        return None
+    span = started.started - last.time
+    if not 0 < span < float("inf"):
+        return None
+    rows = 0.0
+    for source, raw in zip(last.sources, started.offsets, strict=True):
+        new, end = _offsets(raw), _offsets(source.end_offset)
+        if new is None or end is None or new.keys() != end.keys():
+            return None
+        moved = sum(new[k] - end[k] for k in new)
+        if moved < 0:
+            return None
+        start = _offsets(source.start_offset)
+        if start is not None and start.keys() == end.keys():
+            read = sum(end[k] - start[k] for k in end)
+            if read > 0 and source.num_input_rows > 0:
+                moved *= source.num_input_rows / read
+        rows += moved
+    return rows / span
 
 
 def _offsets(raw: str | None) -> dict[str, float] | None:

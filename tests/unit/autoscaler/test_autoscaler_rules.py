@@ -277,3 +277,49 @@ def test_a_rescale_reported_only_by_the_view_restarts_stabilization() -> None:
 def test_first_action_helper_finds_nothing_in_band() -> None:
     q = make(rate=6000, per_slot=1000, slots=8, partitions=48)
     assert first_action(q.run_and_evaluate(300)) is None
+
+
+def test_a_jump_is_seen_from_the_batch_that_starts_with_it_before_it_completes() -> None:
+    q = make(rate=6000, per_slot=1000, slots=8, partitions=48, trigger=5.0)
+    q.run(90)
+    assert q.evaluate().outcome == "no-change"
+    assert not q.policy.rising
+    # The batch that started reads three times the input; it has not completed.
+    assert q.policy.observe_start(q.batch + 1, 18000.0)
+    assert q.policy.rising
+    d = q.evaluate()
+    # 18000 / 0.8 = 22500 -> 22.5 slots -> 24, as if the batch had completed
+    assert (d.outcome, d.kind, d.target_slots) == ("scale-up", "live", 24)
+    assert d.inputs.input_rate == 18000.0
+    assert d.inputs.input_rate_window == 6000.0  # the window holds completed batches only
+
+
+def test_a_started_batch_reads_only_rises_and_only_until_it_completes() -> None:
+    q = make(rate=6000, per_slot=1000, slots=8, partitions=48, trigger=5.0)
+    q.run(90)
+    # Within the jump factor: noise, not a rise
+    assert q.policy.observe_start(q.batch + 1, 7000.0)
+    assert not q.policy.rising and q.evaluate().outcome == "no-change"
+    # A fall is read from completed batches only (a whole window shows it)
+    assert q.policy.observe_start(q.batch + 1, 1000.0)
+    assert q.evaluate().outcome == "no-change"
+    # Once that batch has completed, its sample says more than its start
+    assert q.policy.observe_start(q.batch + 1, 18000.0)
+    q.run(5)
+    assert not q.policy.rising
+    assert q.evaluate().outcome == "no-change"
+    # A start of a batch that already completed is not used
+    assert not q.policy.observe_start(q.batch, 18000.0)
+    assert not q.policy.rising
+
+
+def test_a_started_batch_with_bad_figures_is_rejected_and_changes_nothing() -> None:
+    q = make(rate=6000, per_slot=1000, slots=8, partitions=48, trigger=5.0)
+    q.run(90)
+    for batch, rate in ((q.batch + 1, float("nan")), (q.batch + 1, -5.0),
+                        (q.batch + 1, float("inf")), (True, 18000.0), ("19", 18000.0),
+                        (q.batch + 1, None)):
+        assert not q.policy.observe_start(batch, rate)  # type: ignore[arg-type]
+        assert "started batch" in q.policy.last_rejection
+    assert not q.policy.rising
+    assert q.evaluate().outcome == "no-change"
