@@ -50,6 +50,8 @@ class DecisionInputs:
     input_rate: float | None = None
     input_rate_window: float | None = None
     input_rate_recent: float | None = None
+    #: The input rate of the batch running now, from its offsets, when it set input_rate.
+    input_rate_started: float | None = None
     backlog: float | None = None
     true_rate_per_slot: float | None = None
     rate_source: str = ""

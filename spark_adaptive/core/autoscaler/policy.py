@@ -285,6 +285,8 @@ class QueryAutoscaler:
         lam_s = self._running_rate()
         if lam_s is not None and lam is not None and lam_s > JUMP * lam:
             lam = lam_s  # ... or the batch running now, from what it reads
+        else:
+            lam_s = None
         backlog = w.backlog(now, lam or 0.0) or 0.0
         behind = backlog > 0 and (not lam or backlog / lam > cfg.backlog_lag_threshold)
         cu = cfg.catch_up_duration
@@ -313,6 +315,7 @@ class QueryAutoscaler:
             return self._collecting(view)
         base = DecisionInputs(window_span=span, sample_count=w.count, input_rate=lam,
                               input_rate_window=lam_w, input_rate_recent=lam_r,
+                              input_rate_started=lam_s,
                               backlog=backlog, true_rate_per_slot=rate, rate_source=rate_src)
         if lam is None:
             return self._not_ready(view, "no input rate: batches reported neither input rows "
@@ -347,7 +350,8 @@ class QueryAutoscaler:
         x_live = self._model.slots_for(need_live, eff, rate)
         inputs = DecisionInputs(
             window_span=span, sample_count=w.count, input_rate=lam, input_rate_window=lam_w,
-            input_rate_recent=lam_r, backlog=backlog, true_rate_per_slot=rate,
+            input_rate_recent=lam_r, input_rate_started=lam_s, backlog=backlog,
+            true_rate_per_slot=rate,
             rate_source=rate_src, capacity=cap, target_rate=need_live, utilization=util,
             recommended_slots=x_live,
             scalability_coefficient=self._model.coefficient(eff, max(x_live, 1e-9)),
@@ -388,6 +392,10 @@ class QueryAutoscaler:
                                 self._per_partition), self._model)
         util = inputs.utilization or 0.0
         head = f"utilization {util:.2f} above {cfg.utilization_max:g}"
+        if inputs.input_rate_started is not None:
+            done = max(inputs.input_rate_window or 0.0, inputs.input_rate_recent or 0.0)
+            head += (f" (input {lam:.0f} rows/s, read by the batch that started; the completed "
+                     f"ones read {done:.0f})")
         if util <= cfg.utilization_max:  # the backlog's catch-up term made it a scale-up
             head = (f"utilization {util:.2f}, but a backlog of {backlog:.0f} rows is to be "
                     f"caught up within {cfg.catch_up_duration:g}s")

@@ -290,8 +290,10 @@ def test_a_jump_is_seen_from_the_batch_that_starts_with_it_before_it_completes()
     d = q.evaluate()
     # 18000 / 0.8 = 22500 -> 22.5 slots -> 24, as if the batch had completed
     assert (d.outcome, d.kind, d.target_slots) == ("scale-up", "live", 24)
-    assert d.inputs.input_rate == 18000.0
+    assert d.inputs.input_rate == d.inputs.input_rate_started == 18000.0
     assert d.inputs.input_rate_window == 6000.0  # the window holds completed batches only
+    assert "(input 18000 rows/s, read by the batch that started; the completed ones read " \
+           "6000)" in d.reason
 
 
 def test_a_started_batch_reads_only_rises_and_only_until_it_completes() -> None:
@@ -299,7 +301,9 @@ def test_a_started_batch_reads_only_rises_and_only_until_it_completes() -> None:
     q.run(90)
     # Within the jump factor: noise, not a rise
     assert q.policy.observe_start(q.batch + 1, 7000.0)
-    assert not q.policy.rising and q.evaluate().outcome == "no-change"
+    assert not q.policy.rising
+    d = q.evaluate()
+    assert d.outcome == "no-change" and d.inputs.input_rate_started is None
     # A fall is read from completed batches only (a whole window shows it)
     assert q.policy.observe_start(q.batch + 1, 1000.0)
     assert q.evaluate().outcome == "no-change"
