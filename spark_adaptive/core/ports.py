@@ -127,11 +127,15 @@ class StartedBatch:
 
 
 class OffsetLog(Protocol):
-    """Reads a streaming query's offset log (its checkpoint's ``offsets/N``)."""
+    """Reads a streaming query's offset log (its checkpoint's ``offsets/N``), off the
+    caller's thread: the scheduler never waits for HDFS or an object store."""
 
-    def started_batch(self, checkpoint_location: str, batch_id: int) -> StartedBatch | None:
-        """The entry of ``batch_id``, or None when there is none (yet) or it cannot be
-        read. Never raises."""
+    def read(self, checkpoint_location: str, batch_id: int,
+             on_done: Callable[[StartedBatch | None], None]) -> None:
+        """Read the entry of ``batch_id`` and hand it to ``on_done`` (from any thread),
+        None when there is none (yet) or it cannot be read. Returns at once; never
+        raises. A read still waiting for the same checkpoint may be replaced by this one
+        (only the newest batch matters)."""
         ...
 
 

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -147,13 +149,54 @@ def _batch(j: Any, fs: Any, root: Any, batch: int) -> list[str] | None:
 class CheckpointOffsetLog:
     """The offset log of streaming checkpoints (:class:`~spark_adaptive.core.ports.OffsetLog`):
     one existence check and one small read per batch looked up, through the Hadoop
-    FileSystem of the checkpoint's root (kept per location)."""
+    FileSystem of the checkpoint's root (kept per location), on one small daemon thread of
+    its own (started at the first read). Only a checkpoint's newest batch matters, so a read
+    not yet done is replaced by a newer one rather than queued behind it."""
 
-    def __init__(self, sc: SparkContext) -> None:
+    def __init__(self, sc: SparkContext, name: str = "spark-adaptive-offset-log") -> None:
         self._sc = sc
+        self._name = name
         self._roots: dict[str, tuple[Any, Any]] = {}
+        self._cond = threading.Condition()
+        self._waiting: dict[str, tuple[int, Callable[[StartedBatch | None], None]]] = {}
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def read(self, checkpoint_location: str, batch_id: int,
+             on_done: Callable[[StartedBatch | None], None]) -> None:
+        with self._cond:
+            if self._closed:
+                return
+            self._waiting[checkpoint_location] = (batch_id, on_done)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """Stop reading; reads not yet done are dropped. Idempotent."""
+        with self._cond:
+            self._closed = True
+            self._waiting.clear()
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._waiting or self._closed)
+                if self._closed:
+                    return
+                location, (batch_id, on_done) = self._waiting.popitem()
+            started = self.started_batch(location, batch_id)
+            try:
+                on_done(started)
+            except Exception:  # the caller's; this thread reads on for the others
+                log.exception("handing over batch %d of %s's offset log failed", batch_id,
+                              location)
 
     def started_batch(self, checkpoint_location: str, batch_id: int) -> StartedBatch | None:
+        """The entry of ``batch_id``, read now on the caller's thread; None when there is
+        none (yet) or it cannot be read. Never raises."""
         try:
             j = jvm(self._sc)
             root, fs = self._root(j, checkpoint_location)

@@ -97,11 +97,13 @@ class AdaptiveRuntime:
             self.bus.subscribe(self.warm_up.on_event, "executor warm-up")
         self.bus.subscribe(self.scheduler.on_event, "adaptive scheduler")
         self.autoscaling: Autoscaling | None = None
+        self.offset_log: CheckpointOffsetLog | None = None
         if settings.autoscaler.enabled and self.local_slots is None:
+            self.offset_log = CheckpointOffsetLog(sc)
             self.autoscaling = Autoscaling(
                 settings.autoscaler, self.scheduler, self.loop,
                 resource_wait=settings.scheduler.executing_stabilization,
-                offsets=CheckpointOffsetLog(sc))
+                offsets=self.offset_log, post=self.loop.submit)
             self.bus.subscribe(self.autoscaling.on_event, "autoscaler")
         self.streaming = StreamingManager(self, self.scheduler)
         # Every subscriber above exists before the first event is posted.
@@ -244,6 +246,8 @@ class AdaptiveRuntime:
         autoscaling = self.autoscaling
         if autoscaling is not None:
             _quietly(lambda: self.loop.call_sync(autoscaling.close), "the autoscaler")
+        if self.offset_log is not None:
+            _quietly(self.offset_log.close, "the offset-log reader")
         _quietly(lambda: self.loop.call_sync(self.scheduler.close), "the scheduler")
         _quietly(self.listener.close, "the Spark listener")
         _quietly(self.actuator.close, "the executor actuator")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 import pytest
@@ -98,5 +99,11 @@ def test_the_offset_log_says_what_a_batch_reads_as_its_progress_does_later(
     # The rate source's offsets count seconds: converted by the rows per second it read
     rate = started_batch_rate(progress_from_json(before), started)
     assert rate == pytest.approx(last["inputRowsPerSecond"], rel=0.01)
+    # The same, read off the caller's thread as the autoscaler asks for it
+    answers: list[Any] = []
+    done = threading.Event()
+    log.read(cp, last["batchId"], lambda s: (answers.append(s), done.set()))
+    assert done.wait(30) and answers == [started]
+    log.close()
     assert log.started_batch(cp, last["batchId"] + 5) is None  # not (yet) written
     assert log.started_batch(str(tmp_path / "nowhere"), 0) is None

@@ -8,6 +8,7 @@ and stage events say so, as the shim reports them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from scheduler_fakes import App, FakeDriver, query_info
@@ -219,9 +220,10 @@ class FakeOffsetLog:
         self.entries: dict[int, StartedBatch] = {}
         self.reads: list[tuple[str, int]] = []
 
-    def started_batch(self, checkpoint_location: str, batch_id: int) -> StartedBatch | None:
+    def read(self, checkpoint_location: str, batch_id: int,
+             on_done: Callable[[StartedBatch | None], None]) -> None:
         self.reads.append((checkpoint_location, batch_id))
-        return self.entries.get(batch_id)
+        on_done(self.entries.get(batch_id))
 
 
 def test_a_jump_is_acted_on_when_the_batch_that_reads_it_starts() -> None:
@@ -231,7 +233,9 @@ def test_a_jump_is_acted_on_when_the_batch_that_reads_it_starts() -> None:
     driver = FakeDriver(query_info("q", partitions=8))
     app.register(driver)
     offsets = FakeOffsetLog()
-    autoscaling = Autoscaling(AutoscalerConfig(**QUICK), app.scheduler, app.vt, offsets=offsets)
+    posted: list[Callable[[], None]] = []  # what the log's thread hands to the scheduler's
+    autoscaling = Autoscaling(AutoscalerConfig(**QUICK), app.scheduler, app.vt, offsets=offsets,
+                              post=posted.append)
     run = driver.run_id
     assert run is not None
     q = app.scheduler.query("q")
@@ -255,6 +259,9 @@ def test_a_jump_is_acted_on_when_the_batch_that_reads_it_starts() -> None:
 
     for b in range(40):  # 50 rows/s at 10 ms a row: half a slot, settled
         batch(b, 50)
+    for answer in posted:  # no entries: nothing to tell
+        answer()
+    posted.clear()
     assert q.target is None or q.target.slots == 1
     reads = len(offsets.reads)
     # Batch 40 starts reading 3 s of 300 rows/s (three slots' worth); it runs long, and
@@ -266,6 +273,10 @@ def test_a_jump_is_acted_on_when_the_batch_that_reads_it_starts() -> None:
     for job in range(3):  # its jobs: the log is read once
         post(JobStarted(app.vt.now(), 1000 + job, (1000 + job,), job_group=run))
     assert offsets.reads[reads:] == [("/cp/q1", 40)]
+    answers = list(posted)
+    posted.clear()
+    assert len(answers) == 1 and (q.target is None or q.target.slots == 1)  # not yet told
+    answers[0]()  # on the scheduler thread
     assert q.target is not None and q.target.slots >= 4, autoscaling.status(q).decision
     decision = autoscaling.status(q).decision
     assert decision is not None and decision.inputs.input_rate == 300.0

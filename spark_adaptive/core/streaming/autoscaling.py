@@ -36,6 +36,7 @@ query's evaluation succeeds again or fails otherwise.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from spark_adaptive.core.autoscaler import (
@@ -53,7 +54,7 @@ from spark_adaptive.core.events import (
     JobStarted,
     QueryProgress,
 )
-from spark_adaptive.core.ports import OffsetLog
+from spark_adaptive.core.ports import OffsetLog, StartedBatch
 from spark_adaptive.core.streaming.history import LOGGER_NAME, Trigger
 from spark_adaptive.core.streaming.load import BatchLoad, backlog_rows, started_batch_rate
 from spark_adaptive.core.streaming.query import QueryScheduler
@@ -94,7 +95,6 @@ class _Watched:
         self.last_logged: tuple[str, int, int] | None = None
         self.outcomes: dict[str, int] = {}  # evaluations by outcome
         self.started = False  # autoscaler.initial-slots was considered for it
-        self.progress: QueryProgress | None = None  # its newest progress
         self.read_batch: int | None = None  # the newest batch looked up in its offset log
 
 
@@ -103,9 +103,13 @@ class Autoscaling:
 
     def __init__(self, config: AutoscalerConfig, scheduler: AdaptiveScheduler,
                  timers: Timers, *, resource_wait: float = 60.0,
-                 offsets: OffsetLog | None = None) -> None:
+                 offsets: OffsetLog | None = None,
+                 post: Callable[[Callable[[], None]], None] | None = None) -> None:
+        """``offsets`` reads what each batch reads as it starts; ``post`` runs its answers
+        on the scheduler thread (None: at once, for a log that answers on that thread)."""
         self.config = config
         self._offsets = offsets
+        self._post = post
         self._sched = scheduler
         self._timers = timers
         self._resource_wait = resource_wait
@@ -131,7 +135,6 @@ class Autoscaling:
         if q is None or q.finished:
             return
         watched = self._watch(q)
-        watched.progress = event
         self._tell_rescales(q, watched)
         batch = q.last_batch or BatchLoad(None, None)  # the scheduler took it just before
         sample = LoadSample.from_progress(
@@ -151,16 +154,32 @@ class Autoscaling:
             return
         watched = self._queries.get(q.key)
         location = q.checkpoint_location
-        last = watched.progress if watched is not None else None
+        last = q.last_progress
         if watched is None or last is None or location is None:
             return
         batch = last.batch_id + 1
         if last.run_id != event.job_group or watched.read_batch == batch:
             return
         watched.read_batch = batch
-        started = self._offsets.started_batch(location, batch)
-        rate = started_batch_rate(last, started) if started is not None else None
-        if rate is not None and watched.policy.observe_start(batch, rate) \
+        post = self._post
+
+        def read(started: StartedBatch | None) -> None:
+            if post is None:
+                self._tell_started(q, last, started)
+            else:
+                post(lambda: self._tell_started(q, last, started))
+
+        self._offsets.read(location, batch, read)
+
+    def _tell_started(self, q: QueryScheduler, last: QueryProgress,
+                      started: StartedBatch | None) -> None:
+        """On the scheduler thread: the input rate of the batch after ``last`` to the policy,
+        and an evaluation at once when it shows a rise under way."""
+        watched = self._queries.get(q.key)
+        if watched is None or q.finished or started is None:
+            return
+        rate = started_batch_rate(last, started)
+        if rate is not None and watched.policy.observe_start(started.batch_id, rate) \
                 and watched.policy.rising:
             self._evaluate_guarded(q)  # a rise under way: not at the next interval
 

@@ -217,6 +217,11 @@ class QueryScheduler:
     def checkpoint_location(self) -> str | None:
         return self._driver.info.checkpoint_location
 
+    @property
+    def last_progress(self) -> QueryProgress | None:
+        """The newest progress of the query's current run (or of the run before it)."""
+        return self._last_progress
+
     def add_listener(self, listener: Callable[[StateChange], None]) -> None:
         """``listener`` hears of every state change, after it happened."""
         self._listeners.append(listener)
