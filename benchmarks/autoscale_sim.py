@@ -45,7 +45,9 @@ The simulated cluster
   log-uniform in [10 MB, 10 GB].
 * **Rescales.** Live (keep ``P``): new executors join as they start (the next batch after
   each start uses it), and the rescale completes when the last has started; a scale-down
-  releases at once. Restart (new ``P``):
+  releases at once. While a live scale-up is in flight the query runs on the executors
+  started so far, and a larger live scale-up decided meanwhile (``spark-adaptive`` only)
+  asks for the executors it adds; the others wait for the rescale to complete. Restart (new ``P``):
   the query keeps running until the new executors have started, then stops after its current
   batch for a downtime of ``U(2, 4) s + 2 s x (state GB)^0.8``, times U(0.85, 1.3) per restart
   (a few seconds with small state, about 10 s at 10 GB), then runs at the new partitions.
@@ -317,7 +319,8 @@ class Policy(Protocol):
     def evaluate(self, view: QueryView) -> ScalingDecision: ...
 
     def on_rescale_completed(self, time: float, *, slots: int, partitions: int,
-                             kind: Kind = "live", downtime: float | None = None) -> None: ...
+                             kind: Kind = "live", downtime: float | None = None,
+                             startup: float | None = None) -> None: ...
 
 
 class FlinkOperatorBaseline:
@@ -376,7 +379,8 @@ class FlinkOperatorBaseline:
             self.n_rps += sign
 
     def on_rescale_completed(self, time: float, *, slots: int, partitions: int,
-                             kind: Kind = "live", downtime: float | None = None) -> None:
+                             kind: Kind = "live", downtime: float | None = None,
+                             startup: float | None = None) -> None:
         self.samples.clear()
         self.rows = self.dt = self.busy = self.busy_rows = self.rps = 0.0
         self.n_rps = 0
@@ -476,7 +480,8 @@ class ReactiveBound:
         return True
 
     def on_rescale_completed(self, time: float, *, slots: int, partitions: int,
-                             kind: Kind = "live", downtime: float | None = None) -> None:
+                             kind: Kind = "live", downtime: float | None = None,
+                             startup: float | None = None) -> None:
         pass
 
     def evaluate(self, v: QueryView) -> ScalingDecision:
@@ -526,7 +531,8 @@ class SimQuery:
         self.P = partitions
         self.active = self.held = slots
         self.starting: list[float] = []
-        self.inflight: tuple[str, int, int] | None = None  # kind, target slots, target P
+        # kind, target slots, target P, when it was decided
+        self.inflight: tuple[str, int, int, float] | None = None
         self.stop_at: float | None = None  # a restart waits for the current batch to end
         self.down_until: float | None = None
         self.pending_restart: tuple[int, int, float] | None = None
@@ -642,9 +648,11 @@ class SimQuery:
         if not starting and self.inflight is not None:
             kind = self.inflight[0]
             if kind == "live":
+                asked = self.inflight[3]
                 self.inflight = None
                 self.last_done = last
-                self.policy.on_rescale_completed(last, slots=self.active, partitions=self.P)
+                self.policy.on_rescale_completed(last, slots=self.active, partitions=self.P,
+                                                 startup=last - asked)
             elif self.stop_at is None and self.down_until is None:
                 self.stop_at = last
 
@@ -658,7 +666,9 @@ class SimQuery:
             if grant <= 0:
                 self.rescale_starts.pop()
                 return 0
-            self.starting = sorted(t + rng.uniform(*START_DELAY) for _ in range(grant))
+            # (a scale-up decided again while its executors start asks for more of them)
+            self.starting = sorted([*self.starting,
+                                    *(t + rng.uniform(*START_DELAY) for _ in range(grant))])
             self.held += grant
             taken = grant
         if d.kind == "live":
@@ -672,12 +682,12 @@ class SimQuery:
                 self.last_done = t
                 self.policy.on_rescale_completed(t, slots=target, partitions=self.P)
                 return taken
-            self.inflight = ("live", self.held, self.P)
+            self.inflight = ("live", self.held, self.P, t)
             return taken
         self.restarts += 1
         downtime = self.spec.base_downtime * rng.uniform(0.85, 1.3)
         self.pending_restart = (min(target, self.held), partitions, downtime)
-        self.inflight = ("restart", target, partitions)
+        self.inflight = ("restart", target, partitions, t)
         if not self.starting:
             self.stop_at = t
         if target < self.held:
@@ -786,8 +796,12 @@ def run(profile: str, name: str, specs: list[Spec], load: Load, args: argparse.N
             spent = cpu = 0.0
             for q in queries:
                 s = q.spec
+                # A live scale-up in flight runs on the executors started so far; our
+                # policy may decide it again meanwhile (the others wait for it).
+                growing = ours and q.inflight is not None and q.inflight[0] == "live"
                 view = QueryView(
-                    t1, q.held, q.P, 1, s.upper, s.source_cap, s.can_restart,
+                    t1, q.active if growing else q.held, q.P, 1, s.upper, s.source_cap,
+                    s.can_restart,
                     tuple(q.downtimes), q.inflight is not None, q.last_done, 1, q.held + free)
                 a, c = perf(), cpu_clock()
                 d = q.policy.evaluate(view)
@@ -796,7 +810,8 @@ def run(profile: str, name: str, specs: list[Spec], load: Load, args: argparse.N
                 if s.index == trace and d.outcome not in ("no-change", "not-ready"):
                     sys.stdout.write(f"TRACE {t1:8.0f}s {d.outcome} {d.kind} -> "
                                      f"{d.target_slots}/{d.target_partitions}: {d.reason}\n")
-                if d.actionable and q.inflight is None:
+                if d.actionable and (q.inflight is None or (
+                        growing and d.kind == "live" and d.target_slots > q.held)):
                     free -= q.start(d, t1, free, rng)
             round_times.append(spent)
             round_cpu.append(cpu)

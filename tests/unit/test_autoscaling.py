@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from scheduler_fakes import App, FakeDriver, query_info
 
 from spark_adaptive.core.autoscaler import AutoscalerConfig
@@ -284,3 +285,43 @@ def test_a_jump_is_acted_on_when_the_batch_that_reads_it_starts() -> None:
     post(JobStarted(app.vt.now(), 2000, (2000,), job_group="another-run"))
     post(JobStarted(app.vt.now(), 2001, (2001,)))
     assert len(offsets.reads) == reads + 1
+    # Batch 40 completes; its executors are still starting when batch 41 starts reading
+    # 3 s of 600 rows/s: twice what the scale-up in flight was sized for.
+    first = q.target.slots
+    batch(40, 300, duration=3.0)  # progress: 300 rows/s, as the scale-up was sized for
+    offsets.entries[41] = StartedBatch(41, app.vt.now() - 1.0 + 3.0,
+                                       (f'{{"rows": {total + 1800}}}',))
+    app.advance(3.0)
+    post(JobStarted(app.vt.now(), 3000, (3000,), job_group=run))
+    for answer in posted:
+        answer()
+    again = autoscaling.status(q).decision
+    assert again is not None and again.inputs.input_rate_started == 600.0, again
+    assert q.target.slots > first and app.actuator.requested[-1] == q.target.slots
+
+
+@pytest.mark.parametrize("tracking", [True, False])
+def test_the_executors_start_up_is_measured_from_the_scale_up_to_their_tasks(
+        tracking: bool) -> None:
+    app, driver, autoscaling, load = _setup(executor_startup_time=10.0,
+                                            restart_time_tracking=tracking)
+    load.run(40)
+    load.rate = 300.0
+    q = app.scheduler.query("q")
+    for _ in range(30):
+        load.second()
+        if q.target is not None and q.target.slots > 1:
+            break
+    decision = autoscaling.status(q).decision
+    assert decision is not None and decision.outcome == "scale-up"
+    assert decision.inputs.executor_startup == 10.0  # none observed yet: the key
+    load.run(7)  # the executors take 7 s to come
+    for e in range(2, q.target.slots + 1):
+        app.add(str(e))
+    load.run(40)
+    later = autoscaling.status(q).decision
+    assert later is not None and later.inputs.executor_startup is not None
+    # from the decision to the live rescale that reached its slots: 7 s and the second of
+    # the batch that ran meanwhile
+    # from the decision to the live rescale that reached its slots
+    assert later.inputs.executor_startup == (7.0 if tracking else 10.0)

@@ -125,11 +125,22 @@ class AutoscalerConfig:
         "a live rescale and adds input rate x restart time / catch-up duration to a restart's "
         "target. Flink assumes 5 min; a Spark restart from a checkpoint takes seconds.",
         unit="s")
+    executor_startup_time: float = option(
+        "autoscaler.executor-startup.time", "duration", 10.0,
+        "Time from asking for executors to their running the query's tasks, assumed until a "
+        "live scale-up has been observed, or always when time tracking is off. A query whose "
+        "input exceeds its capacity keeps falling behind until the new executors run, so a "
+        "scale-up adds (input rate - capacity) x this / catch-up duration to its target: the "
+        "live rescale's counterpart of restart.time's term (Flink rescales only by restart). "
+        "Executors start in seconds on a standalone cluster, tens of seconds as Kubernetes "
+        "pods or YARN containers. 0 leaves the term out.", unit="s")
     restart_time_tracking: bool = option(
         "autoscaler.restart.time-tracking.enabled", "bool", True,
         "Use the longest restart downtime observed for the query (capped by "
-        "restart.time-tracking.limit) instead of restart.time. On by default, unlike Flink: "
-        "the scheduler measures every restart's downtime in its rescale history.")
+        "restart.time-tracking.limit) instead of restart.time, and the longest of its last "
+        "live scale-ups' executor start-ups instead of executor-startup.time. On by default, "
+        "unlike Flink: the scheduler measures every rescale's duration in its rescale "
+        "history.")
     restart_time_tracking_limit: float = option(
         "autoscaler.restart.time-tracking.limit", "duration", 300.0,
         "Cap on the observed restart downtime used when time tracking is on. Flink's is "

@@ -61,6 +61,8 @@ class DecisionInputs:
     recommended_slots: float | None = None
     scalability_coefficient: float | None = None
     restart_downtime: float | None = None
+    #: Seconds new executors are expected to take (tracked from live scale-ups).
+    executor_startup: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,8 @@ Each evaluation, in order (Flink's operator, ``ScalingMetricCollector`` ->
    batches on, an input rate above ``utilization.max`` of the capacity reached,
    and above the rate the scale-up was sized for by more than ``utilization.max
    / utilization.target``, scales up again (the batch that decided it
-   straddled the rise).
+   straddled the rise). The same rise read by the batch that starts while the
+   scale-up is still in flight decides it again at once (:meth:`_in_flight`).
 2. **Rates.** Arrival rate = consumption + backlog growth, over the window and
    over its newest batches; the higher one is used, so a rise is seen at once
    and a fall only once the whole window shows it; the newest batch alone sets
@@ -41,7 +42,10 @@ Each evaluation, in order (Flink's operator, ``ScalingMetricCollector`` ->
    a batch's fixed cost separated from its cost per row where the window allows
    (:meth:`.window.MetricsWindow.rate_per_slot_at`), at the load to be processed.
 3. **Target.** ``capacity = input / utilization.target + backlog / catch-up``,
-   plus ``input x restart time / catch-up`` for a restart (Flink's terms).
+   plus ``input x restart time / catch-up`` for a restart (Flink's terms), plus
+   ``(input - capacity now) x executor start-up / catch-up`` when the input
+   exceeds the capacity: the backlog that grows until the new executors run
+   (``executor-startup.time``, tracked from the query's live scale-ups).
 4. **Band.** Scale up when the capacity is below ``input / utilization.max +
    backlog / catch-up``; scale down when above ``input / utilization.min +
    backlog / catch-up``, never while catching up (backlog older than
@@ -69,6 +73,7 @@ Each evaluation, in order (Flink's operator, ``ScalingMetricCollector`` ->
 from __future__ import annotations
 
 import math
+from collections import deque
 
 from spark_adaptive.core.autoscaler.config import AutoscalerConfig
 from spark_adaptive.core.autoscaler.decision import (
@@ -102,6 +107,10 @@ JUMP = 1.25
 seconds' rate: far beyond batch-to-batch noise, so only a real jump does it."""
 
 
+STARTUPS_KEPT = 5
+"""Live scale-ups whose executor start-up is remembered; the longest of them is used."""
+
+
 class QueryAutoscaler:
     """Flink's autoscaler algorithm for one query, live first (see the module doc)."""
 
@@ -130,8 +139,10 @@ class QueryAutoscaler:
         # The last scale-up applied: its slots and the input rate it was sized for; and
         # that rate while the window is the first one after the scale-up reached them.
         self._scaled_up: tuple[int, float] | None = None
+        self._in_flight_to: int | None = None  # re-deciding a scale-up to this many slots
         self._after_up: float | None = None
         self._downtimes: list[float] = []
+        self._startups: deque[float] = deque(maxlen=STARTUPS_KEPT)
         self._per_partition = 0.0
         self._tasks: int | None = None  # tasks of the newest batch's stages, when known
         self.rejected = 0
@@ -202,16 +213,21 @@ class QueryAutoscaler:
         return r[1]
 
     def on_rescale_completed(self, time: float, *, slots: int, partitions: int,
-                             kind: Kind = "live", downtime: float | None = None) -> None:
+                             kind: Kind = "live", downtime: float | None = None,
+                             startup: float | None = None) -> None:
         """A rescale (of any cause) completed at ``time``: restart the window after it.
 
-        ``downtime`` is a restart's measured downtime (used with time tracking).
+        ``downtime`` is a restart's measured downtime, ``startup`` the time a live
+        rescale's new executors took to join (both used with time tracking).
         """
         if not isinstance(time, (int, float)) or not math.isfinite(time):
             return
         d = clean(downtime)
         if kind == "restart" and d is not None:
             self._downtimes.append(d)
+        u = clean(startup)
+        if kind == "live" and u is not None:
+            self._startups.append(u)
         self._after_rescale(time, slots)
 
     def _after_rescale(self, time: float, slots: int | None) -> None:
@@ -254,7 +270,7 @@ class QueryAutoscaler:
             self._stable_from = now + cfg.stabilization_interval
             self._known_rescale = now
         if view.rescale_in_flight:
-            return self._not_ready(view, "a rescale is in flight")
+            return self._in_flight(view)
         if now < self._stable_from:
             return self._not_ready(view, f"stabilizing after the last rescale for another "
                                          f"{self._stable_from - now:.0f}s")
@@ -265,6 +281,28 @@ class QueryAutoscaler:
         # behind may act (upwards), e.g. one whose batches grew too long to complete often.
         full = count >= MIN_BATCHES and now - self._stable_from >= cfg.metrics_window
         return self._decide(view, full)
+
+    def _in_flight(self, view: QueryView) -> ScalingDecision:
+        """Nothing is decided while a rescale is in flight, but for one case: the scale-up in
+        flight was sized on a batch that straddled a rise (it read part of it), and the batch
+        started since reads more than that scale-up's headroom covers (``utilization.max /
+        utilization.target`` times the rate it was sized for). Its executors are still
+        starting; waiting for them, a stabilization interval and two batches before the
+        next step would leave the query short for all that time, so the scale-up is
+        decided again now, on the slots running, and carried out only when it asks for
+        more than the one in flight."""
+        up, lam_s, cfg = self._scaled_up, self._running_rate(), self.config
+        if (up is None or lam_s is None or self._window.count == 0
+                or lam_s <= up[1] * cfg.utilization_max / cfg.utilization_target):
+            return self._not_ready(view, "a rescale is in flight")
+        self._in_flight_to = up[0]
+        try:
+            d = self._decide(view, full=False)
+        finally:
+            self._in_flight_to = None
+        if d.outcome == "scale-up":
+            return d
+        return self._not_ready(view, f"a rescale to {up[0]} slots is in flight", d.inputs)
 
     def _collecting(self, view: QueryView, inputs: DecisionInputs | None = None
                     ) -> ScalingDecision:
@@ -332,7 +370,12 @@ class QueryAutoscaler:
         if full:  # a scale-up is judged on the first full window after it, not on two batches
             self._guard.judge(cap, now, self._model)
         downtime = self._downtime(view)
-        need_live = lam / cfg.utilization_target + catch
+        # Input above the capacity grows a backlog until the new executors run; the target
+        # drains it within the catch-up duration as well (restart.time's term, for the
+        # executors' start-up that a live scale-up waits for).
+        startup = self._startup()
+        pile = max(0.0, lam - cap) * startup / cu if cu > 0 else 0.0
+        need_live = lam / cfg.utilization_target + catch + pile
         need_restart = need_live + (lam * downtime / cu if cu > 0 else 0.0)
         # Whether to scale up is read from the window's input rate (Flink's rule), or from the
         # newest seconds' rate (or the newest batch's) only once it shows the query falling
@@ -355,7 +398,7 @@ class QueryAutoscaler:
             rate_source=rate_src, capacity=cap, target_rate=need_live, utilization=util,
             recommended_slots=x_live,
             scalability_coefficient=self._model.coefficient(eff, max(x_live, 1e-9)),
-            restart_downtime=downtime)
+            restart_downtime=downtime, executor_startup=startup)
         if cap < up_at:
             return self._scale_up(view, inputs, rate, need_live, need_restart, downtime)
         if not full:  # only falling behind may cut the collection short, and only upwards
@@ -399,10 +442,17 @@ class QueryAutoscaler:
         if util <= cfg.utilization_max:  # the backlog's catch-up term made it a scale-up
             head = (f"utilization {util:.2f}, but a backlog of {backlog:.0f} rows is to be "
                     f"caught up within {cfg.catch_up_duration:g}s")
+        startup, cap_now = inputs.executor_startup or 0.0, inputs.capacity or 0.0
+        if lam > cap_now and startup > 0 and cfg.catch_up_duration > 0:
+            head += (f"; the target adds the {(lam - cap_now) * startup:.0f} rows that arrive "
+                     f"beyond the capacity during the executors' {startup:.1f}s start-up")
         if choice is None or choice.slots <= s and choice.partitions == p:
             why = choice.reason if choice is not None else "no slot count helps"
             return self._result(view, "no-change", "none", s, p,
                                 f"{head}, but nothing better is possible: {why}", inputs)
+        if self._in_flight_to is not None and choice.slots <= self._in_flight_to:
+            return self._result(view, "no-change", "none", s, p,
+                                f"{head}, but the scale-up in flight reaches it", inputs)
         block = self._guard.block
         if block is not None and self._guard.blocks(choice.kind, choice.partitions,
                                                     choice.slots, view.now, behind):
@@ -482,6 +532,14 @@ class QueryAutoscaler:
         return restart_downtime(cfg.restart_time_tracking, cfg.restart_time,
                                 cfg.restart_time_tracking_limit,
                                 (*view.restart_downtimes, *self._downtimes))
+
+    def _startup(self) -> float:
+        """Seconds new executors are expected to take: the longest of the last live
+        scale-ups' (capped like a restart's downtime) with time tracking, else the key."""
+        cfg = self.config
+        if cfg.restart_time_tracking and self._startups:
+            return min(max(self._startups), cfg.restart_time_tracking_limit)
+        return cfg.executor_startup_time
 
     def _reject(self, why: str) -> bool:
         self.rejected += 1

@@ -96,6 +96,7 @@ class _Watched:
         self.outcomes: dict[str, int] = {}  # evaluations by outcome
         self.started = False  # autoscaler.initial-slots was considered for it
         self.read_batch: int | None = None  # the newest batch looked up in its offset log
+        self.asked: tuple[float, int] | None = None  # a live scale-up's time and slots
 
 
 class Autoscaling:
@@ -201,9 +202,15 @@ class Autoscaling:
             if record.outcome != "completed" or record.kind == "initial":
                 continue
             downtime = record.duration if record.kind == "restart" else None
+            done = record.started + (record.duration or 0.0)
+            startup = None
+            asked = watched.asked
+            if record.kind == "live" and asked is not None and record.to_slots >= asked[1]:
+                # The executors it asked for run the query's tasks: their start-up.
+                startup, watched.asked = done - asked[0], None
             watched.policy.on_rescale_completed(
-                record.started + (record.duration or 0.0), slots=record.to_slots,
-                partitions=record.to_parallelism, kind=record.kind, downtime=downtime)
+                done, slots=record.to_slots, partitions=record.to_parallelism,
+                kind=record.kind, downtime=downtime, startup=startup)
 
     # -- evaluation --------------------------------------------------------------------
     def _schedule(self) -> None:
@@ -261,6 +268,9 @@ class Autoscaling:
         watched.outcomes[decision.outcome] = watched.outcomes.get(decision.outcome, 0) + 1
         self._log(q, watched, decision)
         if decision.actionable:
+            watched.asked = None
+            if decision.kind == "live" and decision.target_slots > view.slots:
+                watched.asked = (view.now, decision.target_slots)
             target = ScalingTarget(decision.target_slots, decision.target_partitions)
             self._sched.set_scaling_target(q.key, target)
         return decision

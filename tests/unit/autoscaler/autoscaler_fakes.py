@@ -31,7 +31,8 @@ BASE: dict[str, Any] = dict(
     enabled=True, evaluation_interval=10.0, metrics_window=60.0, stabilization_interval=30.0,
     utilization_target=0.8, utilization_min=0.5, utilization_max=0.9,
     scale_down_interval=120.0, catch_up_duration=100.0, restart_time=10.0,
-    restart_time_tracking=False, observed_scalability=False, effectiveness_detection=False,
+    executor_startup_time=0.0, restart_time_tracking=False, observed_scalability=False,
+    effectiveness_detection=False,
     scale_down_max_factor=0.9)
 
 
@@ -113,13 +114,15 @@ class FakeQuery:
             out.append(self.evaluate())
         return out
 
-    def apply(self, d: ScalingDecision, downtime: float = 3.0) -> None:
-        """Carry a decision out at once and tell the policy it completed."""
+    def apply(self, d: ScalingDecision, downtime: float = 3.0,
+              startup: float | None = None) -> None:
+        """Carry a decision out at once and tell the policy it completed (a live one whose
+        executors took ``startup`` seconds, if given)."""
         self.slots, self.partitions = d.target_slots, d.target_partitions
         if d.kind == "restart":
             self.downtimes.append(downtime)
         self.policy.on_rescale_completed(self.t, slots=self.slots, partitions=self.partitions,
-                                         kind=d.kind, downtime=downtime)
+                                         kind=d.kind, downtime=downtime, startup=startup)
 
 
 def make(cfg: AutoscalerConfig | None = None, **kw: Any) -> FakeQuery:

@@ -28,6 +28,7 @@ def test_keys_and_defaults_are_pinned() -> None:
         P + "catch-up.duration": 120.0,
         P + "initial-slots": None,
         P + "restart.time": 10.0,
+        P + "executor-startup.time": 10.0,
         P + "restart.time-tracking.enabled": True,
         P + "restart.time-tracking.limit": 300.0,
         P + "restart.max-partitions-per-slot": 12,

@@ -1,12 +1,18 @@
 """Flink's rules, one by one, on a fake query and virtual time (see autoscaler_fakes.BASE).
 
 BASE: window 60 s, stabilization 30 s, utilization 0.8 in [0.5, 0.9], catch-up 100 s,
-restart.time 10 s, scale-down interval 120 s, linear scaling, no effectiveness detection.
+restart.time 10 s, scale-down interval 120 s, linear scaling, no effectiveness detection,
+no executor start-up term (executor-startup.time 0).
 """
 
 from __future__ import annotations
 
+import math
+
+import pytest
 from autoscaler_fakes import config, first_action, make
+
+from spark_adaptive.core.autoscaler import ScalingDecision
 
 
 def test_no_decision_before_the_window_is_full() -> None:
@@ -327,3 +333,101 @@ def test_a_started_batch_with_bad_figures_is_rejected_and_changes_nothing() -> N
         assert "started batch" in q.policy.last_rejection
     assert not q.policy.rising
     assert q.evaluate().outcome == "no-change"
+
+
+def test_a_scale_up_that_straddled_a_rise_is_decided_again_while_in_flight() -> None:
+    q = make(rate=6000, per_slot=1000, slots=8, partitions=48, trigger=5.0)
+    q.run(90)
+    # The batch that started read part of a rise: 9000 / 0.8 -> 11.25 slots -> 12
+    assert q.policy.observe_start(q.batch + 1, 9000.0)
+    up = q.evaluate()
+    assert (up.outcome, up.target_slots) == ("scale-up", 12)
+    q.rate = 9000.0
+    q.run(5)  # it completed; the executors asked for are still starting
+    # The next batch reads all of it: 18000 / 0.8 -> 24 slots, decided now
+    assert q.policy.observe_start(q.batch + 1, 18000.0)
+    d = q.evaluate(rescale_in_flight=True)
+    assert (d.outcome, d.kind, d.current_slots, d.target_slots) == ("scale-up", "live", 8, 24)
+    assert d.applied and d.inputs.input_rate_started == 18000.0
+
+
+def test_in_flight_nothing_is_decided_but_for_a_rise_beyond_the_scale_ups_headroom() -> None:
+    q = make(rate=6000, per_slot=1000, slots=8, partitions=48, trigger=5.0)
+    q.run(90)
+    # In flight without a scale-up of the autoscaler's (a rescale of another cause)
+    assert q.policy.observe_start(q.batch + 1, 18000.0)
+    d = q.evaluate(rescale_in_flight=True)
+    assert (d.outcome, d.reason) == ("not-ready", "a rescale is in flight")
+    assert q.policy.observe_start(q.batch + 1, 9000.0)
+    assert q.evaluate().target_slots == 12  # sized for 9000 rows/s
+    q.rate = 9000.0
+    q.run(5)
+    # Within the headroom of that scale-up (9000 x 0.9 / 0.8 = 10125 rows/s): it suffices
+    assert q.policy.observe_start(q.batch + 1, 10100.0)
+    d = q.evaluate(rescale_in_flight=True)
+    assert (d.outcome, d.reason) == ("not-ready", "a rescale is in flight")
+    # Beyond it, but the target is no more than the scale-up in flight already asked for
+    assert q.policy.observe_start(q.batch + 1, 10500.0)
+    d = q.evaluate(rescale_in_flight=True)
+    assert (d.outcome, d.target_slots) == ("not-ready", 8)
+    assert d.reason == "a rescale to 12 slots is in flight"
+
+
+# -- the executors' start-up ------------------------------------------------------------
+def test_a_query_falling_behind_is_sized_for_what_piles_up_while_executors_start() -> None:
+    q = make(config(executor_startup_time=10.0), rate=6000, per_slot=1000, slots=8,
+             partitions=48)
+    q.run(90)
+    assert q.evaluate().outcome == "no-change"
+    q.rate = 9600
+    q.run(20)
+    d = q.evaluate()
+    # As in test_the_newest_seconds_alone_scale_up_a_query_falling_behind (11196 rows/s),
+    # plus (8880 - 8000 rows/s of capacity) x 10 s of start-up / 100 s of catch-up = 88.
+    assert (d.outcome, d.target_slots) == ("scale-up", 12)
+    assert d.inputs.target_rate == pytest.approx(11284.0)
+    assert d.inputs.executor_startup == 10.0
+    assert "the 8800 rows that arrive beyond the capacity during the executors' 10.0s " \
+           "start-up" in d.reason
+
+
+def test_the_start_up_term_is_nothing_while_the_query_keeps_up() -> None:
+    for startup in (0.0, 30.0):
+        q = make(config(executor_startup_time=startup), rate=6800, per_slot=1000, slots=8,
+                 partitions=48)
+        q.run(90)
+        q.rate = 7600  # above the band, below the capacity of 8000 rows/s
+        up = first_action(q.run_and_evaluate(60))
+        assert up is not None and up.inputs.target_rate == pytest.approx(9500.0)
+        assert "start-up" not in up.reason
+
+
+def _falling_behind_after(startups: list[float | None], **cfg: object) -> ScalingDecision:
+    q = make(config(executor_startup_time=10.0, **cfg), rate=6000, per_slot=1000, slots=8,
+             partitions=48)
+    q.run(90)
+    for s in startups:  # live rescales of another cause onto the same slots
+        q.policy.on_rescale_completed(q.t, slots=8, partitions=48, kind="live", startup=s)
+        q.run(90)
+    q.rate = 9600
+    q.run(20)
+    return q.evaluate()
+
+
+def test_the_start_up_is_tracked_from_live_scale_ups() -> None:
+    d = _falling_behind_after([4.0, 30.0, 6.0], restart_time_tracking=True)
+    assert d.inputs.executor_startup == 30.0  # the longest of the last ones
+    assert d.inputs.target_rate == pytest.approx(11196.0 + 880 * 30 / 100)
+    d = _falling_behind_after([30.0, 4.0, 4.0, 4.0, 4.0, 4.0], restart_time_tracking=True)
+    assert d.inputs.executor_startup == 4.0  # only the last five count
+    d = _falling_behind_after([500.0], restart_time_tracking=True,
+                              restart_time_tracking_limit=60.0)
+    assert d.inputs.executor_startup == 60.0
+    d = _falling_behind_after([30.0], restart_time_tracking=False)
+    assert d.inputs.executor_startup == 10.0  # tracking off: the key
+
+
+def test_bad_start_up_figures_are_ignored() -> None:
+    d = _falling_behind_after([-1.0, math.nan, math.inf, None], restart_time_tracking=True)
+    assert d.inputs.executor_startup == 10.0
+    assert (d.outcome, d.target_slots) == ("scale-up", 12)
