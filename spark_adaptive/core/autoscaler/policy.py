@@ -29,7 +29,8 @@ Each evaluation, in order (Flink's operator, ``ScalingMetricCollector`` ->
    and above the rate the scale-up was sized for by more than ``utilization.max
    / utilization.target``, scales up again (the batch that decided it
    straddled the rise). The same rise read by the batch that starts while the
-   scale-up is still in flight decides it again at once (:meth:`_in_flight`).
+   scale-up is still in flight, or stabilizing, decides it again at once
+   (:meth:`_again`).
 2. **Rates.** Arrival rate = consumption + backlog growth, over the window and
    over its newest batches; the higher one is used, so a rise is seen at once
    and a fall only once the whole window shows it; the newest batch alone sets
@@ -140,6 +141,8 @@ class QueryAutoscaler:
         # that rate while the window is the first one after the scale-up reached them.
         self._scaled_up: tuple[int, float] | None = None
         self._in_flight_to: int | None = None  # re-deciding a scale-up to this many slots
+        self._before: MetricsWindow | None = None  # the window a completed scale-up left
+        self._borrowed = False  # deciding on that window: its rate is not the slots' now
         self._after_up: float | None = None
         self._downtimes: list[float] = []
         self._startups: deque[float] = deque(maxlen=STARTUPS_KEPT)
@@ -172,7 +175,7 @@ class QueryAutoscaler:
         last = w.last_time
         if last is not None and t < last:  # nothing measured before can be trusted
             w.clear()
-            self._after_up = None
+            self._after_up = self._before = None
             self._stable_from = t + self.config.stabilization_interval
             return self._reject(f"clock went back from {last:.3f}s to {t:.3f}s; metrics are "
                                 "collected again after a stabilization interval")
@@ -201,9 +204,13 @@ class QueryAutoscaler:
         """The batch running now reads :data:`JUMP` times the window's input rate: worth
         evaluating at once rather than at the next interval."""
         lam_s = self._running_rate()
+        if lam_s is None:
+            return False
         w = self._window
         rates = [x for x in (w.window_arrival_rate(), w.recent_arrival_rate()) if x is not None]
-        return lam_s is not None and bool(rates) and lam_s > JUMP * max(rates)
+        if rates:
+            return lam_s > JUMP * max(rates)
+        return self._again_basis() is not None  # stabilizing after a scale-up it outgrew
 
     def _running_rate(self) -> float | None:
         """The input rate of the batch running now, if it started after the newest sample."""
@@ -231,13 +238,17 @@ class QueryAutoscaler:
         self._after_rescale(time, slots)
 
     def _after_rescale(self, time: float, slots: int | None) -> None:
-        self._window.clear()
+        up = self._scaled_up
+        reached = up is not None and slots == up[0]
+        # The samples before a scale-up it reached are kept aside, only to decide it again
+        # while stabilizing (see _again); every other rescale starts from nothing.
+        self._before = self._window if reached else None
+        self._window = MetricsWindow(self.config.metrics_window)
         self._stable_from = time + self.config.stabilization_interval
         self._known_rescale = time
         self._pending_down.clear()
         self._guard.on_rescale(slots)
-        up = self._scaled_up
-        self._after_up = up[1] if up is not None and slots == up[0] else None
+        self._after_up = up[1] if up is not None and reached else None
         self._scaled_up = None
 
     # -- evaluation ---------------------------------------------------------------------
@@ -257,7 +268,7 @@ class QueryAutoscaler:
         if self._last_eval is not None and now < self._last_eval:
             before, self._last_eval = self._last_eval, now
             self._window.clear()
-            self._after_up = None
+            self._after_up = self._before = None
             self._stable_from = now + cfg.stabilization_interval
             return self._not_ready(view, f"the clock went back from {before:.3f}s to "
                                          f"{now:.3f}s; metrics are collected again")
@@ -272,8 +283,8 @@ class QueryAutoscaler:
         if view.rescale_in_flight:
             return self._in_flight(view)
         if now < self._stable_from:
-            return self._not_ready(view, f"stabilizing after the last rescale for another "
-                                         f"{self._stable_from - now:.0f}s")
+            return self._again(view, f"stabilizing after the last rescale for another "
+                                     f"{self._stable_from - now:.0f}s")
         count = self._window.count
         if count == 0:
             return self._collecting(view)
@@ -283,26 +294,53 @@ class QueryAutoscaler:
         return self._decide(view, full)
 
     def _in_flight(self, view: QueryView) -> ScalingDecision:
-        """Nothing is decided while a rescale is in flight, but for one case: the scale-up in
-        flight was sized on a batch that straddled a rise (it read part of it), and the batch
-        started since reads more than that scale-up's headroom covers (``utilization.max /
-        utilization.target`` times the rate it was sized for). Its executors are still
-        starting; waiting for them, a stabilization interval and two batches before the
-        next step would leave the query short for all that time, so the scale-up is
-        decided again now, on the slots running, and carried out only when it asks for
-        more than the one in flight."""
-        up, lam_s, cfg = self._scaled_up, self._running_rate(), self.config
-        if (up is None or lam_s is None or self._window.count == 0
-                or lam_s <= up[1] * cfg.utilization_max / cfg.utilization_target):
-            return self._not_ready(view, "a rescale is in flight")
-        self._in_flight_to = up[0]
+        return self._again(view, "a rescale is in flight", in_flight=True)
+
+    def _again_basis(self, in_flight: bool = False) -> tuple[int, MetricsWindow] | None:
+        """The slots a scale-up reaches and the window to decide it again on, when the batch
+        running now reads more than that scale-up's headroom covers (``utilization.max /
+        utilization.target`` times the rate it was sized for); else None."""
+        lam_s, cfg = self._running_rate(), self.config
+        if lam_s is None:
+            return None
+        up, before, after = self._scaled_up, self._before, self._after_up
+        if in_flight and up is not None:
+            (slots, sized), w = up, self._window
+        elif not in_flight and before is not None and after is not None:
+            slots, sized, w = -1, after, before
+        else:
+            return None
+        if w.count == 0 or lam_s <= sized * cfg.utilization_max / cfg.utilization_target:
+            return None
+        return slots, w
+
+    def _again(self, view: QueryView, waiting: str, in_flight: bool = False
+               ) -> ScalingDecision:
+        """Nothing is decided while a rescale is in flight or stabilizing, but for one case:
+        the last scale-up was sized on a batch that straddled a rise (it read part of it),
+        and the batch started since reads more than its headroom covers. Waiting for its
+        executors, a stabilization interval and two batches before the next step would
+        leave the query short all that time, so the scale-up is decided again now: in
+        flight on the slots running and the window it was decided on, carried out only
+        when it asks for more slots than the one in flight; once completed, on the window
+        it was decided on (its rate per slot, which the scalability model is not told
+        again) and the slots it reached."""
+        basis = self._again_basis(in_flight)
+        if basis is None:
+            return self._not_ready(view, waiting)
+        slots, window = basis
+        own = self._window
+        self._in_flight_to = slots if in_flight else view.slots
+        self._window, self._borrowed = window, not in_flight
         try:
             d = self._decide(view, full=False)
         finally:
-            self._in_flight_to = None
+            self._window, self._borrowed, self._in_flight_to = own, False, None
         if d.outcome == "scale-up":
             return d
-        return self._not_ready(view, f"a rescale to {up[0]} slots is in flight", d.inputs)
+        if in_flight:
+            waiting = f"a rescale to {slots} slots is in flight"
+        return self._not_ready(view, waiting, d.inputs)
 
     def _collecting(self, view: QueryView, inputs: DecisionInputs | None = None
                     ) -> ScalingDecision:
@@ -366,7 +404,8 @@ class QueryAutoscaler:
         s, p = view.slots, view.partitions
         eff = effective_slots(s, p)
         cap = rate * eff
-        self._model.record(eff, rate, now, p)
+        if not self._borrowed:
+            self._model.record(eff, rate, now, p)
         if full:  # a scale-up is judged on the first full window after it, not on two batches
             self._guard.judge(cap, now, self._model)
         downtime = self._downtime(view)
@@ -452,7 +491,8 @@ class QueryAutoscaler:
                                 f"{head}, but nothing better is possible: {why}", inputs)
         if self._in_flight_to is not None and choice.slots <= self._in_flight_to:
             return self._result(view, "no-change", "none", s, p,
-                                f"{head}, but the scale-up in flight reaches it", inputs)
+                                f"{head}, but the {self._in_flight_to} slots of the last "
+                                "scale-up reach it", inputs)
         block = self._guard.block
         if block is not None and self._guard.blocks(choice.kind, choice.partitions,
                                                     choice.slots, view.now, behind):

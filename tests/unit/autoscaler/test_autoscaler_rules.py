@@ -373,6 +373,42 @@ def test_in_flight_nothing_is_decided_but_for_a_rise_beyond_the_scale_ups_headro
     assert d.reason == "a rescale to 12 slots is in flight"
 
 
+def test_a_completed_scale_up_that_straddled_a_rise_is_decided_again_while_stabilizing() -> None:
+    q = make(rate=6000, per_slot=1000, slots=8, partitions=48, trigger=5.0)
+    q.run(90)
+    assert q.policy.observe_start(q.batch + 1, 9000.0)
+    up = q.evaluate()
+    assert (up.outcome, up.target_slots) == ("scale-up", 12)
+    q.rate = 9000.0
+    q.run(5)
+    q.apply(up)  # its executors came before the next batch started
+    assert q.evaluate().outcome == "not-ready"  # stabilizing
+    # Within its headroom (9000 x 0.9 / 0.8 = 10125 rows/s): still stabilizing
+    assert q.policy.observe_start(q.batch + 1, 10000.0)
+    assert not q.policy.rising
+    d = q.evaluate()
+    assert d.outcome == "not-ready" and d.reason.startswith("stabilizing")
+    # The next batch reads all of the rise: 18000 rows/s on 12 slots of 1000 rows/s
+    # (measured before the scale-up) is falling behind: 18000 / 0.8 -> 24 slots
+    assert q.policy.observe_start(q.batch + 1, 18000.0)
+    assert q.policy.rising
+    d = q.evaluate()
+    assert (d.outcome, d.kind, d.current_slots, d.target_slots) == ("scale-up", "live", 12, 24)
+    assert d.inputs.true_rate_per_slot == 1000.0
+
+
+def test_only_the_autoscalers_own_scale_up_is_decided_again_while_stabilizing() -> None:
+    q = make(rate=6000, per_slot=1000, slots=8, partitions=48, trigger=5.0)
+    q.run(90)
+    # A rescale of another cause (new bounds, an executor lost) onto 12 slots
+    q.slots = 12
+    q.policy.on_rescale_completed(q.t, slots=12, partitions=48)
+    assert q.policy.observe_start(q.batch + 1, 18000.0)
+    assert not q.policy.rising
+    d = q.evaluate()
+    assert d.outcome == "not-ready" and d.reason.startswith("stabilizing")
+
+
 # -- the executors' start-up ------------------------------------------------------------
 def test_a_query_falling_behind_is_sized_for_what_piles_up_while_executors_start() -> None:
     q = make(config(executor_startup_time=10.0), rate=6000, per_slot=1000, slots=8,
