@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from autoscaler_fakes import config, first_action, make
+from autoscaler_fakes import FakeQuery, config, first_action, make
 
 from spark_adaptive.core.autoscaler import ScalingDecision
 
@@ -335,15 +335,21 @@ def test_a_started_batch_with_bad_figures_is_rejected_and_changes_nothing() -> N
     assert q.evaluate().outcome == "no-change"
 
 
-def test_a_scale_up_that_straddled_a_rise_is_decided_again_while_in_flight() -> None:
+def _straddled() -> tuple[FakeQuery, ScalingDecision]:
+    """A query scaled up on a batch that read part of a rise (9000 rows/s: 9000 / 0.8 ->
+    11.25 slots -> 12), and that batch completed."""
     q = make(rate=6000, per_slot=1000, slots=8, partitions=48, trigger=5.0)
     q.run(90)
-    # The batch that started read part of a rise: 9000 / 0.8 -> 11.25 slots -> 12
     assert q.policy.observe_start(q.batch + 1, 9000.0)
     up = q.evaluate()
     assert (up.outcome, up.target_slots) == ("scale-up", 12)
     q.rate = 9000.0
-    q.run(5)  # it completed; the executors asked for are still starting
+    q.run(5)
+    return q, up
+
+
+def test_a_scale_up_that_straddled_a_rise_is_decided_again_while_in_flight() -> None:
+    q, _ = _straddled()  # the executors asked for are still starting
     # The next batch reads all of it: 18000 / 0.8 -> 24 slots, decided now
     assert q.policy.observe_start(q.batch + 1, 18000.0)
     d = q.evaluate(rescale_in_flight=True)
@@ -358,10 +364,7 @@ def test_in_flight_nothing_is_decided_but_for_a_rise_beyond_the_scale_ups_headro
     assert q.policy.observe_start(q.batch + 1, 18000.0)
     d = q.evaluate(rescale_in_flight=True)
     assert (d.outcome, d.reason) == ("not-ready", "a rescale is in flight")
-    assert q.policy.observe_start(q.batch + 1, 9000.0)
-    assert q.evaluate().target_slots == 12  # sized for 9000 rows/s
-    q.rate = 9000.0
-    q.run(5)
+    q, _ = _straddled()
     # Within the headroom of that scale-up (9000 x 0.9 / 0.8 = 10125 rows/s): it suffices
     assert q.policy.observe_start(q.batch + 1, 10100.0)
     d = q.evaluate(rescale_in_flight=True)
@@ -374,13 +377,7 @@ def test_in_flight_nothing_is_decided_but_for_a_rise_beyond_the_scale_ups_headro
 
 
 def test_a_completed_scale_up_that_straddled_a_rise_is_decided_again_while_stabilizing() -> None:
-    q = make(rate=6000, per_slot=1000, slots=8, partitions=48, trigger=5.0)
-    q.run(90)
-    assert q.policy.observe_start(q.batch + 1, 9000.0)
-    up = q.evaluate()
-    assert (up.outcome, up.target_slots) == ("scale-up", 12)
-    q.rate = 9000.0
-    q.run(5)
+    q, up = _straddled()
     q.apply(up)  # its executors came before the next batch started
     assert q.evaluate().outcome == "not-ready"  # stabilizing
     # Within its headroom (9000 x 0.9 / 0.8 = 10125 rows/s): still stabilizing
