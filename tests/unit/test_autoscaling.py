@@ -300,10 +300,13 @@ def test_a_jump_is_acted_on_when_the_batch_that_reads_it_starts() -> None:
     assert q.target.slots > first and app.actuator.requested[-1] == q.target.slots
 
 
-@pytest.mark.parametrize("tracking", [True, False])
+@pytest.mark.parametrize("tracking, delay, expected", [
+    (True, 7, 7.0), (False, 7, 10.0),
+    (True, 25, 10.0),  # after the resource wait: the cluster was full, not starting
+])
 def test_the_executors_start_up_is_measured_from_the_scale_up_to_their_tasks(
-        tracking: bool) -> None:
-    app, driver, autoscaling, load = _setup(executor_startup_time=10.0,
+        tracking: bool, delay: int, expected: float) -> None:
+    app, driver, autoscaling, load = _setup(executor_startup_time=10.0, resource_wait=20.0,
                                             restart_time_tracking=tracking)
     load.run(40)
     load.rate = 300.0
@@ -315,7 +318,7 @@ def test_the_executors_start_up_is_measured_from_the_scale_up_to_their_tasks(
     decision = autoscaling.status(q).decision
     assert decision is not None and decision.outcome == "scale-up"
     assert decision.inputs.executor_startup == 10.0  # none observed yet: the key
-    load.run(7)  # the executors take 7 s to come
+    load.run(delay)  # the executors take this long to come
     for e in range(2, q.target.slots + 1):
         app.add(str(e))
     load.run(40)
@@ -324,4 +327,4 @@ def test_the_executors_start_up_is_measured_from_the_scale_up_to_their_tasks(
     # from the decision to the live rescale that reached its slots: 7 s and the second of
     # the batch that ran meanwhile
     # from the decision to the live rescale that reached its slots
-    assert later.inputs.executor_startup == (7.0 if tracking else 10.0)
+    assert later.inputs.executor_startup == expected

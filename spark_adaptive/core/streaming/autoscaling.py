@@ -206,8 +206,11 @@ class Autoscaling:
             startup = None
             asked = watched.asked
             if record.kind == "live" and asked is not None and record.to_slots >= asked[1]:
-                # The executors it asked for run the query's tasks: their start-up.
-                startup, watched.asked = done - asked[0], None
+                # The executors it asked for run the query's tasks: their start-up, unless
+                # they came only after the resource wait (a full cluster, not a start-up).
+                watched.asked = None
+                if done - asked[0] <= self._resource_wait:
+                    startup = done - asked[0]
             watched.policy.on_rescale_completed(
                 done, slots=record.to_slots, partitions=record.to_parallelism,
                 kind=record.kind, downtime=downtime, startup=startup)
