@@ -180,8 +180,10 @@ def restart_target(need: int, lower: int, upper: int, per_slot_max: int, per_exe
 
 def restart_downtime(tracking: bool, assumed: float, limit: float,
                      observed: tuple[float, ...]) -> float:
-    """The downtime a restart is priced at: the longest observed one (capped by ``limit``)
-    when ``tracking`` and one was observed, else the ``assumed`` ``restart.time``."""
+    """The downtime a restart is priced at (or, with the start-ups observed and
+    ``executor-startup.time`` assumed, a live scale-up's executor start-up): the longest
+    observed one (capped by ``limit``) when ``tracking`` and one was observed, else the
+    ``assumed`` ``restart.time``."""
     if tracking:
         usable = [x for x in observed if clean(x) is not None]
         if usable:

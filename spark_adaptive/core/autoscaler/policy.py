@@ -577,9 +577,8 @@ class QueryAutoscaler:
         """Seconds new executors are expected to take: the longest of the last live
         scale-ups' (capped like a restart's downtime) with time tracking, else the key."""
         cfg = self.config
-        if cfg.restart_time_tracking and self._startups:
-            return min(max(self._startups), cfg.restart_time_tracking_limit)
-        return cfg.executor_startup_time
+        return restart_downtime(cfg.restart_time_tracking, cfg.executor_startup_time,
+                                cfg.restart_time_tracking_limit, tuple(self._startups))
 
     def _reject(self, why: str) -> bool:
         self.rejected += 1
