@@ -75,6 +75,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from typing import NamedTuple
 
 from spark_adaptive.core.autoscaler.config import AutoscalerConfig
 from spark_adaptive.core.autoscaler.decision import (
@@ -112,6 +113,14 @@ STARTUPS_KEPT = 5
 """Live scale-ups whose executor start-up is remembered; the longest of them is used."""
 
 
+class _Again(NamedTuple):
+    """What a scale-up decided again (:meth:`QueryAutoscaler._again`) is decided on."""
+
+    window: MetricsWindow  # in flight, the query's own; stabilizing, the one before it
+    slots: int  # the slots the scale-up reaches: only more is carried out
+    in_flight: bool  # else its window's rate per slot was told to the model already
+
+
 class QueryAutoscaler:
     """Flink's autoscaler algorithm for one query, live first (see the module doc)."""
 
@@ -140,9 +149,7 @@ class QueryAutoscaler:
         # The last scale-up applied: its slots and the input rate it was sized for; and
         # that rate while the window is the first one after the scale-up reached them.
         self._scaled_up: tuple[int, float] | None = None
-        self._in_flight_to: int | None = None  # re-deciding a scale-up to this many slots
         self._before: MetricsWindow | None = None  # the window a completed scale-up left
-        self._borrowed = False  # deciding on that window: its rate is not the slots' now
         self._after_up: float | None = None
         self._downtimes: list[float] = []
         self._startups: deque[float] = deque(maxlen=STARTUPS_KEPT)
@@ -329,13 +336,8 @@ class QueryAutoscaler:
         if basis is None:
             return self._not_ready(view, waiting)
         slots, window = basis
-        own = self._window
-        self._in_flight_to = slots if in_flight else view.slots
-        self._window, self._borrowed = window, not in_flight
-        try:
-            d = self._decide(view, full=False)
-        finally:
-            self._window, self._borrowed, self._in_flight_to = own, False, None
+        d = self._decide(view, full=False,
+                         again=_Again(window, slots if in_flight else view.slots, in_flight))
         if d.outcome == "scale-up":
             return d
         if in_flight:
@@ -349,8 +351,12 @@ class QueryAutoscaler:
                                      f"{self.config.metrics_window:.0f}s, "
                                      f"{self._window.count} batches", inputs)
 
-    def _decide(self, view: QueryView, full: bool) -> ScalingDecision:
-        cfg, w, now = self.config, self._window, view.now
+    def _decide(self, view: QueryView, full: bool, again: _Again | None = None
+                ) -> ScalingDecision:
+        """Decide on the query's own window, or with ``again`` on the basis of a scale-up
+        decided again (:meth:`_again`)."""
+        cfg, now = self.config, view.now
+        w = again.window if again is not None else self._window
         lam_w, lam_r = w.window_arrival_rate(), w.recent_arrival_rate()
         span = (w.last_time or 0.0) - (w.first_time or 0.0)
         rates = [x for x in (lam_w, lam_r) if x is not None]
@@ -404,7 +410,7 @@ class QueryAutoscaler:
         s, p = view.slots, view.partitions
         eff = effective_slots(s, p)
         cap = rate * eff
-        if not self._borrowed:
+        if again is None or again.in_flight:  # a borrowed window's rate was recorded
             self._model.record(eff, rate, now, p)
         if full:  # a scale-up is judged on the first full window after it, not on two batches
             self._guard.judge(cap, now, self._model)
@@ -439,7 +445,8 @@ class QueryAutoscaler:
             scalability_coefficient=self._model.coefficient(eff, max(x_live, 1e-9)),
             restart_downtime=downtime, executor_startup=startup)
         if cap < up_at:
-            return self._scale_up(view, inputs, rate, need_live, need_restart, downtime)
+            return self._scale_up(view, inputs, rate, need_live, need_restart, downtime,
+                                  again.slots if again is not None else None)
         if not full:  # only falling behind may cut the collection short, and only upwards
             return self._collecting(view, inputs)
         if cap > down_at and not behind:
@@ -460,7 +467,10 @@ class QueryAutoscaler:
 
     # -- directions -----------------------------------------------------------------------
     def _scale_up(self, view: QueryView, inputs: DecisionInputs, rate: float,
-                  need_live: float, need_restart: float, downtime: float) -> ScalingDecision:
+                  need_live: float, need_restart: float, downtime: float,
+                  reached: int | None = None) -> ScalingDecision:
+        """``reached``: deciding again, the slots the last scale-up reaches (or reached);
+        only more than those is carried out."""
         cfg, s, p, lam = self.config, view.slots, view.partitions, inputs.input_rate or 0.0
         self._pending_down.clear()
         eff = effective_slots(s, p)
@@ -489,9 +499,9 @@ class QueryAutoscaler:
             why = choice.reason if choice is not None else "no slot count helps"
             return self._result(view, "no-change", "none", s, p,
                                 f"{head}, but nothing better is possible: {why}", inputs)
-        if self._in_flight_to is not None and choice.slots <= self._in_flight_to:
+        if reached is not None and choice.slots <= reached:
             return self._result(view, "no-change", "none", s, p,
-                                f"{head}, but the {self._in_flight_to} slots of the last "
+                                f"{head}, but the {reached} slots of the last "
                                 "scale-up reach it", inputs)
         block = self._guard.block
         if block is not None and self._guard.blocks(choice.kind, choice.partitions,
