@@ -64,7 +64,10 @@ Each evaluation, in order (Flink's operator, ``ScalingMetricCollector`` ->
    ``scale-down.interval``; then the highest recommendation seen meanwhile is
    applied. A scale-up or an in-band evaluation cancels it (Flink's rule), and
    so does an interval whose highest recommendation keeps the current slots.
-   Recommendations start only once the window has settled (:data:`SETTLED`).
+   While the input is still falling (:data:`SETTLED`), whether to scale down
+   is read from the newest seconds' rate, and a live scale-down is sized on it
+   once the newest batch agrees with it; one that restarts is recommended only
+   once the window has settled.
 7. **Effectiveness.** The first full window after a scale-up compares the
    capacity gained with the gain expected from the target actually reached;
    below the threshold the same step (more slots on the same partitions) is
@@ -95,8 +98,9 @@ MIN_BATCHES = 3
 """A window holding fewer completed batches than this is never full."""
 
 SETTLED = 0.9
-"""A scale-down is recommended only once the newest seconds' input rate is at least this
-fraction of the window's: the window no longer mixes in a higher rate."""
+"""The input is still falling while the newest seconds' rate is below this fraction of the
+window's: the window mixes in a higher rate. A scale-down is then sized on the newest
+seconds' rate if it is live, and waits for the window to settle if it restarts."""
 
 OVERLOAD = 1.1
 """An input rate this far above the capacity measured counts as falling behind: on a window
@@ -433,7 +437,12 @@ class QueryAutoscaler:
                 and lam <= OVERLOAD * cap):
             lam_up = lam_w
         up_at = lam_up / cfg.utilization_max + catch
-        down_at = lam / cfg.utilization_min + catch if cfg.utilization_min > 0 else math.inf
+        # While the input falls, the window still averages in the higher rate of a while
+        # ago: whether to scale down is read from the newest seconds (see _scale_down).
+        falling = (lam_w is not None and lam_r is not None and lam_r < SETTLED * lam_w
+                   and lam <= lam_w)
+        lam_down = lam_r if falling and lam_r is not None else lam
+        down_at = lam_down / cfg.utilization_min + catch if cfg.utilization_min > 0 else math.inf
         util = lam / cap
         x_live = self._model.slots_for(need_live, eff, rate)
         inputs = DecisionInputs(
@@ -450,7 +459,8 @@ class QueryAutoscaler:
         if not full:  # only falling behind may cut the collection short, and only upwards
             return self._collecting(view, inputs)
         if cap > down_at and not behind:
-            return self._scale_down(view, inputs, rate, need_live, need_restart, downtime)
+            return self._scale_down(view, inputs, rate, need_live, need_restart, downtime,
+                                    falling)
         self._pending_down.clear()
         why = (f"utilization {util:.2f} within [{cfg.utilization_min:g}, "
                f"{cfg.utilization_max:g}]")
@@ -521,25 +531,46 @@ class QueryAutoscaler:
         return d
 
     def _scale_down(self, view: QueryView, inputs: DecisionInputs, rate: float,
-                    need_live: float, need_restart: float, downtime: float) -> ScalingDecision:
+                    need_live: float, need_restart: float, downtime: float,
+                    falling: bool = False) -> ScalingDecision:
+        """``falling``: the newest seconds' input rate is below :data:`SETTLED` times the
+        window's, and it is theirs that is below the band."""
         cfg, now = self.config, view.now
         s, p = view.slots, view.partitions
         eff = effective_slots(s, p)
-        lam_w, lam_r = inputs.input_rate_window, inputs.input_rate_recent
-        if lam_w is not None and lam_r is not None and lam_r < SETTLED * lam_w:
-            # The window still averages in the higher rate of minutes ago; a recommendation
-            # from it would be kept as the interval's maximum and cost a second scale-down.
-            return self._result(
-                view, "scale-down-pending", "none", s, p,
-                f"utilization {inputs.utilization or 0:.2f} below {cfg.utilization_min:g}, but "
-                f"the input is still falling ({lam_r:.0f} rows/s newest, {lam_w:.0f} over the "
-                "window); the scale-down is recommended once the window has settled", inputs)
+        lam = inputs.input_rate or 0.0
+        lam_w, lam_r = inputs.input_rate_window or 0.0, inputs.input_rate_recent or 0.0
+        util = inputs.utilization or 0.0
+        head = f"utilization {util:.2f} below {cfg.utilization_min:g}"
+        if falling:
+            cap = inputs.capacity or math.inf
+            head = (f"utilization {lam_r / cap:.2f} in the newest seconds ({util:.2f} over the "
+                    f"window) below {cfg.utilization_min:g}")
+            # The window still averages in the higher rate of a while ago. A restart sized on
+            # it would be kept as the interval's maximum and cost a second restart, so a
+            # restart waits for the window to settle (below). A live scale-down is sized on
+            # the newest seconds' rate: it costs nothing to repeat as the input falls on,
+            # while waiting for the window would keep the slots it no longer needs. Not
+            # while the newest batch reads far less than the newest seconds: they still mix
+            # in the rate from before a drop, and the interval would keep what they need.
+            lam_n = self._window.newest_arrival_rate()
+            if lam_n is None or lam_n < SETTLED * lam_r:
+                return self._result(
+                    view, "scale-down-pending", "none", s, p,
+                    f"{head}, but the input is still dropping ({lam_n or 0:.0f} rows/s in the "
+                    f"newest batch, {lam_r:.0f} in the newest seconds, {lam_w:.0f} over the "
+                    "window); the scale-down is recommended once the newest seconds have "
+                    "settled", inputs)
+            drop = max(0.0, lam - lam_r)
+            cu = cfg.catch_up_duration
+            need_live -= drop / cfg.utilization_target
+            need_restart -= drop / cfg.utilization_target + (drop * downtime / cu if cu > 0
+                                                             else 0.0)
+            lam = lam_r
         m, lo = self._model, eff * (1 - cfg.scale_down_max_factor)
         x_live = m.slots_for(m.clamp(need_live, eff, rate, lo, math.inf), eff, rate)
         x_rst = m.slots_for(m.clamp(need_restart, eff, rate, lo, math.inf), eff, rate)
-        since, xl, xr = self._pending_down.record(now, x_live, x_rst)
-        util = inputs.utilization or 0.0
-        head = f"utilization {util:.2f} below {cfg.utilization_min:g}"
+        since, xl, xr = self._pending_down.merged(now, x_live, x_rst)
         # A need that could not go below the current slots cannot when it is higher: the
         # choice is monotone in the need, so that answer is reused (queries that sit below the
         # band on their smallest useful slot count are common and evaluated every interval).
@@ -549,10 +580,16 @@ class QueryAutoscaler:
         if floor is not None and floor[0] == key and xl >= floor[1] and xr >= floor[2]:
             self._pending_down.clear()
             return self._result(view, "no-change", "none", s, p, f"{head}{floor[3]}", inputs)
-        lam = inputs.input_rate or 0.0
         choice = choose(Plan.of(view, self.config, rate, lam, m.capacity(xl, eff, rate),
                                 m.capacity(xr, eff, rate), downtime,
                                 per_partition=self._per_partition), m)
+        if falling and choice is not None and choice.slots < s and choice.kind != "live":
+            return self._result(
+                view, "scale-down-pending", "none", s, p,
+                f"{head}, but the input is still falling ({lam_r:.0f} rows/s newest, "
+                f"{lam_w:.0f} over the window); a scale-down that restarts is recommended "
+                "once the window has settled", inputs)
+        self._pending_down.record(now, x_live, x_rst)
         if choice is None or choice.slots >= s:
             # The interval's highest recommendation keeps the current slots: it is spent, and
             # a new interval starts with the next recommendation (Flink: "no change" clears).

@@ -38,14 +38,17 @@ class DelayedScaleDown:
         self.since: float | None = None
         self.x_live = self.x_restart = 0.0
 
-    def record(self, now: float, x_live: float, x_restart: float) -> tuple[float, float, float]:
-        """Merge one recommendation (slots for the live and the restart need); returns
-        ``(since, highest live, highest restart)``."""
+    def merged(self, now: float, x_live: float, x_restart: float
+               ) -> tuple[float, float, float]:
+        """``(since, highest live, highest restart)`` with one more recommendation (slots
+        for the live and the restart need), without recording it."""
         if self.since is None:
-            self.since, self.x_live, self.x_restart = now, x_live, x_restart
-        else:
-            self.x_live = max(self.x_live, x_live)
-            self.x_restart = max(self.x_restart, x_restart)
+            return now, x_live, x_restart
+        return self.since, max(self.x_live, x_live), max(self.x_restart, x_restart)
+
+    def record(self, now: float, x_live: float, x_restart: float) -> tuple[float, float, float]:
+        """Merge one recommendation; returns what :meth:`merged` does."""
+        self.since, self.x_live, self.x_restart = self.merged(now, x_live, x_restart)
         return self.since, self.x_live, self.x_restart
 
     def clear(self) -> None:

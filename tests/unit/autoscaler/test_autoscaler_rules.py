@@ -114,6 +114,50 @@ def test_an_in_band_evaluation_cancels_a_pending_scale_down() -> None:
     assert d.outcome == "scale-down-pending" and "waits 120s more" in d.reason
 
 
+def _dropped(partitions: int) -> FakeQuery:
+    """A query in band at 10000 rows/s on 16 slots (17 with 17 partitions) whose input
+    drops to 2000 rows/s at t=90; the scale-down interval is 10 s."""
+    q = make(config(scale_down_interval=10.0), rate=10000, per_slot=1000,
+             slots=17 if partitions == 17 else 16, partitions=partitions)
+    q.run(90)
+    assert q.evaluate().outcome == "no-change"
+    q.rate = 2000
+    return q
+
+
+def test_a_live_scale_down_is_sized_on_the_newest_seconds_while_the_input_falls() -> None:
+    q = _dropped(48)
+    ds = q.run_and_evaluate(20)  # t=100, 110: the newest batch reads 2000 rows/s, the
+    for d in ds:  # newest 20 s still mix in 10000: nothing is recommended from them yet
+        assert (d.outcome, d.kind, d.target_slots) == ("scale-down-pending", "none", 16)
+        assert "still dropping" in d.reason
+    assert ds[0].inputs.utilization > 0.5  # the window alone was still in band at t=100
+    q.run(10)
+    d = q.evaluate()  # t=120: the newest 20 s read 2000 -> 2500 / 1000 -> 3 slots
+    assert d.inputs.input_rate_recent == pytest.approx(2000)
+    assert (d.outcome, d.kind, d.target_slots) == ("scale-down-pending", "live", 3)
+    q.run(10)
+    d = q.evaluate()  # t=130: the interval is over, while the window still reads 5077 rows/s
+    assert (d.outcome, d.kind, d.target_slots) == ("scale-down", "live", 3)
+    assert d.inputs.input_rate_window / 0.8 / 1000 > 6  # what waiting for it would have kept
+    assert "in the newest seconds" in d.reason
+
+
+def test_a_scale_down_that_restarts_waits_for_the_window_to_settle() -> None:
+    q = _dropped(17)  # 17 partitions on 17 slots: 3 slots want a restart onto 12
+    ds = q.run_and_evaluate(60)  # t=100..150: the window still mixes in 10000 rows/s
+    assert [(d.outcome, d.kind) for d in ds] == [("scale-down-pending", "none")] * 6
+    assert "a scale-down that restarts is recommended once the window has settled" in \
+        ds[-1].reason
+    q.run(10)
+    d = q.evaluate()  # t=160: settled; the interval starts now
+    assert (d.outcome, d.kind, d.target_slots) == ("scale-down-pending", "restart", 3)
+    q.run(10)
+    d = q.evaluate()
+    assert (d.outcome, d.kind, d.target_slots, d.target_partitions) == (
+        "scale-down", "restart", 3, 12)
+
+
 def test_scale_up_max_factor_limits_one_step() -> None:
     q = make(config(scale_up_max_factor=1.0), rate=20000, per_slot=1000, slots=4, partitions=48)
     q.run(90)
