@@ -423,9 +423,13 @@ class QueryAutoscaler:
         # drains it within the catch-up duration as well (restart.time's term, for the
         # executors' start-up that a live scale-up waits for).
         startup = self._startup()
-        pile = max(0.0, lam - cap) * startup / cu if cu > 0 else 0.0
-        need_live = lam / cfg.utilization_target + catch + pile
-        need_restart = need_live + (lam * downtime / cu if cu > 0 else 0.0)
+        def needs(rate_in: float) -> tuple[float, float]:
+            """The live and the restart target capacity for an input of ``rate_in``."""
+            pile = max(0.0, rate_in - cap) * startup / cu if cu > 0 else 0.0
+            live = rate_in / cfg.utilization_target + catch + pile
+            return live, live + (rate_in * downtime / cu if cu > 0 else 0.0)
+
+        need_live, need_restart = needs(lam)
         # Whether to scale up is read from the window's input rate (Flink's rule), or from the
         # newest seconds' rate (or the newest batch's) only once it shows the query falling
         # behind: those few batches are noisy, and over the hundreds of evaluations a level
@@ -459,8 +463,10 @@ class QueryAutoscaler:
         if not full:  # only falling behind may cut the collection short, and only upwards
             return self._collecting(view, inputs)
         if cap > down_at and not behind:
-            return self._scale_down(view, inputs, rate, need_live, need_restart, downtime,
-                                    falling)
+            # falling: sized on the newest seconds' rate (a live scale-down, see there)
+            return self._scale_down(view, inputs, rate,
+                                    *(needs(lam_down) if falling else (need_live, need_restart)),
+                                    downtime, falling)
         self._pending_down.clear()
         why = (f"utilization {util:.2f} within [{cfg.utilization_min:g}, "
                f"{cfg.utilization_max:g}]")
@@ -532,9 +538,9 @@ class QueryAutoscaler:
 
     def _scale_down(self, view: QueryView, inputs: DecisionInputs, rate: float,
                     need_live: float, need_restart: float, downtime: float,
-                    falling: bool = False) -> ScalingDecision:
+                    falling: bool) -> ScalingDecision:
         """``falling``: the newest seconds' input rate is below :data:`SETTLED` times the
-        window's, and it is theirs that is below the band."""
+        window's, it is theirs that is below the band, and the needs are sized on it."""
         cfg, now = self.config, view.now
         s, p = view.slots, view.partitions
         eff = effective_slots(s, p)
@@ -561,11 +567,6 @@ class QueryAutoscaler:
                     f"newest batch, {lam_r:.0f} in the newest seconds, {lam_w:.0f} over the "
                     "window); the scale-down is recommended once the newest seconds have "
                     "settled", inputs)
-            drop = max(0.0, lam - lam_r)
-            cu = cfg.catch_up_duration
-            need_live -= drop / cfg.utilization_target
-            need_restart -= drop / cfg.utilization_target + (drop * downtime / cu if cu > 0
-                                                             else 0.0)
             lam = lam_r
         m, lo = self._model, eff * (1 - cfg.scale_down_max_factor)
         x_live = m.slots_for(m.clamp(need_live, eff, rate, lo, math.inf), eff, rate)
