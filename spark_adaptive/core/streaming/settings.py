@@ -67,7 +67,7 @@ class SchedulerSettings:
         "(a small SQL job, and, when a managed query keeps state, one micro-batch of a small "
         "stateful query on RocksDB named 'spark-adaptive warm-up', which the Spark UI and "
         "listeners configured in spark.sql.streaming.streamingQueryListeners see), so that "
-        "a restart rescale onto them does not pay their first-task costs (class loading, "
+        "a restart rescale onto them pays less of their first-task costs (class loading, "
         "code generation, JIT) in its state repartition and first micro-batch. A restart "
         "onto more slots begins once the warm-up has ended (at most 20 s; the query runs on "
         "meanwhile).")
