@@ -475,8 +475,11 @@ class QueryAutoscaler:
                    f"[{cfg.utilization_min:g}, {cfg.utilization_max:g}]; the newest seconds read "
                    f"{util:.2f}, which alone scales up only above {OVERLOAD:g} (falling behind)")
         if cap > down_at:
-            why = (f"catching up a backlog of {backlog / lam:.0f}s of input; no scale-down "
-                   f"while it exceeds {cfg.backlog_lag_threshold:g}s")
+            # No input at all leaves the backlog undrained by arrivals: its lag is unbounded.
+            held = (f"{backlog / lam:.0f}s of input" if lam > 0
+                    else f"{backlog:.0f} rows while no input arrives")
+            why = (f"catching up a backlog of {held}; no scale-down while it exceeds "
+                   f"{cfg.backlog_lag_threshold:g}s")
         elif backlog > 0 and catch > 0:
             why += f" (backlog {backlog:.0f} rows included)"
         return self._result(view, "no-change", "none", s, p, why, inputs)

@@ -141,6 +141,11 @@ class ScalabilityModel:
         if k - capacity * b <= 0:
             return floor_slots
         s = capacity * a / (k - capacity * b)
+        if s <= 0:
+            # a == 0: the fit's total throughput is flat in slots, so a capacity below the
+            # current one is reached only where the clamp at 1 / coefficient_min binds
+            # (ratio() cannot be asked about 0 slots).
+            return capacity * lo / rate_now
         r = self.ratio(s_now, s)
         # The clamp may bind at s; then the capacity is s * rate_now * r with r fixed.
         return capacity / (rate_now * r) if r in (lo, 1.0 / lo) else s

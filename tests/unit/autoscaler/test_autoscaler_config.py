@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from spark_adaptive.core.autoscaler import AutoscalerConfig, autoscaler_options
@@ -110,3 +112,19 @@ def test_the_fit_is_exact_on_its_own_model_and_clamped() -> None:
     one.record(4.0, 900.0, 0.0)
     one.record(4.5, 800.0, 1.0)  # too close together to trust a slope
     assert one.fit() is None and one.ratio(4.0, 40.0) == 1.0
+
+
+def test_a_flat_throughput_sizes_fewer_slots_where_the_clamp_binds_not_at_zero() -> None:
+    """Total throughput that does not grow with slots fits an intercept of 0: fewer slots
+    keep the capacity only as far as coefficient-min lets the rate per slot rise."""
+    m = ScalabilityModel(min_observations=2, coefficient_min=0.5)
+    m.record(4.0, 100.0, time=0.0, partitions=8)
+    m.record(8.0, 48.0, time=1.0, partitions=8)  # 400 and 384 rows/s in all
+    a, _ = m.fit() or (1.0, 0.0)
+    assert a == 0.0
+    x = m.slots_for(150.0, 8.0, 48.0)
+    assert x == pytest.approx(150.0 * 0.5 / 48.0)  # 1.56 slots at twice the rate per slot
+    assert m.capacity(x, 8.0, 48.0) == pytest.approx(150.0)
+    # The scale-down floor in rows/s turns back into its slots, not into none.
+    floor = m.capacity(1.6, 8.0, 48.0)
+    assert m.clamp(150.0, 8.0, 48.0, lo=1.6, hi=math.inf) == pytest.approx(floor)

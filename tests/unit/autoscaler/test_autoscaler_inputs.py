@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from autoscaler_fakes import config, make
 
-from spark_adaptive.core.autoscaler import LoadSample, QueryAutoscaler
+from spark_adaptive.core.autoscaler import LoadSample, QueryAutoscaler, QueryView
 from spark_adaptive.core.autoscaler.window import Entry, MetricsWindow
 from spark_adaptive.core.events import QueryProgress
 
@@ -52,6 +52,54 @@ def test_zero_input_never_scales_and_says_why() -> None:
     q.run(120, num_input_rows=0.0, input_rows_per_second=0.0)  # the input stops
     d = q.evaluate()
     assert d.outcome == "no-change" and "no input" in d.reason
+
+
+def test_a_backlog_left_while_no_input_arrives_holds_the_slots_and_says_why() -> None:
+    """The backlog drains faster than batches read it (its arrival rate clamps to 0), then the
+    batches read nothing while it stays: no input rate, a backlog, a full window."""
+    p = QueryAutoscaler(config(metrics_window=30.0, stabilization_interval=0.0), "q",
+                        started_at=0.0)
+    t, backlog = 0.0, 10_000.0
+    for i in range(8):
+        t += 5.0
+        rows = 1000.0 if i < 4 else 0.0
+        if i < 4:
+            backlog -= 2000.0
+        p.observe(LoadSample(time=t, slots=4, partitions=4, batch_id=i, num_input_rows=rows,
+                             input_rows_per_second=rows / 5, batch_duration=0.5,
+                             processed_rows_per_second=rows / 0.5, trigger_interval=5.0,
+                             backlog=backlog, busy_time=2.0 if rows else None))
+    d = p.evaluate(QueryView(now=t, slots=4, partitions=4))
+    assert (d.outcome, d.inputs.input_rate, d.inputs.backlog) == ("no-change", 0.0, 2000.0)
+    assert "2000 rows while no input arrives" in d.reason
+
+
+def test_a_flat_throughput_fit_keeps_the_scale_down_floor() -> None:
+    """8 slots process no more than 4 did (the fit's intercept is 0): a scale-down is still
+    held to scale-down.max-factor's floor, not sized at 0 slots and taken to 1."""
+    p = QueryAutoscaler(config(metrics_window=30.0, stabilization_interval=0.0,
+                               scale_down_interval=0.0, utilization_min=0.45,
+                               observed_scalability=True, scale_down_max_factor=0.8), "q",
+                        started_at=0.0)
+    t, b = 0.0, 0
+
+    def run(slots: int, per_slot: float, rate: float) -> None:
+        nonlocal t, b
+        for _ in range(8):
+            t, b = t + 5.0, b + 1
+            p.observe(LoadSample(time=t, slots=slots, partitions=8, batch_id=b,
+                                 num_input_rows=rate * 5, input_rows_per_second=rate,
+                                 processed_rows_per_second=per_slot * slots, batch_duration=1.0,
+                                 trigger_interval=5.0, busy_time=rate * 5 / per_slot))
+
+    run(4, 100.0, 200.0)
+    assert p.evaluate(QueryView(now=t, slots=4, partitions=8, can_restart=False)).outcome \
+        == "no-change"
+    p.on_rescale_completed(t, slots=8, partitions=8)
+    run(8, 48.0, 150.0)
+    d = p.evaluate(QueryView(now=t, slots=8, partitions=8, can_restart=False))
+    assert d.outcome == "scale-down"
+    assert d.target_slots == 2  # 8 x (1 - 0.8) = 1.6 slots at least
 
 
 def test_batches_with_zero_rows_say_nothing_about_the_rate_per_slot() -> None:
