@@ -200,7 +200,8 @@ class RestApi:
         status = self._facade.autoscaler(self._facade.key_of(r.ident))
         if status is None:
             return error(404, "The autoscaler is off for this application "
-                              "(spark.adaptive.autoscaler.enabled=false).")
+                              "(spark.adaptive.autoscaler.enabled=false, or a local master, "
+                              "which has no executors to scale).")
         return Response(200, wire.autoscaler_json(status))
 
     def _get_samples(self, r: Incoming) -> Response:

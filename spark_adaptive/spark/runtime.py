@@ -98,6 +98,10 @@ class AdaptiveRuntime:
         self.bus.subscribe(self.scheduler.on_event, "adaptive scheduler")
         self.autoscaling: Autoscaling | None = None
         self.offset_log: CheckpointOffsetLog | None = None
+        if settings.autoscaler.enabled and self.local_slots is not None:
+            log.warning("spark.adaptive.autoscaler.enabled=true has no effect with master %s: "
+                        "local mode runs on a fixed set of %d task slots, with no executors "
+                        "to take or give back", sc.master, self.local_slots)
         if settings.autoscaler.enabled and self.local_slots is None:
             self.offset_log = CheckpointOffsetLog(sc)
             self.autoscaling = Autoscaling(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from typing import Any
 
@@ -30,6 +31,24 @@ def test_stateful_operators_are_recognised_from_the_plan(spark_session: Any, bui
 
     stream = spark_session.readStream.format("rate").load()
     assert is_stateful(_plan(build(stream, F))) is stateful
+
+
+def test_the_autoscaler_is_off_in_local_mode_and_says_so(
+        spark_session: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """local[N] has a fixed set of task slots: nothing for the autoscaler to take or give
+    back. One WARNING says so (the REST route's answer: tests/unit/test_rest_api.py)."""
+    import spark_adaptive
+
+    with caplog.at_level(logging.WARNING, logger="spark_adaptive"):
+        rt = spark_adaptive.enable(spark_session, **{"autoscaler.enabled": "true",
+                                                     "rest.port": "0"})
+    try:
+        assert rt.autoscaling is None
+        warned = [r.getMessage() for r in caplog.records
+                  if "autoscaler.enabled=true has no effect" in r.getMessage()]
+        assert len(warned) == 1 and "local" in warned[0], warned
+    finally:
+        rt.shutdown()
 
 
 @pytest.mark.internals

@@ -49,6 +49,13 @@ def assert_unchanged(url: str, sched: FakeScheduler) -> None:
 
 
 # -- reads ------------------------------------------------------------------------------
+def test_the_autoscaler_route_says_why_it_has_nothing(url: str) -> None:
+    reply = call(url, "GET", "/queries/orders/autoscaler")
+    assert reply.status == 404
+    error = reply.body["errors"][0]
+    assert "spark.adaptive.autoscaler.enabled=false" in error and "local master" in error
+
+
 def test_list_and_get_a_query_by_id_key_or_name(url: str) -> None:
     listed = call(url, "GET", "/queries")
     assert listed.status == 200 and listed.headers["content-type"] == "application/json"

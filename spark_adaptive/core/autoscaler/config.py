@@ -50,7 +50,9 @@ class AutoscalerConfig:
     enabled: bool = option(
         "autoscaler.enabled", "bool", False,
         "Turns the autoscaler on: each managed streaming query's slots (and, when a restart "
-        "is worth it, its partition count) follow its load. Adaptive scheduler mode only.")
+        "is worth it, its partition count) follow its load. Adaptive scheduler mode only; "
+        "off with a local master (local[N] has a fixed set of task slots and no executors "
+        "to take or give back; a WARNING says so).")
     scaling_enabled: bool = option(
         "autoscaler.scaling.enabled", "bool", True,
         "false: recommend only. Decisions are computed, logged and shown by the REST API, "
