@@ -154,10 +154,14 @@ class _Sums:
         first = entries[0].time if entries else math.inf
         while self.backlogs and self.backlogs[0][0] < first:
             self.backlogs.popleft()
-        if not entries:  # no float residue survives an empty window
-            self.rows = self.dt = self.busy = self.busy_rows = self.rps = 0.0
-            self.n_rps = self.n_dt = self.n_busy = 0
-            self.rr = self.rb = 0.0
+        # No float residue outlives the last entry of its kind: subtracted sums can leave
+        # a few 1e-17 that, divided by each other, would read as a rate.
+        if self.n_dt == 0:
+            self.rows = self.dt = 0.0
+        if self.n_busy == 0:
+            self.busy = self.busy_rows = self.rr = self.rb = 0.0
+        if self.n_rps == 0:
+            self.rps = 0.0
 
     def arrival_rate(self, skip_newest: bool = True) -> float | None:
         """Consumption plus backlog growth, leaving the newest batch's backlog change out
@@ -259,7 +263,7 @@ class MetricsWindow:
     def rate_per_slot(self) -> tuple[float | None, str]:
         """True processing rate per slot (rows per slot-second) and where it came from."""
         s = self._all
-        if s.busy > 0 and s.busy_rows > 0:
+        if s.n_busy > 0 and s.busy > 0 and s.busy_rows > 0:
             return s.busy_rows / s.busy, "busy time"
         if s.n_rps > 0 and s.rps > 0:
             return s.rps / s.n_rps, "processedRowsPerSecond"

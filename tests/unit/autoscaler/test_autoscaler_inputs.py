@@ -196,6 +196,20 @@ def test_the_window_keeps_only_its_span_whatever_it_was_fed() -> None:
     assert w.rate_per_slot() == (pytest.approx(1000.0), "busy time")
 
 
+def test_no_float_residue_of_trimmed_batches_reads_as_a_rate() -> None:
+    """Batches with busy time leave the window, those after report only a processing rate:
+    the running sums of the first kind go back to exactly 0, not to 1e-17 / 1e-17."""
+    w = MetricsWindow(60.0)
+    t = 0.0
+    for busy in (0.1, 0.2):
+        t += 5.0
+        w.add(Entry(t, 5.0, busy, busy, busy, None, None, busy / 5, 1.0, 5.0, 1, 1))
+    for _ in range(20):
+        t += 5.0
+        w.add(Entry(t, 5.0, 100.0, None, 0.0, 250.0, None, 20.0, 1.0, 5.0, 1, 1))
+    assert w.rate_per_slot() == (250.0, "processedRowsPerSecond")
+
+
 def test_a_batch_s_fixed_cost_is_told_apart_from_its_cost_per_row() -> None:
     # Batches every 4 s whose busy time is 0.6 slot-s plus 4 ms a row.
     w = MetricsWindow(60.0)
