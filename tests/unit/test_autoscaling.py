@@ -16,6 +16,7 @@ from scheduler_fakes import App, FakeDriver, query_info
 
 from spark_adaptive.core.autoscaler import AutoscalerConfig
 from spark_adaptive.core.events import (
+    ExecutorAdded,
     JobStarted,
     QueryProgress,
     SourceProgress,
@@ -170,6 +171,54 @@ def test_executors_that_do_not_come_stop_holding_the_policy_back() -> None:
     assert not view.rescale_in_flight and view.cluster_max_slots == 2
     ups = [r for r in app.scheduler.history("q") if r.trigger is Trigger.AUTOSCALER]
     assert ups and ups[-1].to_slots == 2 and ups[-1].outcome == "completed"
+
+
+def test_a_restart_after_a_failure_does_not_price_a_rescale_s_restart() -> None:
+    app, driver, autoscaling, load = _setup(restart_time=10.0)
+    load.run(30)
+    q = app.scheduler.query("q")
+    history = q.history
+    history.open(Trigger.FAILURE, "restart", from_parallelism=8, to_parallelism=8,
+                 from_slots=1, to_slots=1, reason="failed: restart after 120s")
+    app.advance(195.0)  # the restart strategy's delay, then the first batch
+    history.complete_pending()
+    load.run(5)
+    watched = autoscaling._watch(q)
+    assert watched.policy._downtime(autoscaling._view(q, watched)) == 10.0  # restart.time
+
+
+def test_a_query_started_again_under_its_key_is_watched_afresh() -> None:
+    app, driver, autoscaling, load = _setup(executors=4, initial_slots=1)
+    load.run(6)
+    old = app.scheduler.query("q")
+    assert old.target is not None and old.target.slots == 1
+    kept = autoscaling._watch(old)
+    app.scheduler.cancel("q")  # the app stops it and starts it again from its checkpoint,
+    app.stop(driver)  # before the next evaluation
+    assert old.finished
+    driver2 = FakeDriver(query_info("q", partitions=8))
+    app.register(driver2)
+    new = app.scheduler.query("q")
+    assert new is not old and autoscaling._watched(new) is None
+    Load(app, driver2, autoscaling).run(6)
+    watched = autoscaling._watch(new)
+    assert watched is not kept and watched.query is new
+    assert new.target is not None and new.target.slots == 1  # initial-slots, once more
+
+
+def test_one_query_s_give_up_caps_only_its_own_slots() -> None:
+    app, driver, autoscaling, load = _setup(resource_wait=10.0)
+    load.rate = 300.0
+    load.run(30)
+    q = app.scheduler.query("q")
+    app.add("2")
+    load.run(25)  # no more executors for the resource wait: this query's cap is 2
+    watched = autoscaling._watch(q)
+    assert autoscaling._view(q, watched).cluster_max_slots == 2
+    q2 = app.register(FakeDriver(query_info("q2", partitions=8)))
+    assert autoscaling._view(q2, autoscaling._watch(q2)).cluster_max_slots is None
+    autoscaling.on_event(ExecutorAdded(0.0, "3", "host-3", 1))  # the cluster changed
+    assert watched.cluster_max_slots is None
 
 
 def test_an_autoscaled_query_follows_unbalanced_executors_live_until_its_first_target() -> None:

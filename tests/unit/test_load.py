@@ -49,6 +49,16 @@ def test_a_run_that_ended_is_forgotten() -> None:
     assert t.take("warm-up-run") == BatchLoad(None, None, 0)
 
 
+def test_a_stage_that_completes_after_its_run_ended_is_not_kept() -> None:
+    t = LoadTracker()
+    t.on_event(JobStarted(0.0, 1, (1,), job_group="stopped-run"))
+    t.on_event(StageSubmitted(0.0, 1, 0, 8))
+    t.on_event(QueryTerminated(0.0, "q", "stopped-run", None))
+    t.on_event(_completed(1, 2.0))  # the stage the stop cancelled, reported after the stop
+    t.on_event(StageSubmitted(0.0, 1, 0, 8))
+    assert (t._busy, t._timed, t._tasks, t._stages, t._total) == ({}, set(), {}, {}, {})
+
+
 def test_without_task_time_busy_time_is_unknown() -> None:
     t = LoadTracker()
     t.on_event(JobStarted(0.0, 1, (1,), job_group="run"))

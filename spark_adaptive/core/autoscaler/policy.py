@@ -155,7 +155,7 @@ class QueryAutoscaler:
         self._scaled_up: tuple[int, float] | None = None
         self._before: MetricsWindow | None = None  # the window a completed scale-up left
         self._after_up: float | None = None
-        self._downtimes: list[float] = []
+        self._downtimes: deque[float] = deque(maxlen=STARTUPS_KEPT)
         self._startups: deque[float] = deque(maxlen=STARTUPS_KEPT)
         self._per_partition = 0.0
         self._tasks: int | None = None  # tasks of the newest batch's stages, when known

@@ -87,8 +87,9 @@ class AutoscalerStatus:
 class _Watched:
     """What :class:`Autoscaling` keeps per query besides its policy."""
 
-    def __init__(self, policy: QueryAutoscaler) -> None:
+    def __init__(self, policy: QueryAutoscaler, query: QueryScheduler) -> None:
         self.policy = policy
+        self.query = query  # a query started again under the same key is another one
         self.seen_record = 0  # the id of the last rescale record told to the policy
         self.unmet_since: float | None = None  # since when its target's slots are missing
         self.unmet_share = 0  # the slots it had then
@@ -97,6 +98,9 @@ class _Watched:
         self.started = False  # autoscaler.initial-slots was considered for it
         self.read_batch: int | None = None  # the newest batch looked up in its offset log
         self.asked: tuple[float, int] | None = None  # a live scale-up's time and slots
+        # The slots the cluster gave it when no executor came for resource-wait; until an
+        # executor joins or leaves, what the policy may plan with (its own, not another's).
+        self.cluster_max_slots: int | None = None
 
 
 class Autoscaling:
@@ -116,7 +120,6 @@ class Autoscaling:
         self._resource_wait = resource_wait
         self._queries: dict[str, _Watched] = {}
         self._failing: dict[str, str] = {}  # query key -> the error its evaluation raised
-        self._cluster_max_slots: int | None = None
         self._timer: Cancellable | None = None
         self._next_at: float | None = None
         self._schedule()
@@ -125,7 +128,8 @@ class Autoscaling:
     def on_event(self, event: Event) -> None:
         """A bus subscriber: samples from progress, task costs from stages."""
         if isinstance(event, (ExecutorAdded, ExecutorRemoved)):
-            self._cluster_max_slots = None  # the cluster changed: what it gives may too
+            for watched in self._queries.values():  # the cluster changed: what it gives may
+                watched.cluster_max_slots = None
             return
         if isinstance(event, JobStarted):
             self._batch_started(event)
@@ -153,7 +157,7 @@ class Autoscaling:
         q = self._sched.query_of_run(event.job_group)
         if q is None or q.finished:
             return
-        watched = self._queries.get(q.key)
+        watched = self._watched(q)
         location = q.checkpoint_location
         last = q.last_progress
         if watched is None or last is None or location is None:
@@ -176,7 +180,7 @@ class Autoscaling:
                       started: StartedBatch | None) -> None:
         """On the scheduler thread: the input rate of the batch after ``last`` to the policy,
         and an evaluation at once when it shows a rise under way."""
-        watched = self._queries.get(q.key)
+        watched = self._watched(q)
         if watched is None or q.finished or started is None:
             return
         rate = started_batch_rate(last, started)
@@ -184,13 +188,21 @@ class Autoscaling:
                 and watched.policy.rising:
             self._evaluate_guarded(q)  # a rise under way: not at the next interval
 
-    def _watch(self, q: QueryScheduler) -> _Watched:
+    def _watched(self, q: QueryScheduler) -> _Watched | None:
+        """What is kept for ``q``; None for a query not seen yet, or when what is kept under
+        its key belongs to the query it replaced (stopped and started again from the same
+        checkpoint, within an evaluation interval)."""
         watched = self._queries.get(q.key)
+        return watched if watched is not None and watched.query is q else None
+
+    def _watch(self, q: QueryScheduler) -> _Watched:
+        watched = self._watched(q)
         if watched is None:
             policy = QueryAutoscaler(self.config, query=q.name or q.key,
                                      started_at=self._timers.now())
-            watched = self._queries[q.key] = _Watched(policy)
+            watched = self._queries[q.key] = _Watched(policy, q)
             watched.seen_record = max((r.id for r in q.history.records()), default=0)
+            self._failing.pop(q.key, None)
         return watched
 
     def _tell_rescales(self, q: QueryScheduler, watched: _Watched) -> None:
@@ -201,7 +213,10 @@ class Autoscaling:
             watched.seen_record = record.id
             if record.outcome != "completed" or record.kind == "initial":
                 continue
-            downtime = record.duration if record.kind == "restart" else None
+            # A restart after a failure waited for its restart strategy (its delay): that is
+            # not what a rescale's restart costs (left out of the view's downtimes too).
+            downtime = (record.duration if record.kind == "restart"
+                        and record.trigger is not Trigger.FAILURE else None)
             done = record.started + (record.duration or 0.0)
             startup = None
             asked = watched.asked
@@ -225,8 +240,9 @@ class Autoscaling:
         try:
             for q in self._sched.queries():
                 if q.finished:
-                    self._queries.pop(q.key, None)
-                    self._failing.pop(q.key, None)
+                    if self._watched(q) is not None:
+                        del self._queries[q.key]
+                        self._failing.pop(q.key, None)
                     continue
                 self._evaluate_guarded(q)
         except Exception:  # a bug outside the policies must not stop the timers either
@@ -308,7 +324,7 @@ class Autoscaling:
         if gave_up:
             # No executor came for resource-wait: what the query has is what the cluster
             # gives it (until an executor joins or leaves), and the policy decides again.
-            self._cluster_max_slots = max(1, share)
+            watched.cluster_max_slots = max(1, share)
         completed = [r for r in q.history.records() if r.outcome == "completed"]
         last = completed[-1] if completed else None
         r = q.requirements
@@ -325,7 +341,7 @@ class Autoscaling:
             last_rescale_completed=None if last is None or last.duration is None
             else last.started + last.duration,
             slots_per_executor=self._sched.resources.slots_per_executor(1) or 1,
-            cluster_max_slots=self._cluster_max_slots)
+            cluster_max_slots=watched.cluster_max_slots)
 
     def _log(self, q: QueryScheduler, watched: _Watched, d: ScalingDecision) -> None:
         key = (d.outcome, d.target_slots, d.target_partitions)
@@ -337,7 +353,7 @@ class Autoscaling:
 
     # -- reading -----------------------------------------------------------------------
     def status(self, q: QueryScheduler) -> AutoscalerStatus:
-        watched = self._queries.get(q.key)
+        watched = self._watched(q)
         share = q.slot_share() or 0
         waiting = q.target is not None and share < min(q.target.slots, q.requirements.upper)
         cfg = self.config

@@ -87,6 +87,10 @@ class LoadTracker:
                 self._timed.add(run)
         elif isinstance(event, QueryTerminated):  # a run no one takes from is forgotten
             self.take(event.run_id)
+            # ... and so are its stages: one cancelled by the stop may complete after this,
+            # and would open the run's sums again, for good.
+            for stage in [st for st, run in self._run_of_stage.items() if run == event.run_id]:
+                del self._run_of_stage[stage]
 
     def take(self, run_id: str) -> BatchLoad:
         """What the run's stages cost since the last call for it, and start again."""
