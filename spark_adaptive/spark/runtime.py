@@ -102,7 +102,7 @@ class AdaptiveRuntime:
             log.warning("spark.adaptive.autoscaler.enabled=true has no effect with master %s: "
                         "local mode runs on a fixed set of %d task slots, with no executors "
                         "to take or give back", sc.master, self.local_slots)
-        if settings.autoscaler.enabled and self.local_slots is None:
+        elif settings.autoscaler.enabled:
             self.offset_log = CheckpointOffsetLog(sc)
             self.autoscaling = Autoscaling(
                 settings.autoscaler, self.scheduler, self.loop,
