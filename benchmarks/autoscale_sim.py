@@ -316,6 +316,8 @@ class Policy(Protocol):
 
     def observe_start(self, batch_id: int, input_rate: float) -> bool: ...
 
+    def observe_started(self, batch_id: int) -> bool: ...
+
     def evaluate(self, view: QueryView) -> ScalingDecision: ...
 
     def on_rescale_completed(self, time: float, *, slots: int, partitions: int,
@@ -347,6 +349,9 @@ class FlinkOperatorBaseline:
 
     def observe_start(self, batch_id: int, input_rate: float) -> bool:
         return False  # Flink's operator reads completed metrics windows only
+
+    def observe_started(self, batch_id: int) -> bool:
+        return False
 
     def observe(self, s: LoadSample) -> bool:
         if s.time < self.stable_from:
@@ -479,6 +484,9 @@ class ReactiveBound:
     def observe_start(self, batch_id: int, input_rate: float) -> bool:
         return True
 
+    def observe_started(self, batch_id: int) -> bool:
+        return True
+
     def on_rescale_completed(self, time: float, *, slots: int, partitions: int,
                              kind: Kind = "live", downtime: float | None = None,
                              startup: float | None = None) -> None:
@@ -597,6 +605,7 @@ class SimQuery:
             self.batch_backlog = (available - rows) if spec.kafka else None
             self.batch_slots = self.active
             self.next_start = start + max(TRIGGER, dur)
+            self.policy.observe_started(self.batch_id + 1)  # its first job
             if self.prev_start is not None and start > self.prev_start:
                 # What the batch reads is in its offset-log entry as it starts.
                 self.policy.observe_start(self.batch_id + 1, rows / (start - self.prev_start))

@@ -377,3 +377,22 @@ def test_the_executors_start_up_is_measured_from_the_scale_up_to_their_tasks(
     # the batch that ran meanwhile
     # from the decision to the live rescale that reached its slots
     assert later.inputs.executor_startup == expected
+
+
+@pytest.mark.parametrize("started", [False, True])
+def test_a_batch_is_stuck_only_once_its_first_job_started(started: bool) -> None:
+    """No completed batch for 30 s: the input stopped (Spark starts no batch), or with a
+    job of the next batch started (no offset log read) that batch holds the query up."""
+    app, driver, autoscaling, load = _setup()
+    load.run(40)  # 50 rows/s: half a slot
+    if started:
+        event = JobStarted(0.0, 999, (999,), job_group=driver.run_id)
+        app.event(event)
+        autoscaling.on_event(event)
+    app.advance(30.0)
+    decision = autoscaling.status(app.scheduler.query("q")).decision
+    assert decision is not None and decision.inputs is not None
+    if started:
+        assert decision.inputs.backlog > 50 * 20  # the rows arrived since it started
+    else:
+        assert decision.inputs.backlog == 0 and decision.outcome != "scale-up"

@@ -91,8 +91,10 @@ class AutoscalerConfig:
         "start.", minimum=0.001, maximum=2.0)
     scale_up_max_factor: float = option(
         "autoscaler.scale-up.max-factor", "float", 100000.0,
-        "A scale-up ends at most at (1 + this) times the current slots. Flink's default, "
-        "i.e. no limit: a needed scale-up is done in one step.", minimum=0.0)
+        "A scale-up is sized for at most (1 + this) times the current slots; rounding up to "
+        "a slot count that runs the partitions in balanced waves may go past it, as Flink's "
+        "alignment to key groups does. Flink's default, i.e. no limit: a needed scale-up is "
+        "done in one step.", minimum=0.0)
     scale_down_max_factor: float = option(
         "autoscaler.scale-down.max-factor", "float", 0.8,
         "A scale-down keeps at least (1 - this) times the current slots. Flink keeps 40% "
@@ -164,9 +166,9 @@ class AutoscalerConfig:
         "autoscaler.scaling.effectiveness.detection.enabled", "bool", True,
         "Judge each scale-up by the capacity it gained. One that gained less than the "
         "threshold of what it promised blocks repeating the same step (more slots on the "
-        "same partitions) until the block expires or the query falls behind; other steps, "
-        "e.g. a restart at more partitions, stay allowed. On by default, unlike Flink's, "
-        "because the block can neither last nor build a backlog.")
+        "same partitions) until the block expires or the query falls behind; a restart at "
+        "other partitions that the policy chooses is not blocked. On by default, unlike "
+        "Flink's, because the block can neither last nor build a backlog.")
     effectiveness_threshold: float = option(
         "autoscaler.scaling.effectiveness.threshold", "float", 0.1,
         "A scale-up is ineffective when it gained less than this fraction of the capacity it "

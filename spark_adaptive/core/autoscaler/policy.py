@@ -144,6 +144,7 @@ class QueryAutoscaler:
         self._last_batch: int | None = None
         # The batch running now, as its start showed it: (batch id, its input rate).
         self._running: tuple[int, float] | None = None
+        self._started: int | None = None  # the newest batch known to have started
         self._last_eval: float | None = None
         self._pending_down = DelayedScaleDown()
         self._guard = EffectivenessGuard(config.effectiveness_detection,
@@ -185,9 +186,7 @@ class QueryAutoscaler:
         w = self._window
         last = w.last_time
         if last is not None and t < last:  # nothing measured before can be trusted
-            w.clear()
-            self._after_up = self._before = None
-            self._stable_from = t + self.config.stabilization_interval
+            self._forget_times(t)
             return self._reject(f"clock went back from {last:.3f}s to {t:.3f}s; metrics are "
                                 "collected again after a stabilization interval")
         if t < self._stable_from:
@@ -208,7 +207,26 @@ class QueryAutoscaler:
         if self._last_batch is not None and batch_id <= self._last_batch:
             return False  # it completed already: its sample says more
         self._running = (batch_id, rate)
+        self._started = batch_id
         return True
+
+    def observe_started(self, batch_id: int) -> bool:
+        """Micro-batch ``batch_id`` started (its first job ran), what it reads unknown.
+
+        Only a batch known to run can hold the query up: with none, a query whose last
+        batch completed long ago has had no input since (Spark runs no batch then), not
+        a stuck batch. False if unused."""
+        if not isinstance(batch_id, int) or isinstance(batch_id, bool):
+            return self._reject(f"started batch {batch_id!r}")
+        if self._last_batch is not None and batch_id <= self._last_batch:
+            return False
+        self._started = batch_id
+        return True
+
+    def _batch_running(self) -> bool:
+        """Whether a batch started after the newest completed one."""
+        b = self._started
+        return b is not None and (self._last_batch is None or b > self._last_batch)
 
     @property
     def rising(self) -> bool:
@@ -278,9 +296,7 @@ class QueryAutoscaler:
             return self._not_ready(view, "autoscaler.enabled=false")
         if self._last_eval is not None and now < self._last_eval:
             before, self._last_eval = self._last_eval, now
-            self._window.clear()
-            self._after_up = self._before = None
-            self._stable_from = now + cfg.stabilization_interval
+            self._forget_times(now)
             return self._not_ready(view, f"the clock went back from {before:.3f}s to "
                                          f"{now:.3f}s; metrics are collected again")
         self._last_eval = now
@@ -373,7 +389,7 @@ class QueryAutoscaler:
             lam = lam_s  # ... or the batch running now, from what it reads
         else:
             lam_s = None
-        backlog = w.backlog(now, lam or 0.0) or 0.0
+        backlog = w.backlog(now, lam or 0.0, self._batch_running()) or 0.0
         behind = backlog > 0 and (not lam or backlog / lam > cfg.backlog_lag_threshold)
         cu = cfg.catch_up_duration
         catch = backlog / cu if cu > 0 else 0.0
@@ -417,7 +433,7 @@ class QueryAutoscaler:
         if again is None or again.in_flight:  # a borrowed window's rate was recorded
             self._model.record(eff, rate, now, p)
         if full:  # a scale-up is judged on the first full window after it, not on two batches
-            self._guard.judge(cap, now, self._model)
+            self._guard.judge(cap, now)
         downtime = self._downtime(view)
         # Input above the capacity grows a backlog until the new executors run; the target
         # drains it within the catch-up duration as well (restart.time's term, for the
@@ -467,6 +483,12 @@ class QueryAutoscaler:
             return self._scale_down(view, inputs, rate,
                                     *(needs(lam_down) if falling else (need_live, need_restart)),
                                     downtime, falling)
+        if eff < s and not behind:
+            # Slots the partitions leave without a task (more slots than tasks, or a count
+            # that does not divide them): fewer run them in as many waves. Released like any
+            # scale-down, but never below the capacity the query has now.
+            return self._scale_down(view, inputs, rate, min(need_live, cap),
+                                    min(need_restart, cap), downtime, False, idle=True)
         self._pending_down.clear()
         why = (f"utilization {util:.2f} within [{cfg.utilization_min:g}, "
                f"{cfg.utilization_max:g}]")
@@ -534,16 +556,19 @@ class QueryAutoscaler:
         d = self._result(view, "scale-up", choice.kind, s, p, f"{head}: {choice.reason}",
                          inputs, target=(choice.slots, choice.partitions))
         if d.applied:
-            self._guard.expect(choice.slots, choice.partitions, inputs.capacity or 0.0, eff,
-                               rate)
+            self._guard.expect(choice.slots, choice.partitions, inputs.capacity or 0.0,
+                               self._model.capacity(effective_slots(choice.slots,
+                                                                    choice.partitions),
+                                                    eff, rate))
             self._scaled_up = (choice.slots, lam)
         return d
 
     def _scale_down(self, view: QueryView, inputs: DecisionInputs, rate: float,
                     need_live: float, need_restart: float, downtime: float,
-                    falling: bool) -> ScalingDecision:
+                    falling: bool, idle: bool = False) -> ScalingDecision:
         """``falling``: the newest seconds' input rate is below :data:`SETTLED` times the
-        window's, it is theirs that is below the band, and the needs are sized on it."""
+        window's, it is theirs that is below the band, and the needs are sized on it.
+        ``idle``: the utilization is in the band, but some slots get no task."""
         cfg, now = self.config, view.now
         s, p = view.slots, view.partitions
         eff = effective_slots(s, p)
@@ -551,6 +576,9 @@ class QueryAutoscaler:
         lam_w, lam_r = inputs.input_rate_window or 0.0, inputs.input_rate_recent or 0.0
         util = inputs.utilization or 0.0
         head = f"utilization {util:.2f} below {cfg.utilization_min:g}"
+        if idle:
+            head = (f"utilization {util:.2f} in the band, but {s} slots run the {p} "
+                    f"partitions only as fast as {eff:g} would")
         if falling:
             cap = inputs.capacity or math.inf
             head = (f"utilization {lam_r / cap:.2f} in the newest seconds ({util:.2f} over the "
@@ -571,7 +599,9 @@ class QueryAutoscaler:
                     "window); the scale-down is recommended once the newest seconds have "
                     "settled", inputs)
             lam = lam_r
-        m, lo = self._model, eff * (1 - cfg.scale_down_max_factor)
+        # Flink floors a scale-down at (1 - max-factor) times the current parallelism: here
+        # the current slots, in the effective slots the model sizes in.
+        m, lo = self._model, min(eff, s * (1 - cfg.scale_down_max_factor))
         x_live = m.slots_for(m.clamp(need_live, eff, rate, lo, math.inf), eff, rate)
         x_rst = m.slots_for(m.clamp(need_restart, eff, rate, lo, math.inf), eff, rate)
         since, xl, xr = self._pending_down.merged(now, x_live, x_rst)
@@ -630,6 +660,16 @@ class QueryAutoscaler:
         cfg = self.config
         return restart_downtime(cfg.restart_time_tracking, cfg.executor_startup_time,
                                 cfg.restart_time_tracking_limit, tuple(self._startups))
+
+    def _forget_times(self, now: float) -> None:
+        """The clock went back to ``now``: what was measured or started on the old clock
+        (the window, a pending scale-down's start, a block's end) cannot be compared with
+        the new one, so it is dropped and the query is watched again after stabilizing."""
+        self._window.clear()
+        self._after_up = self._before = None
+        self._pending_down.clear()
+        self._guard.block = None
+        self._stable_from = now + self.config.stabilization_interval
 
     def _reject(self, why: str) -> bool:
         self.rejected += 1

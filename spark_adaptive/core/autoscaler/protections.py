@@ -13,10 +13,12 @@
     rescale that reaches its target arms it (:meth:`~EffectivenessGuard.on_rescale`);
     the first full window afterwards judges it (:meth:`~EffectivenessGuard.judge`):
     when the capacity gained is below ``threshold`` of the gain predicted for the
-    slots reached, the same step (more slots on the same partitions) is blocked.
+    slots reached (predicted when the scale-up is decided, as Flink records its
+    expected processing rate, and not from a fit that already holds the
+    outcome), the same step (more slots on the same partitions) is blocked.
     Unlike Flink's, the block expires (``expiry``) and lifts as soon as the query
-    falls behind, and any other step stays allowed, so a false positive can
-    neither block a needed scale-up for long nor build a backlog (FLINK-35814).
+    falls behind, and a step at other partitions is not blocked, so a false positive
+    can neither block a needed scale-up for long nor build a backlog (FLINK-35814).
     The prediction is made for the slots actually reached, after every cap and
     rounding (FLINK-39743 judged against the unconstrained target).
 """
@@ -24,9 +26,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from spark_adaptive.core.autoscaler.scalability import ScalabilityModel
-from spark_adaptive.core.autoscaler.window import effective_slots
 
 
 class DelayedScaleDown:
@@ -70,8 +69,7 @@ class _Expectation:
     to_slots: int
     partitions: int
     cap_before: float
-    eff_before: float
-    rate_before: float
+    predicted: float  # the capacity the scale-up was expected to reach, when decided
     armed: bool = False
 
 
@@ -83,10 +81,12 @@ class EffectivenessGuard:
         self._expect: _Expectation | None = None
         self.block: Block | None = None
 
-    def expect(self, to_slots: int, partitions: int, cap_before: float, eff_before: float,
-               rate_before: float) -> None:
-        """An applied scale-up to ``to_slots`` slots from a capacity of ``cap_before``."""
-        self._expect = _Expectation(to_slots, partitions, cap_before, eff_before, rate_before)
+    def expect(self, to_slots: int, partitions: int, cap_before: float,
+               predicted: float) -> None:
+        """An applied scale-up to ``to_slots`` slots from a capacity of ``cap_before``,
+        expected to reach ``predicted`` (frozen now: a prediction made after the outcome
+        is measured would already contain it)."""
+        self._expect = _Expectation(to_slots, partitions, cap_before, predicted)
 
     def on_rescale(self, slots: int | None) -> None:
         """A rescale completed on ``slots`` slots: it arms the expected scale-up if it
@@ -95,20 +95,19 @@ class EffectivenessGuard:
         if e is None:
             return
         if not e.armed and slots == e.to_slots:
-            self._expect = _Expectation(e.to_slots, e.partitions, e.cap_before, e.eff_before,
-                                        e.rate_before, armed=True)
+            self._expect = _Expectation(e.to_slots, e.partitions, e.cap_before, e.predicted,
+                                        armed=True)
         elif e.armed:
             self._expect = None
 
-    def judge(self, cap_now: float, now: float, model: ScalabilityModel) -> None:
-        """Called with the capacity of each full window; judges an armed scale-up once."""
+    def judge(self, cap_now: float, now: float) -> None:
+        """Called with the capacity of each full window; judges an armed scale-up once
+        (Flink: the processing rate gained against the one the scale-up expected)."""
         e = self._expect
         if e is None or not e.armed:
             return
         self._expect = None
-        predicted = model.capacity(effective_slots(e.to_slots, e.partitions), e.eff_before,
-                                   e.rate_before)
-        gain = predicted - e.cap_before
+        gain = e.predicted - e.cap_before
         if not self.enabled or gain <= 0:
             return
         if (cap_now - e.cap_before) / gain < self.threshold:

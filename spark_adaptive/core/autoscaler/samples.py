@@ -138,12 +138,18 @@ def _finite(x: float | None) -> bool:
     return x is not None and isinstance(x, (int, float)) and math.isfinite(x)
 
 
+#: Above this no figure of a micro-batch is real (rows, rows/s, seconds): beyond it the
+#: window's sums of squares would overflow to infinity and stay NaN for good.
+MAX_FIGURE = 1e15
+
+
 def clean(value: float | None) -> float | None:
-    """A usable non-negative number, or None (missing, NaN, infinite, negative, not a number)."""
+    """A usable non-negative number, or None (missing, NaN, infinite, negative, above
+    :data:`MAX_FIGURE`, not a number)."""
     if value is None:
         return None
     try:
-        if 0.0 <= value < math.inf:  # NaN fails every comparison
+        if 0.0 <= value <= MAX_FIGURE:  # NaN fails every comparison
             return float(value)
     except TypeError:
         pass

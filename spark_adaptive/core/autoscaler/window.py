@@ -316,7 +316,7 @@ class MetricsWindow:
     def rows_total(self) -> float:
         return max(0.0, self._all.rows)
 
-    def backlog(self, now: float, rate: float) -> float | None:
+    def backlog(self, now: float, rate: float, running: bool) -> float | None:
         """Rows waiting at ``now``: the newest reported backlog plus what batches hide.
 
         A source reports (Kafka: offsets behind latest) what the batch did not
@@ -325,10 +325,11 @@ class MetricsWindow:
         arrive during the overrun are work the next batch inherits, so the overrun
         times the input rate is backlog too (for a source that reports none, all
         of it). Back-to-back triggers (0) give no such signal; the utilization
-        (input rate over capacity) still does. And when no batch has completed for
-        longer than a batch takes, the rows arrived meanwhile (at ``rate``) are
-        added: a query stuck in one long batch is falling behind even though it
-        reports nothing.
+        (input rate over capacity) still does. And when a batch is ``running`` and
+        none has completed for longer than a batch takes, the rows arrived
+        meanwhile (at ``rate``) are added: a query stuck in one long batch is
+        falling behind even though it reports nothing. With no batch running, the
+        query has had no new input since its last batch (Spark starts none then).
         """
         s = self._all
         e = s.entries[-1] if s.entries else None
@@ -336,7 +337,7 @@ class MetricsWindow:
             return None
         trigger = e.trigger or 0.0
         duration = e.duration or 0.0
-        waiting = max(0.0, now - e.time - max(trigger, duration))
+        waiting = max(0.0, now - e.time - max(trigger, duration)) if running else 0.0
         reported = s.backlogs[-1][1] if s.backlogs and s.backlogs[-1][0] == e.time else 0.0
         overrun = max(0.0, duration - trigger) if trigger > 0 else 0.0
         newest_rate = e.input_rate if e.input_rate is not None else rate

@@ -150,22 +150,25 @@ class Autoscaling:
         watched.policy.observe(sample)
 
     def _batch_started(self, event: JobStarted) -> None:
-        """The first job of a run's next batch: read what that batch reads from the offset
-        log (once per batch) and tell the policy its input rate."""
-        if self._offsets is None or not event.job_group:
+        """The first job of a run's next batch: tell the policy a batch runs, read what
+        that batch reads from the offset log (once per batch) and tell it its input rate."""
+        if not event.job_group:
             return
         q = self._sched.query_of_run(event.job_group)
         if q is None or q.finished:
             return
         watched = self._watched(q)
-        location = q.checkpoint_location
         last = q.last_progress
-        if watched is None or last is None or location is None:
+        if watched is None or last is None or last.run_id != event.job_group:
             return
         batch = last.batch_id + 1
-        if last.run_id != event.job_group or watched.read_batch == batch:
+        if watched.read_batch == batch:
             return
         watched.read_batch = batch
+        watched.policy.observe_started(batch)
+        location = q.checkpoint_location
+        if self._offsets is None or location is None:
+            return
         post = self._post
 
         def read(started: StartedBatch | None) -> None:

@@ -32,6 +32,8 @@ def _overloaded(**kw: Any) -> Any:
     dict(num_input_rows=-5.0, input_rows_per_second=-1.0, processed_rows_per_second=-1.0,
          busy_time=-3.0),
     dict(num_input_rows="many", input_rows_per_second="fast", busy_time="long"),
+    dict(num_input_rows=1e300, input_rows_per_second=1e300, processed_rows_per_second=1e300,
+         busy_time=1e300),  # finite, but its square overflows
 ])
 def test_missing_or_bad_fields_never_raise_and_never_scale(bad: dict[str, Any]) -> None:
     q = _overloaded()

@@ -508,3 +508,103 @@ def test_bad_start_up_figures_are_ignored() -> None:
     d = _falling_behind_after([-1.0, math.nan, math.inf, None], restart_time_tracking=True)
     assert d.inputs.executor_startup == 10.0
     assert (d.outcome, d.target_slots) == ("scale-up", 12)
+
+
+def _quiet_after_a_window(started: bool) -> list[ScalingDecision]:
+    """7000 rows/s on 10 slots of 1000 (in band), then 40 s without a completed batch:
+    the input stopped (Spark starts no batch), or with ``started`` a batch is stuck."""
+    q = make(rate=7000, per_slot=1000, slots=10, partitions=10)
+    assert all(d.outcome in ("not-ready", "no-change") for d in q.run_and_evaluate(150))
+    if started:
+        assert q.policy.observe_started(q.batch + 1)
+    out = []
+    for _ in range(4):
+        q.t += 10
+        out.append(q.evaluate())
+    return out
+
+
+def test_a_query_whose_input_stops_is_left_as_it_is() -> None:
+    ds = _quiet_after_a_window(started=False)
+    assert [d.outcome for d in ds] == ["no-change"] * 4, [d.reason for d in ds]
+    assert all(d.inputs.backlog == 0 for d in ds)
+
+
+def test_a_batch_that_runs_on_while_rows_arrive_is_falling_behind() -> None:
+    ds = _quiet_after_a_window(started=True)
+    # at +40 s: 35 s past the 5 s trigger at 7000 rows/s are waiting
+    assert ds[-1].inputs.backlog == pytest.approx(7000 * 35)
+    assert ds[-1].outcome == "scale-up"
+
+
+def test_a_start_of_a_batch_already_completed_is_unused() -> None:
+    q = make(rate=7000, per_slot=1000, slots=10, partitions=10)
+    q.run(20)
+    assert not q.policy.observe_started(q.batch)
+    assert not q.policy.observe_started("5")  # type: ignore[arg-type]
+    assert "started batch '5'" in q.policy.last_rejection
+
+
+def test_ineffective_scale_up_is_detected_with_observed_scalability_on() -> None:
+    """The scale-up's window also feeds the scalability fit: the gain it is judged against
+    is the one predicted when it was decided, not one from a fit holding its outcome."""
+    def per_slot(eff: float) -> float:
+        return 1000.0 if eff <= 8 else 8000.0 / eff
+
+    q = make(config(effectiveness_detection=True, effectiveness_expiry=600.0,
+                    observed_scalability=True), rate=7600, per_slot=per_slot, slots=8,
+             partitions=48)
+    q.run(90)
+    up = q.evaluate()
+    assert (up.outcome, up.target_slots) == ("scale-up", 12)
+    q.apply(up)
+    ds = q.run_and_evaluate(90)
+    assert ds[-1].outcome == "blocked" and "ineffective" in ds[-1].reason, ds[-1].reason
+    assert not any(d.actionable for d in ds)
+
+
+def test_scale_down_max_factor_keeps_a_share_of_the_current_slots() -> None:
+    # 10 slots on 12 partitions run as 6 (two waves); a tiny load; 0.6 keeps 4 of the 10
+    q = make(config(scale_down_max_factor=0.6, scale_down_interval=0.0), rate=100,
+             per_slot=1000, slots=10, partitions=12, can_restart=False)
+    d = first_action(q.run_and_evaluate(200))
+    assert d is not None and (d.outcome, d.target_slots) == ("scale-down", 4), d
+
+
+def test_scale_up_max_factor_caps_the_need_before_the_balanced_round_up() -> None:
+    # 2 slots on 8 partitions, a load for 25: the need is capped at 3 slots' capacity,
+    # and 3 does not divide 8, so the live step rounds up to 4 (Flink's alignment)
+    q = make(config(scale_up_max_factor=0.5), rate=20000, per_slot=1000, slots=2,
+             partitions=8, can_restart=False)
+    d = first_action(q.run_and_evaluate(120))
+    assert d is not None and (d.outcome, d.kind, d.target_slots) == ("scale-up", "live", 4), d
+
+
+def test_a_clock_going_back_drops_a_pending_scale_down_started_on_the_old_clock() -> None:
+    # 2000 rows/s on 8 slots of 1000: utilization 0.25, a scale-down pending (120 s)
+    q = make(rate=2000, per_slot=1000, slots=8, partitions=48, t=5000.0)
+    q.policy = type(q.policy)(q.policy.config, "q", started_at=5000.0)
+    assert q.run_and_evaluate(100)[-1].outcome == "scale-down-pending"
+    q.t -= 1000.0  # the clock steps back
+    assert q.evaluate().outcome == "not-ready"
+    # stabilization (30 s), a full window (60 s), then the whole interval (120 s) anew
+    ds = q.run_and_evaluate(260)
+    downs = [d for d in ds if d.outcome == "scale-down"]
+    assert downs and downs[0].time == pytest.approx(4100.0 + 30 + 60 + 120, abs=10.0)
+
+
+@pytest.mark.parametrize("slots, partitions, rate, released_to", [
+    (16, 8, 5600, 8),  # more slots than tasks (an app that starts on every core)
+    (10, 12, 4200, 6),  # 12 tasks on 10 slots: two waves, as on 6
+])
+def test_slots_that_get_no_task_are_released_after_the_interval(
+        slots: int, partitions: int, rate: float, released_to: int) -> None:
+    # utilization 0.7 of the busy slots, in [0.5, 0.9]: only the idle ones go
+    q = make(rate=rate, per_slot=1000, slots=slots, partitions=partitions, can_restart=False)
+    ds = q.run_and_evaluate(300)
+    pending = [d for d in ds if d.outcome == "scale-down-pending"]
+    assert pending and "only as fast as" in pending[0].reason
+    d = first_action(ds)
+    assert d is not None and (d.outcome, d.kind, d.target_slots) == (
+        "scale-down", "live", released_to), d
+    assert d.time - pending[0].time == pytest.approx(120.0)  # scale-down.interval
