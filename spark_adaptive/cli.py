@@ -11,10 +11,14 @@ Over a driver's REST API (``--url``, default ``http://127.0.0.1:4050`` or
 
 ``QUERY`` is a Spark query id (or a unique prefix of one, as ``status``
 shows it), a query name or a spark-adaptive key. Each command takes
-``--json`` to print the server's JSON instead of a table.
+``--json`` to print the server's JSON instead of a table; ``requirements set``
+prints ``{"requirements": <the bounds read back, or null>, "persisted": <bool>}``.
 
 Exit status: 0 done; 2 the server refused the request (its reasons are
-printed; also for a bad command line); 1 no answer, or the server failed.
+printed; also for a bad command line: an empty QUERY, a URL or token that
+cannot be sent); 1 no answer, an answer that is not the API's, or the server
+failed. An update the server accepted exits 0 even if reading the bounds back
+after it fails (that failure is printed).
 
 ``spark-adaptive install-hook`` places ``spark_adaptive_startup.pth`` in this
 interpreter's site-packages. A regular ``pip install`` does that by itself; an
@@ -35,7 +39,13 @@ from typing import Any, TypeVar
 
 from spark_adaptive.rest import tables
 from spark_adaptive.rest.api import PERSISTED_HEADER
-from spark_adaptive.rest.client import DEFAULT_URL, ApiError, ConnectionProblem, RestClient
+from spark_adaptive.rest.client import (
+    DEFAULT_URL,
+    ApiError,
+    ConnectionProblem,
+    RestClient,
+    UsageProblem,
+)
 
 PTH_NAME = "spark_adaptive_startup.pth"
 PTH_LINE = "import _spark_adaptive_startup\n"
@@ -59,7 +69,8 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--token", default=argparse.SUPPRESS,
                         help="bearer token (default $SPARK_ADAPTIVE_TOKEN)")
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
-                        help="print the server's JSON")
+                        help="print the server's JSON ('requirements set': the bounds read "
+                             "back and whether they were persisted)")
     ap = argparse.ArgumentParser(prog="spark-adaptive", parents=[common],
                                  description="Elastic scaling for Apache Spark.")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -104,7 +115,7 @@ def _resolving(client: RestClient, ident: str, fn: Callable[[str], T]) -> T:
             raise
         matches = [q["id"] for q in client.get("/queries")
                    if str(q.get("id", "")).startswith(ident)]
-        if len(matches) != 1:
+        if not ident or len(matches) != 1:  # "" is a prefix of every id
             raise
         return fn(matches[0])
 
@@ -156,11 +167,18 @@ def _requirements(client: RestClient, args: argparse.Namespace) -> int:
 
     ident, headers = _resolving(client, args.query, write)
     persisted = headers.get(PERSISTED_HEADER.lower()) == "true"
-    _, body = read(ident)
+    # Accepted: whatever happens to the read-back below, the update stands (exit 0).
+    read_back: Any = None
+    try:
+        read_back = read(ident)[1]
+    except (ApiError, ConnectionProblem) as e:
+        print(f"spark-adaptive: the new bounds were accepted, but reading them back failed "
+              f"({e})", file=sys.stderr)
     if args.json:
-        _print_json({"requirements": body, "persisted": persisted})
+        _print_json({"requirements": read_back, "persisted": persisted})
         return 0
-    print(tables.requirements_line(ident, body))
+    print(f"query {ident}: new bounds accepted (--lower {args.lower} --upper {args.upper})"
+          if read_back is None else tables.requirements_line(ident, read_back))
     print("persisted beside the query's checkpoint" if persisted else
           "not persisted: the query has no checkpoint location, so these bounds last until "
           "the driver stops")
@@ -182,7 +200,15 @@ def main(argv: list[str] | None = None) -> int:
     url = getattr(args, "url", None) or os.environ.get("SPARK_ADAPTIVE_URL") or DEFAULT_URL
     token = getattr(args, "token", None) or os.environ.get("SPARK_ADAPTIVE_TOKEN") or None
     args.json = getattr(args, "json", False)
-    client = RestClient(url, token)
+    if getattr(args, "query", None) == "":  # would match every query id as a prefix
+        print("spark-adaptive: QUERY is empty: give a query id (or a unique prefix of one), "
+              "a query name or a key, as 'spark-adaptive status' shows them", file=sys.stderr)
+        return 2
+    try:
+        client = RestClient(url, token)
+    except UsageProblem as e:
+        print(f"spark-adaptive: {e}", file=sys.stderr)
+        return 2
     try:
         return _COMMANDS[args.cmd](client, args)
     except ApiError as e:

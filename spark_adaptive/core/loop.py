@@ -27,6 +27,47 @@ log = logging.getLogger(__name__)
 _STOP = object()
 
 
+class _SyncCall:
+    """One :meth:`EventLoop.call_sync`: pending until the loop starts it or the caller gives
+    up, whichever comes first. The two moves out of pending are made under one lock, so
+    exactly one of them happens: the call runs, or it is cancelled and never runs."""
+
+    _PENDING, _RUNNING, _CANCELLED = "pending", "running", "cancelled"
+
+    def __init__(self, fn: Callable[[], object]) -> None:
+        self._fn = fn
+        self._lock = threading.Lock()
+        self._state = self._PENDING
+        self._done = threading.Event()
+        self._value: object = None
+        self._error: BaseException | None = None
+
+    def run(self) -> None:
+        """On the loop thread: run ``fn`` unless the caller gave up on it."""
+        with self._lock:
+            if self._state != self._PENDING:
+                return
+            self._state = self._RUNNING
+        try:
+            self._value = self._fn()
+        except BaseException as e:  # noqa: BLE001 - handed back to the caller
+            self._error = e
+        finally:
+            self._done.set()
+
+    def result(self, timeout: float, loop_name: str) -> object:
+        if not self._done.wait(timeout):
+            with self._lock:
+                if self._state == self._PENDING:
+                    self._state = self._CANCELLED
+                    raise TimeoutError(f"{loop_name} did not start the call within "
+                                       f"{timeout}s; it was withdrawn and will not run")
+            self._done.wait()  # started in time: its outcome is the answer
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
 class EventLoop:
     """Real-time :class:`~spark_adaptive.core.clock.Timers` with a work queue."""
 
@@ -85,27 +126,18 @@ class EventLoop:
         self._stopped.set()
 
     def call_sync(self, fn: Callable[[], object], timeout: float = 30.0) -> object:
-        """Run ``fn`` on the loop and return its result (for snapshots and tests)."""
+        """Run ``fn`` on the loop and return its result (or raise what it raised).
+
+        ``TimeoutError`` if the loop has not started ``fn`` within ``timeout`` seconds, and
+        then ``fn`` never runs: the call is taken back from the queue in the same step that
+        gives up, so that a caller told "no answer" can rely on nothing having happened.
+        Once ``fn`` has started, the call waits for it to finish and answers with its real
+        result, however long that takes (giving up then would hide a change it made)."""
         if self.in_loop() or self._thread is None:
             return fn()
-        done = threading.Event()
-        box: list[object] = []
-        err: list[BaseException] = []
-
-        def run() -> None:
-            try:
-                box.append(fn())
-            except BaseException as e:  # noqa: BLE001 - handed back to the caller
-                err.append(e)
-            finally:
-                done.set()
-
-        self.submit(run, "call_sync")
-        if not done.wait(timeout):
-            raise TimeoutError(f"{self._name} did not answer within {timeout}s")
-        if err:
-            raise err[0]
-        return box[0]
+        call = _SyncCall(fn)
+        self.submit(call.run, "call_sync")
+        return call.result(timeout, self._name)
 
     def _next_timeout(self) -> float | None:
         with self._timer_lock:

@@ -29,7 +29,9 @@ PUT follows Flink's ``JobResourceRequirementsUpdateHandler`` and
 ``Dispatcher.updateJobResourceRequirements``, in this order:
 
 1. a body whose ``Content-Type`` is not ``application/json`` → 415; a body
-   that is not JSON, nests deeper than :data:`MAX_DEPTH`, or is empty → 400
+   that is not JSON, gives a field twice in one object (JSON leaves that
+   open; it is refused rather than read as the last one), nests deeper than
+   :data:`MAX_DEPTH`, or is empty → 400
    (Flink's JSON decoding and its empty-map check come before anything else);
 2. the query is looked up → 404 (Flink resolves the job id as it reaches the
    JobMaster; a query that does not exist cannot have an update in flight);
@@ -39,7 +41,9 @@ PUT follows Flink's ``JobResourceRequirementsUpdateHandler`` and
 5. the bounds are persisted beside the checkpoint → 500 "… Please retry."
    (nothing changed);
 6. the scheduler applies them; should that still fail (the query finished in
-   the meantime), the persisted file is put back as it was.
+   the meantime → 409; the scheduler thread did not take the call in time →
+   503, and the call is withdrawn so that it never runs), the persisted file
+   is put back as it was.
 
 A refused request changes nothing: steps 1-5 only read until the write of
 step 5, and step 6 undoes it on failure.
@@ -291,11 +295,46 @@ def decode_body(raw: bytes) -> Any:
         raise RequirementsError([f"The request body nests arrays or objects deeper than "
                                  f"{MAX_DEPTH} levels."])
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        body = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_Object.of)
     except ValueError as e:
         raise RequirementsError([f"The request body is not valid JSON: {e}."]) from None
     except RecursionError:  # _depth counts what json would nest; this is a second guard
         raise RequirementsError(["The request body nests too deeply."]) from None
+    repeated = _repeated(body)
+    if repeated:  # JSON leaves it open; json.loads would keep the last one silently
+        raise RequirementsError([f"The request body gives the field {name!r} more than once; "
+                                 "each field may appear only once." for name in repeated])
+    return body
+
+
+class _Object(dict[str, Any]):
+    """A decoded JSON object that remembers the names it was given more than once, its own
+    (``name``) and its nested objects' (``name.inner``)."""
+
+    repeated: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, pairs: list[tuple[str, Any]]) -> _Object:
+        obj = cls(pairs)
+        repeated: list[str] = []
+        seen: set[str] = set()
+        for name, _ in pairs:
+            if name in seen and name not in repeated:
+                repeated.append(name)
+            seen.add(name)
+        for name, value in obj.items():  # the kept value of a repeated name only
+            repeated += [f"{name}.{inner}" for inner in _repeated(value)]
+        obj.repeated = tuple(repeated)
+        return obj
+
+
+def _repeated(value: Any) -> tuple[str, ...]:
+    """The repeated names in a decoded JSON value (objects within arrays included)."""
+    if isinstance(value, _Object):
+        return value.repeated
+    if isinstance(value, list):
+        return tuple(name for item in value for name in _repeated(item))
+    return ()
 
 
 # A string, closed or not (so that an unclosed one ends the scan instead of being tried again

@@ -5,12 +5,17 @@ what the user should do:
 
 * :class:`ApiError`: the server answered and refused (4xx) or failed (5xx);
   ``reasons`` are the server's own, from its ``{"errors": [...]}`` body.
-* :class:`ConnectionProblem`: no answer at all (nothing listens at the URL,
-  a timeout, a body that is not JSON); its message says how to find the URL.
+* :class:`ConnectionProblem`: no usable answer (nothing listens at the URL, a
+  timeout, something that is not HTTP or not JSON, an answer cut short); its
+  message says what was wrong and how to find the URL.
+
+A URL or token that cannot be sent at all is :class:`UsageProblem`, raised by the
+constructor before anything is sent.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.parse
@@ -34,11 +39,53 @@ class ConnectionProblem(Exception):
     """No usable answer from the server."""
 
 
+class UsageProblem(ValueError):
+    """The URL or the token cannot be used; nothing was sent."""
+
+
+_URL_HINT = ("give the URL the driver logs at start ('spark-adaptive REST API at "
+             "http://HOST:PORT') with --url or SPARK_ADAPTIVE_URL")
+
+
+def check_url(url: str) -> None:
+    """:class:`UsageProblem` naming what is wrong with ``url``, if anything."""
+    bad = next((c for c in url if not " " < c < "\x7f"), None)
+    if bad is not None:
+        raise UsageProblem(f"the URL {url!r} has a character a URL cannot hold as it is "
+                           f"({bad!r}; percent-encode it): {_URL_HINT}")
+    try:
+        parts = urllib.parse.urlsplit(url)
+        _ = parts.port  # ValueError: a port that is not a number, or out of range
+    except ValueError as e:
+        raise UsageProblem(f"the URL {url!r} is malformed ({e}): {_URL_HINT}") from None
+    if parts.scheme not in ("http", "https"):
+        raise UsageProblem(f"the URL {url!r} does not start with http:// or https://: "
+                           f"{_URL_HINT}")
+    if not parts.hostname:
+        raise UsageProblem(f"the URL {url!r} names no host: {_URL_HINT}")
+
+
+def check_token(token: str) -> None:
+    """:class:`UsageProblem` if ``token`` cannot be sent in an HTTP header (which carries
+    Latin-1 text without control characters). The message names the character's position
+    and code point, not the token."""
+    for i, c in enumerate(token, 1):
+        if ord(c) > 0xFF or c < " " or c == "\x7f":
+            raise UsageProblem(
+                f"the bearer token (--token or SPARK_ADAPTIVE_TOKEN) cannot be sent in an HTTP "
+                f"header: its character {i} is U+{ord(c):04X}, and a header carries only "
+                "Latin-1 text without control characters")
+
+
 class RestClient:
     """Talks to one driver's REST API at ``url``, with a bearer ``token`` if given."""
 
     def __init__(self, url: str = DEFAULT_URL, token: str | None = None,
                  timeout: float = 10.0) -> None:
+        """:class:`UsageProblem` if the URL or the token cannot be used."""
+        check_url(url)
+        if token:
+            check_token(token)
         self.url = url.rstrip("/")
         self._token = token
         self._timeout = timeout
@@ -74,6 +121,19 @@ class RestClient:
                 headers = {k.lower(): v for k, v in resp.headers.items()}
         except urllib.error.HTTPError as e:
             raise ApiError(e.code, _reasons(e)) from None
+        except http.client.IncompleteRead as e:
+            outcome = ("; the update may or may not have been applied: read the bounds back "
+                       "with 'spark-adaptive requirements get QUERY'" if method == "PUT"
+                       else "; please retry")
+            raise ConnectionProblem(
+                f"the answer of {self.url}{path} was cut short ({len(e.partial)} bytes read, "
+                f"{e.expected} more expected){outcome}.") from None
+        except http.client.HTTPException as e:  # BadStatusLine, LineTooLong, ...
+            raise ConnectionProblem(
+                f"{self.url} did not answer in HTTP ({type(e).__name__}: {str(e)[:80]!r}): is "
+                "this the spark-adaptive REST API? Its driver logs the URL at start "
+                "('spark-adaptive REST API at ...'); pass it with --url or "
+                "SPARK_ADAPTIVE_URL.") from None
         except (urllib.error.URLError, OSError) as e:
             reason = getattr(e, "reason", e)
             raise ConnectionProblem(
@@ -94,6 +154,6 @@ def _reasons(e: urllib.error.HTTPError) -> list[str]:
         errors = body.get("errors") if isinstance(body, dict) else None
         if isinstance(errors, list) and errors:
             return [str(r) for r in errors]
-    except (ValueError, OSError):
+    except (ValueError, OSError, http.client.HTTPException):
         pass
     return [f"{e.code} {e.reason}"]

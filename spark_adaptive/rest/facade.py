@@ -12,9 +12,11 @@ by hand; :class:`RuntimeFacade` implements it over a running runtime.
 Threading: the HTTP server calls the facade on its request threads. Every
 scheduler method must run on the scheduler thread, so :class:`RuntimeFacade`
 hands each call to :meth:`EventLoop.call_sync` (which re-raises the
-scheduler's exceptions here and raises ``TimeoutError`` if the scheduler does
-not answer). Persisting is the exception: it is slow I/O (HDFS, S3) and runs
-on the request thread, so the scheduler never waits for a file system.
+scheduler's exceptions here and raises ``TimeoutError`` if the scheduler thread
+does not take the call in time; the call is then withdrawn and never runs, so
+a request answered 503 changed nothing). Persisting is the exception: it is
+slow I/O (HDFS, S3) and runs on the request thread, so the scheduler never
+waits for a file system.
 
 :class:`InFlight` keeps Flink's rule that only one requirements update of a
 query is in progress at a time.
@@ -25,7 +27,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol, TypeVar
 
 from spark_adaptive.core.loop import EventLoop
@@ -118,7 +120,10 @@ class SchedulerFacade(Protocol):
         ...
 
     def autoscaler(self, key: str) -> AutoscalerStatus | None:
-        """The query's autoscaler, None when the autoscaler is off."""
+        """The query's autoscaler, None when the autoscaler is off. Its times (the decision's
+        and :data:`POLICY_TIMES` of its policy) are epoch seconds, as everywhere in the API:
+        the autoscaler keeps them on the scheduler's monotonic clock, and
+        :func:`epoch_times` moves them."""
         ...
 
     def samples(self, key: str) -> SamplesView:
@@ -187,7 +192,13 @@ class RuntimeFacade:
         autoscaling = self._autoscaling
         if autoscaling is None:
             return None
-        return self._call(lambda: autoscaling.status(self._sched.query(key)))
+        loop = self._loop  # the autoscaler's clock (the runtime gives it the loop)
+
+        def read() -> AutoscalerStatus:
+            status = autoscaling.status(self._sched.query(key))
+            return epoch_times(status, loop.wall() - loop.now())
+
+        return self._call(read)
 
     def samples(self, key: str) -> SamplesView:
         sampler = self._sampler
@@ -221,6 +232,23 @@ class RuntimeFacade:
         # The scheduler checks again, so a query that finished in the meantime is still
         # refused (ConflictError).
         self._call(lambda: self._sched.apply_requirements(key, requirements))
+
+
+POLICY_TIMES = ("stabilizedAt", "pendingScaleDownSince", "blockedUntil")
+"""The entries of :attr:`AutoscalerStatus.policy` that are instants (monotonic seconds as the
+policy keeps them)."""
+
+
+def epoch_times(status: AutoscalerStatus, offset: float) -> AutoscalerStatus:
+    """``status`` with its instants moved from the scheduler's monotonic clock to epoch
+    seconds: ``offset`` is ``wall() - now()`` of that clock, read in the same step (as
+    :class:`~spark_adaptive.core.streaming.history.RescaleHistory` re-bases saved records)."""
+    decision = status.decision
+    if decision is not None:
+        decision = replace(decision, time=decision.time + offset)
+    policy = {k: v + offset if k in POLICY_TIMES and isinstance(v, (int, float))
+              and not isinstance(v, bool) else v for k, v in status.policy.items()}
+    return replace(status, decision=decision, policy=policy)
 
 
 class InFlight:

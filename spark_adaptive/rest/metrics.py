@@ -235,8 +235,25 @@ class Exporter:
     def render(self, accept: str | None = None) -> tuple[bytes, str]:
         """The exposition and its content type, as the ``Accept`` header asks (Prometheus'
         text format, or OpenMetrics when the scraper prefers it)."""
-        encoder, content_type = choose_encoder(accept or "")
+        encoder, content_type = choose_encoder(usable_accept(accept or ""))
         return encoder(self.registry), content_type
+
+
+_VERSION = re.compile(r"\s*version\s*=\s*(.*?)\s*$", re.IGNORECASE)
+_NUMBERS = re.compile(r"[0-9]+(\.[0-9]+)*")
+
+
+def usable_accept(accept: str) -> str:
+    """``accept`` without the media ranges whose ``version`` is not numbers and dots
+    (``prometheus_client`` compares a version with ``(1, 0, 0)``, and one like ``abc``
+    raises ``TypeError``). What is left is what it knows; with nothing left it answers
+    the plain text format, as for any ``Accept`` it does not know."""
+    kept = []
+    for media_range in accept.split(","):
+        versions = [m.group(1) for m in map(_VERSION.match, media_range.split(";")[1:]) if m]
+        if all(_NUMBERS.fullmatch(v) for v in versions):
+            kept.append(media_range)
+    return ",".join(kept)
 
 
 def _name_part(text: str) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 
 from spark_adaptive.core.streaming.history import Trigger
 from spark_adaptive.core.streaming.states import StateName
+from spark_adaptive.rest.facade import POLICY_TIMES
 from spark_adaptive.version import __version__
 
 STATES = [str(name) for name in StateName]
@@ -147,7 +148,7 @@ def _schemas() -> dict[str, Any]:
                          "currentPartitions", "targetPartitions", "reason", "applied",
                          "inputs"],
             "properties": {
-                "time": {"type": "number", "description": "Seconds on the scheduler's clock."},
+                "time": {"type": "number", "description": "Epoch seconds of the decision."},
                 "outcome": {"type": "string", "enum": [
                     "not-ready", "no-change", "scale-up", "scale-down", "scale-down-pending",
                     "blocked"]},
@@ -186,7 +187,11 @@ def _schemas() -> dict[str, Any]:
                 "utilization": _nullable({"type": "number"}),
                 "recommendation": _nullable({"type": "object"}),
                 "lastDecision": _nullable_ref("ScalingDecision"),
-                "policy": {"type": "object", "description": "The policy's own state."},
+                "policy": {"type": "object", "description": "The policy's own state. Its "
+                           "instants are epoch seconds (null when unset): "
+                           + ", ".join(POLICY_TIMES) + ".",
+                           "properties": {k: _nullable({"type": "number"})
+                                          for k in POLICY_TIMES}},
             },
         },
         "Samples": {

@@ -7,7 +7,8 @@ types (kept in the browser session only), which is why ``/`` and ``/ui/*`` are
 the only targets served without the token.
 
 Only files that are in the folder, with a name of letters, digits, ``.``, ``_``
-and ``-`` and a known suffix, are served: a name can never reach outside it.
+and ``-`` and a known suffix, are served. The folder is listed once; a requested
+name is only looked up in that list, so it never reaches the file system.
 """
 
 from __future__ import annotations
@@ -34,16 +35,23 @@ HEADERS = (
 )
 
 
-@cache
 def asset(name: str) -> tuple[bytes, str] | None:
-    """The file's bytes and content type; None when the page has no such file."""
-    if not _NAME.fullmatch(name):
-        return None
-    suffix = name[name.rfind("."):] if "." in name else ""
-    content_type = _TYPES.get(suffix)
-    if content_type is None:
-        return None
-    resource = files(__package__).joinpath("static").joinpath(name)
-    if not resource.is_file():
-        return None
-    return resource.read_bytes(), content_type
+    """The file's bytes and content type; None when the page has no such file.
+
+    ``name`` is only ever looked up among the files shipped (listed once, at the first
+    request): it never reaches the file system, whatever its length or characters, and
+    nothing is kept per name asked for."""
+    return _shipped().get(name)
+
+
+@cache
+def _shipped() -> dict[str, tuple[bytes, str]]:
+    """Every file of ``static/`` the page may serve, read once: a name of letters, digits,
+    ``.``, ``_`` and ``-`` with a known suffix. Called with no argument, so cached once."""
+    out: dict[str, tuple[bytes, str]] = {}
+    for resource in files(__package__).joinpath("static").iterdir():
+        name = resource.name
+        content_type = _TYPES.get(name[name.rfind("."):] if "." in name else "")
+        if content_type is not None and _NAME.fullmatch(name) and resource.is_file():
+            out[name] = (resource.read_bytes(), content_type)
+    return out

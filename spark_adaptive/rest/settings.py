@@ -23,7 +23,8 @@ class RestSettings:
         "(logged), as the Spark UI does. 0 picks any free port.", minimum=0, maximum=65535)
     token: str | None = option(
         "rest.token", "string", None,
-        "Bearer token every REST request must carry. Required to bind anywhere but loopback.",
+        "Bearer token every REST request must carry, but those of the operators' page (/ and "
+        "/ui/*, which hold no data). Required to bind anywhere but loopback.",
         secret=True)
     sample_interval: float = option(
         "rest.samples.interval", "duration", 2.0,

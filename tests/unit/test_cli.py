@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
+import socket
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -148,8 +151,6 @@ def test_token(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[st
 
 
 def test_nothing_listening_exits_1_with_a_hint(capsys: pytest.CaptureFixture[str]) -> None:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again: nothing listens there
@@ -157,6 +158,105 @@ def test_nothing_listening_exits_1_with_a_hint(capsys: pytest.CaptureFixture[str
     assert code == 1
     assert f"cannot reach the spark-adaptive REST API at http://127.0.0.1:{port}" in err
     assert "--url or SPARK_ADAPTIVE_URL" in err
+
+
+@pytest.mark.parametrize(("argv", "what"), [
+    (["--url", "http://127.0.0.1:4x50"], "the URL 'http://127.0.0.1:4x50' is malformed (Port "
+                                         "could not be cast to integer value as '4x50')"),
+    (["--url", "http://[::1"], "the URL 'http://[::1' is malformed (Invalid IPv6 URL)"),
+    (["--url", "http://127.0.0.1:1/a b"], "the URL 'http://127.0.0.1:1/a b' has a character a "
+                                          "URL cannot hold as it is (' '; percent-encode it)"),
+    (["--url", "127.0.0.1:4050"], "the URL '127.0.0.1:4050' does not start with http://"),
+    (["--url", "http://127.0.0.1:1", "--token", "t\u20ac"],
+     "the bearer token (--token or SPARK_ADAPTIVE_TOKEN) cannot be sent in an HTTP header: "
+     "its character 2 is U+20AC"),
+    (["--url", "http://127.0.0.1:1", "--token", "a\nb"], "its character 2 is U+000A"),
+])
+def test_a_url_or_token_that_cannot_be_sent_is_a_usage_error(
+        argv: list[str], what: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, *argv, "status")
+    assert (code, out) == (2, "")
+    assert err.startswith("spark-adaptive: ") and what in err and len(err.splitlines()) == 1, err
+
+
+def _answering(reply: bytes) -> str:
+    """A one-connection server that answers any request with ``reply`` and closes."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+
+    def serve() -> None:
+        with s:
+            conn, _ = s.accept()
+            with conn:
+                request = b""
+                while b"\r\n\r\n" not in request:
+                    request += conn.recv(65536)
+                head, body = request.split(b"\r\n\r\n", 1)
+                length = re.search(rb"(?i)content-length: *(\d+)", head)
+                while length and len(body) < int(length.group(1)):
+                    body += conn.recv(65536)
+                conn.sendall(reply)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+@pytest.mark.parametrize(("reply", "argv", "what"), [
+    (b"SSH-2.0-OpenSSH_9.6\r\n", ["status"],
+     "did not answer in HTTP (BadStatusLine: 'SSH-2.0-OpenSSH_9.6\\r\\n')"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n[1,2", ["status"],
+     "/queries was cut short (4 bytes read, 96 more expected); please retry."),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{}",
+     ["requirements", "set", "orders", "--lower", "1", "--upper", "2"],
+     "was cut short (2 bytes read, 98 more expected); the update may or may not have been "
+     "applied"),
+])
+def test_an_answer_that_is_not_the_apis_exits_1_with_a_message(
+        reply: bytes, argv: list[str], what: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "--url", _answering(reply), *argv)
+    assert (code, out) == (1, "")
+    assert err.startswith("spark-adaptive: ") and what in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("argv", [
+    ["requirements", "set", "", "--lower", "2", "--upper", "2"],
+    ["requirements", "get", ""],
+    ["history", ""],
+    ["autoscaler", ""],
+])
+def test_an_empty_query_is_refused_and_nothing_is_sent(
+        sched: FakeScheduler, url: str, argv: list[str],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # one query managed: "" would be the unique prefix of its id
+    code, out, err = run(capsys, "--url", url, *argv)
+    assert (code, out) == (2, "")
+    assert err.startswith("spark-adaptive: QUERY is empty")
+    assert sched.queries_by_key["query-1"].applied == []
+
+
+class ReadBackFails(FakeScheduler):
+    def requirements(self, key: str) -> ResourceRequirements:
+        raise TimeoutError("spark-adaptive-scheduler did not start the call within 30.0s")
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_an_accepted_update_is_reported_accepted_when_reading_it_back_fails(
+        as_json: bool, capsys: pytest.CaptureFixture[str]) -> None:
+    sched = ReadBackFails()
+    with serving(sched) as server:
+        code, out, err = run(capsys, "--url", server.url, *(["--json"] if as_json else []),
+                             "requirements", "set", "orders", "--lower", "2", "--upper", "2")
+    assert code == 0
+    assert sched.queries_by_key["query-1"].applied == [ResourceRequirements(2, 2)]
+    assert err.startswith("spark-adaptive: the new bounds were accepted, but reading them "
+                          "back failed (HTTP 503: The scheduler did not answer in time")
+    if as_json:
+        assert json.loads(out) == {"requirements": None, "persisted": True}
+    else:
+        assert out.splitlines()[:2] == [
+            "query orders: new bounds accepted (--lower 2 --upper 2)",
+            "persisted beside the query's checkpoint"]
 
 
 def test_a_usage_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,6 +3,7 @@ page's routes (served without the token, with a strict content security policy).
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -28,7 +29,7 @@ from spark_adaptive.core.streaming.persistence import (
 )
 from spark_adaptive.core.streaming.samples import Sample, Sampler, SampleRing
 from spark_adaptive.core.streaming.states import StateName
-from spark_adaptive.rest import openapi
+from spark_adaptive.rest import openapi, page
 from spark_adaptive.rest.api import is_public
 from spark_adaptive.rest.facade import RuntimeFacade
 from spark_adaptive.rest.metrics import Exporter, flat_figures
@@ -206,6 +207,59 @@ def test_only_the_page_files_are_served(path: str) -> None:
         reply = call(server.url, "GET", path)
         assert reply.status == 404
         assert reply.body["errors"]
+
+
+def test_a_page_file_name_too_long_for_the_file_system_is_404(
+        caplog: pytest.LogCaptureFixture) -> None:
+    with serving(FakeScheduler(), token="s3cret") as server:  # no token: the page is public
+        reply = call(server.url, "GET", "/ui/" + "a" * 300 + ".js")
+    assert reply.status == 404, reply.body
+    assert reply.body == {"errors": [f"No such file of the page: {'a' * 300}.js."]}
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_page_files_are_looked_up_among_the_shipped_ones_only(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any name may be asked for without the token: none reaches the file system, and none
+    is kept (a cache of every name asked for would grow without bound)."""
+    index = page.asset("index.html")
+    assert index is not None and index[1] == "text/html; charset=utf-8"
+
+    def no_file_system(*args: Any) -> Any:
+        raise AssertionError("a requested name reached the file system")
+
+    monkeypatch.setattr(page, "files", no_file_system)
+    with serving(FakeScheduler(), token="s3cret") as server:
+        for i in range(300):
+            assert call(server.url, "GET", f"/ui/{'x' * 200}{i}.js").status == 404
+        assert call(server.url, "GET", "/ui/app.js").status == 200
+    assert page.asset("index.html") == index
+    cache_info = getattr(page.asset, "cache_info", None)
+    assert cache_info is None or cache_info().currsize <= 4, cache_info()
+
+
+@pytest.mark.parametrize("accept", [
+    "application/openmetrics-text; version=abc",
+    "application/openmetrics-text; version=1.x",
+    "text/plain; version=abc",
+    'application/openmetrics-text; version="1.0.0"',
+])
+def test_an_unreadable_metrics_version_gets_the_text_format(
+        accept: str, caplog: pytest.LogCaptureFixture) -> None:
+    with serving(FakeScheduler()) as server:
+        reply = call(server.url, "GET", "/metrics", headers={"Accept": accept})
+    assert reply.status == 200, reply.body
+    assert reply.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+    assert 'spark_adaptive_query_parallelism{query="orders"} 2.0' in reply.body
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_a_readable_metrics_version_beside_an_unreadable_one_is_served() -> None:
+    data, content_type = Exporter(FakeScheduler()).render(
+        "application/openmetrics-text; version=abc, application/openmetrics-text; "
+        "version=1.0.0")
+    assert content_type.startswith("application/openmetrics-text; version=1.0.0")
+    assert data.endswith(b"# EOF\n")
 
 
 def test_samples_answer_conforms_to_the_document() -> None:

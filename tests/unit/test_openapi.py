@@ -134,3 +134,13 @@ def test_the_autoscaler_answer_conforms_and_is_404_when_it_is_off() -> None:
         assert (on.body["id"], on.body["lastDecision"]["outcome"]) == (QUERY_ID, "not-ready")
         assert on.body["recommendation"]["slots"] == 2 and on.body["nextEvaluation"] == 4.5
         _conforms(on.body, answers["200"]["content"]["application/json"]["schema"], doc)
+
+
+def test_the_autoscaler_times_are_described_as_epoch_seconds() -> None:
+    schemas = openapi.document()["components"]["schemas"]
+    assert "Epoch seconds" in schemas["ScalingDecision"]["properties"]["time"]["description"]
+    policy = schemas["Autoscaler"]["properties"]["policy"]
+    assert "epoch seconds" in policy["description"]
+    for name in ("stabilizedAt", "pendingScaleDownSince", "blockedUntil"):
+        assert name in policy["description"]
+        assert policy["properties"][name] == {"type": "number", "nullable": True}

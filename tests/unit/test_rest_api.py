@@ -164,6 +164,21 @@ def test_all_reasons_at_once(sched: FakeScheduler, url: str) -> None:
     assert_unchanged(url, sched)
 
 
+@pytest.mark.parametrize(("raw", "field"), [
+    (b'{"parallelism": {"lowerBound": 0, "upperBound": 2}, '
+     b'"parallelism": {"lowerBound": 2, "upperBound": 2}}', "parallelism"),
+    (b'{"parallelism": {"lowerBound": 3, "lowerBound": 2, "upperBound": 2}}',
+     "parallelism.lowerBound"),
+])
+def test_a_field_given_twice_is_refused_not_read_as_the_last_one(
+        sched: FakeScheduler, url: str, raw: bytes, field: str) -> None:
+    reply = put(url, raw=raw)  # the last one alone would be accepted
+    assert reply.status == 400, reply.body
+    assert reply.body == {"errors": [f"The request body gives the field {field!r} more than "
+                                     "once; each field may appear only once."]}
+    assert_unchanged(url, sched)
+
+
 def test_reactive_mode_refuses_with_flinks_message() -> None:
     sched = FakeScheduler(mode="reactive")
     with serving(sched) as server:

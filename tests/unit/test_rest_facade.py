@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import pytest
-from rest_fakes import bounds, call, serving
+from rest_fakes import QUERY_ID, bounds, call, serving
 from scheduler_fakes import App, FakeDriver, query_info
 
+from spark_adaptive.core.autoscaler import AutoscalerConfig, QueryAutoscaler, QueryView
 from spark_adaptive.core.loop import EventLoop
+from spark_adaptive.core.streaming.autoscaling import AutoscalerStatus
 from spark_adaptive.core.streaming.persistence import MemoryRequirementsStore, PersistedRequirements
 from spark_adaptive.core.streaming.requirements import ResourceRequirements
 from spark_adaptive.core.streaming.scheduler import REACTIVE_REQUIREMENTS
 from spark_adaptive.errors import ConflictError
-from spark_adaptive.rest.facade import InFlight, RuntimeFacade
+from spark_adaptive.rest.facade import POLICY_TIMES, InFlight, RuntimeFacade
 from spark_adaptive.settings import Settings
 
 REQ = "/queries/orders/resource-requirements"
@@ -129,3 +133,115 @@ def test_a_scheduler_that_does_not_answer_is_503() -> None:
     with serving(Stuck()) as server:
         reply = call(server.url, "GET", "/queries")
         assert reply.status == 503 and reply.body["errors"][0].endswith("Please retry.")
+
+
+# -- a call the scheduler thread does not take in time ----------------------------------
+class BusyAfterSave(MemoryRequirementsStore):
+    """Once the bounds are written, the scheduler thread is kept busy until :attr:`gate` is
+    set: the apply that follows the write waits in the queue past its timeout."""
+
+    def __init__(self, loop: EventLoop) -> None:
+        super().__init__()
+        self.loop = loop
+        self.gate = threading.Event()
+
+    def save(self, checkpoint: str, requirements: ResourceRequirements) -> None:
+        super().save(checkpoint, requirements)
+        self.loop.submit(lambda: self.gate.wait(10), "a slow handler")
+
+
+def test_a_put_the_scheduler_does_not_take_in_time_is_503_and_never_applied() -> None:
+    running = Running()
+    loop = EventLoop("test-loop")
+    store = BusyAfterSave(loop)
+    persisted = PersistedRequirements(store, running.app.scheduler.settings)
+    persisted.restore(running.driver.info)
+    facade = RuntimeFacade(loop, running.app.scheduler, persisted, timeout=0.3)
+    loop.start()
+    try:
+        with serving(facade) as server:
+            reply = call(server.url, "PUT", REQ, bounds(1, 1))
+        assert reply.status == 503 and reply.body["errors"][0].endswith("Please retry.")
+        assert "withdrawn" in reply.body["errors"][0]
+        store.gate.set()
+        loop.call_sync(lambda: None, 5)  # behind the withdrawn apply in the queue
+        # 503 means "nothing changed": neither the running bounds nor the file.
+        assert facade.requirements("query-1") == ResourceRequirements(1, 2)
+        assert store.load("/cp/q1") is None
+    finally:
+        store.gate.set()
+        loop.stop()
+
+
+def test_a_call_the_loop_started_in_time_is_waited_for_and_answered() -> None:
+    loop = EventLoop("test-loop")
+    loop.start()
+    try:
+        started = threading.Event()
+
+        def slow() -> str:
+            started.set()
+            time.sleep(0.4)
+            return "done"
+
+        assert loop.call_sync(slow, 0.1) == "done"  # started within 0.1 s, ran for 0.4 s
+        assert started.is_set()
+
+        def fails() -> None:
+            time.sleep(0.3)
+            raise ValueError("its own error")
+
+        with pytest.raises(ValueError, match="its own error"):
+            loop.call_sync(fails, 0.1)
+    finally:
+        loop.stop()
+
+
+def test_a_withdrawn_call_never_runs() -> None:
+    loop = EventLoop("test-loop")
+    loop.start()
+    gate = threading.Event()
+    ran: list[int] = []
+    try:
+        loop.submit(lambda: gate.wait(10), "a slow handler")
+        with pytest.raises(TimeoutError, match="withdrawn and will not run"):
+            loop.call_sync(lambda: ran.append(1), 0.1)
+        gate.set()
+        loop.call_sync(lambda: None, 5)
+        assert ran == []
+    finally:
+        gate.set()
+        loop.stop()
+
+
+# -- times in GET /queries/{id}/autoscaler ------------------------------------------------
+class FixedAutoscaling:
+    """What ``Autoscaling.status`` answers, built by the test on the loop's clock."""
+
+    def __init__(self, status: AutoscalerStatus) -> None:
+        self._status = status
+
+    def status(self, q: Any) -> AutoscalerStatus:
+        return self._status
+
+
+def test_the_autoscaler_route_answers_epoch_seconds_like_the_rest_of_the_api(
+        running: Running) -> None:
+    loop = EventLoop()  # never started: calls run in place; its clock is time.monotonic()
+    now = loop.now()
+    policy = QueryAutoscaler(AutoscalerConfig(enabled=True), query="orders", started_at=now)
+    decision = policy.evaluate(QueryView(now=now, slots=2, partitions=4))
+    assert set(POLICY_TIMES) <= set(policy.snapshot())  # the names the facade moves
+    state = {**policy.snapshot(), "pendingScaleDownSince": now - 10.0, "blockedUntil": now + 60.0}
+    status = AutoscalerStatus(QUERY_ID, True, True, 180.0, 10.0, 4.5, False, decision, state)
+    facade = RuntimeFacade(loop, running.app.scheduler, running.persisted,
+                           autoscaling=FixedAutoscaling(status))
+    with serving(facade) as server:
+        body = call(server.url, "GET", "/queries/orders/autoscaler").body
+    wall = time.time()
+    stabilization = AutoscalerConfig().stabilization_interval
+    assert body["lastDecision"]["time"] == pytest.approx(wall, abs=2)
+    assert body["policy"]["stabilizedAt"] == pytest.approx(wall + stabilization, abs=2)
+    assert body["policy"]["pendingScaleDownSince"] == pytest.approx(wall - 10, abs=2)
+    assert body["policy"]["blockedUntil"] == pytest.approx(wall + 60, abs=2)
+    assert body["nextEvaluation"] == 4.5  # seconds from now, not an instant
