@@ -196,3 +196,6 @@ SPARK_EVENTS = (
     JobEnded,
 )
 QUERY_EVENTS = (QueryStarted, QueryProgress, QueryIdle, QueryTerminated)
+BATCH_BOUNDARIES = (QueryProgress, QueryIdle)
+"""Events after which no micro-batch of their run runs: one completed (progress), or the
+trigger found no new data and ran none (idle, Spark 3.5 and later)."""

@@ -144,7 +144,9 @@ class ExecutorActuator(Protocol):
 
     def request_total_executors(self, total: int) -> Sequence[str]:
         """Declare how many executors the application wants in all; returns the executors
-        released to honour a total below what is alive (they stop counting at once)."""
+        released to honour a total below what is alive (they stop counting at once). A
+        release Spark then refuses, or that fails, is reported back to
+        ``AdaptiveScheduler.release_refused`` by the boundary, and they count again."""
         ...
 
     def kill_executors(self, executor_ids: Sequence[str], reason: str) -> None:

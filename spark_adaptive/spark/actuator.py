@@ -19,7 +19,10 @@ The py4j calls run on a worker thread of their own, so the scheduler thread
 never waits on an RPC to the cluster manager. Requests coalesce: when several
 totals are declared quickly, only the newest is sent. A call that raises (py4j,
 the cluster manager) is one ERROR line saying what was not done; nothing waits
-on it, so the scheduler and the queries go on.
+on it, so the scheduler and the queries go on. A release that Spark refuses or
+that raises is reported to the :meth:`SparkExecutorActuator.on_release_refused`
+callback (the runtime hands it to the scheduler, which counts those executors
+again).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from spark_adaptive.core import events as ev
@@ -66,6 +69,14 @@ class SparkExecutorActuator:
         self.task_cpus = int(sc._conf.get("spark.task.cpus", "1") or 1)
         self._alive: dict[str, ev.ExecutorAdded] = {}
         self._releasing: set[str] = set()
+        self._on_refused: Callable[[list[str], str], None] | None = None
+
+    def on_release_refused(self, callback: Callable[[list[str], str], None]) -> None:
+        """``callback(executor_ids, why)`` hears of every release Spark refused or that
+        failed (from the actuator's thread): those executors are alive and stay the app's,
+        and whoever stopped counting them when they were returned as released
+        (:meth:`request_total_executors`) counts them again."""
+        self._on_refused = callback
 
     def _check_supported(self) -> bool:
         try:
@@ -107,7 +118,7 @@ class SparkExecutorActuator:
         staying = [k for k in self._alive if k not in self._releasing]
         surplus = len(staying) - total
         newest: list[str] = []
-        if surplus > 0:
+        if surplus > 0 and self.supported:  # unsupported: no kill is sent, none is released
             newest = sorted(staying, key=lambda k: self._alive[k].time)[-surplus:]
             self.kill_executors(newest, f"more executors alive than the {total} declared")
         with self._lock:
@@ -205,23 +216,32 @@ class SparkExecutorActuator:
                 doing = f"releasing executor(s) {', '.join(ids)}"
                 ok = jsc.killExecutors(scala_string_seq(self._sc, ids))
                 if not ok:
-                    self._kept(ids)
                     log.warning("releasing executor(s) %s (%s) was refused by the cluster "
                                 "manager; they count as the app's again", ", ".join(ids),
                                 reason)
+                    self._kept(ids, "the cluster manager refused")
                     return
                 self.killed.extend(ids)
                 log.info("released executor(s) %s: %s", ", ".join(ids), reason)
         except Exception as e:
-            if what == "kill":
-                self._kept(arg[0])
             log.error("%s failed (%s); not done, and the queries run on with the executors "
                       "they have", doing, error_text(e), exc_info=True)
+            if what == "kill":
+                self._kept(arg[0], f"killExecutors failed: {error_text(e)}")
 
-    def _kept(self, ids: Sequence[str]) -> None:
+    def _kept(self, ids: Sequence[str], why: str) -> None:
         """Executors whose release failed stay the app's: the next declaration of a lower
-        total releases them again, instead of counting them as gone for good."""
+        total releases them again, instead of counting them as gone for good; the
+        :meth:`on_release_refused` callback is told, so the scheduler counts them again."""
         self._releasing.difference_update(ids)
+        callback = self._on_refused
+        if callback is None:
+            return
+        try:
+            callback(list(ids), why)
+        except Exception:  # the callback's bug must not stop the actuator's thread
+            log.exception("reporting the refused release of executor(s) %s failed",
+                          ", ".join(ids))
 
     def close(self) -> None:
         if self._thread is not None:

@@ -80,7 +80,13 @@ class AdaptiveRuntime:
             default_slots_per_executor=int(cores) // task_cpus if cores else None,
             heartbeat_interval=heartbeat, fixed_slots=self.local_slots, restart=settings.restart,
             autoscaled=settings.autoscaler.enabled, history_writer=self.history_writer,
-            warming=lambda: self.warm_up is not None and self.warm_up.blocking)
+            warming=lambda: self.warm_up is not None and self.warm_up.blocking,
+            idle_executors=initial_executors(str(sc.master),
+                                             conf.get("spark.executor.instances", None)))
+        # A release Spark refuses (or that fails) is reported back: the executor counts again.
+        self.actuator.on_release_refused(
+            lambda ids, why: self.loop.submit(
+                lambda: self.scheduler.release_refused(ids, why), "refused executor release"))
         self.warm_up: WarmUp | None = None
         if settings.scheduler.warm_up_new_executors and self.actuator.supported:
             self.warm_up = WarmUp(
@@ -272,6 +278,27 @@ def local_slots(master: str, task_cpus: int = 1) -> int | None:
             return None
         cores = os.cpu_count() or 1 if m.group(1) == "*" else int(m.group(1))
     return max(1, cores // max(1, task_cpus))
+
+
+#: Executors Spark starts an app with on YARN and Kubernetes when dynamic allocation is off
+#: and spark.executor.instances is not set (``SchedulerBackendUtils.DEFAULT_NUMBER_EXECUTORS``).
+SPARK_DEFAULT_EXECUTORS = 2
+
+
+def initial_executors(master: str, instances: str | None) -> int | None:
+    """The executors an app holds without spark-adaptive, which keeps dynamic allocation
+    off: on YARN and Kubernetes, ``spark.executor.instances`` (Spark's default 2 when it
+    is not set or unreadable); None on any other master (a standalone app takes every
+    free core up to ``spark.cores.max`` and its backend does not read the instances;
+    local mode has no executors to ask for)."""
+    m = master.strip().lower()
+    if not (m == "yarn" or m.startswith(("yarn-", "k8s://"))):
+        return None
+    try:
+        count = int((instances or "").strip())
+    except ValueError:
+        return SPARK_DEFAULT_EXECUTORS
+    return count if count >= 0 else SPARK_DEFAULT_EXECUTORS
 
 
 def _quietly(fn: Callable[[], Any], what: str) -> None:

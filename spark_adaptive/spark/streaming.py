@@ -54,6 +54,9 @@ _installed = False
 SOCKET_SOURCES = frozenset({"socket", "textsocketsourceprovider",
                             "org.apache.spark.sql.execution.streaming.sources."
                             "textsocketsourceprovider"})
+#: Failure origins that are the query's current run's own exception (Spark's): the run
+#: terminated with it, or had failed by itself when it was stopped.
+RUN_FAILURES = frozenset({"query", "stop"})
 #: How many progress updates of earlier runs ``recentProgress`` keeps (Spark's default for
 #: spark.sql.streaming.numRecentProgressUpdates).
 RECENT_PROGRESS = 100
@@ -72,6 +75,8 @@ def _managed_query_class() -> type:
             self._finished = threading.Event()
             self._final: tuple[str | None, str | None] | None = None
             """The query's (status, error) once it finished for good."""
+            self._run_failed = False
+            """The error that ended it is its current run's own (Spark's exception)."""
 
         # Every inherited method talks to the run going on now.
         @property
@@ -125,11 +130,21 @@ def _managed_query_class() -> type:
                     return
                 self._driver.wait_for_run_after(run, 1.0)
 
+        def _failed_run(self) -> Any:
+            """The run whose own exception ended the query, if one did: not when the query
+            failed to start again (or never had slots), which leaves an earlier run, that
+            was restarted after its own failure, as the driver's current one."""
+            status, _ = self._final or (None, None)
+            run = self._driver.current
+            if status != "FAILED" or not self._run_failed or run is None:
+                return None
+            return run if run._jsq.exception().isDefined() else None
+
         def _raise_if_failed(self) -> None:
             status, error = self._final or (None, None)
             if status == "FAILED":
-                run = self._driver.current
-                if run is not None and run._jsq.exception().isDefined():
+                run = self._failed_run()
+                if run is not None:
                     run.awaitTermination()  # raises Spark's own StreamingQueryException
                 raise QueryFailedError(f"query {self._key} failed: {error}")
 
@@ -175,13 +190,23 @@ def _managed_query_class() -> type:
             return (earlier + current)[-max(RECENT_PROGRESS, len(current)):]
 
         def exception(self) -> Any:
-            if self._final is not None and self._final[0] == "FAILED" \
-                    and self._driver.current is not None:
-                return self._driver.current.exception()
-            return None
+            """Spark's exception of the run that ended the query; the error that ended it
+            as a ``QueryFailedError`` when no run's own did (a start that failed); None
+            unless it failed."""
+            status, error = self._final or (None, None)
+            if status != "FAILED":
+                return None
+            run = self._failed_run()
+            if run is not None:
+                return run.exception()
+            return QueryFailedError(f"query {self._key} failed: {error}")
 
-        def _on_finished(self, status: str | None, error: str | None) -> None:
+        def _on_finished(self, status: str | None, error: str | None,
+                         origin: str | None = None) -> None:
+            """The query ended for good; ``origin``: where its error came from
+            (``QuerySnapshot.error_origin``; ``query`` and ``stop`` are its run's own)."""
             self._final = (status, error)
+            self._run_failed = origin in RUN_FAILURES
             self._finished.set()
 
         def __repr__(self) -> str:
@@ -321,7 +346,7 @@ class StreamingManager:
             handle = self._handles.get(change.key)
             if handle is not None:
                 snap = self._sched.query(change.key).snapshot()
-                handle._on_finished(snap.status, snap.error)
+                handle._on_finished(snap.status, snap.error, snap.error_origin)
 
 
 # -- reading the app's JVM DataStreamWriter ------------------------------------------------

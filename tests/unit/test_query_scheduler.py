@@ -270,6 +270,9 @@ def test_slots_in_use_drop_only_when_the_run_lets_go(vt: VirtualTime) -> None:
     assert (q.slots_in_use, app.released) == (4, 0)
     app.share = 2  # 4 partitions run balanced on 2 slots: a live rescale onto fewer
     q.on_resources_changed()
+    # ... while the first micro-batch runs on the 4: they go once it has completed
+    assert (q.slots_in_use, app.released) == (4, 0)
+    q.on_query_event(driver.progress())
     assert (q.slots_in_use, app.released) == (2, 1)
     app.share = 4  # and back onto more: nothing released
     q.on_resources_changed()

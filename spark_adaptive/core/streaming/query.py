@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from spark_adaptive.core.clock import Action, Cancellable, Timers
-from spark_adaptive.core.events import Event, QueryProgress, QueryTerminated
+from spark_adaptive.core.events import BATCH_BOUNDARIES, Event, QueryProgress, QueryTerminated
 from spark_adaptive.core.ports import QueryDriver, RepartitionSupport, StartResult, StopResult
 from spark_adaptive.core.streaming import restart
 from spark_adaptive.core.streaming.allocator import FirstStart, RescaleDecision
@@ -128,6 +128,10 @@ class QuerySnapshot:
     """Seconds since the query entered its current state."""
     tallies: Tallies = Tallies()
     """Its history's counts by kind, trigger and outcome, and rescale durations."""
+    error_origin: str | None = None
+    """Where the error that ended the query came from (``Failure.origin``): ``query`` or
+    ``stop`` (its current run's own exception), ``start`` or ``resources`` (no run of it
+    failed: the run the driver holds is an earlier one)."""
 
 
 class QueryScheduler:
@@ -317,11 +321,11 @@ class QueryScheduler:
             self._last_progress = event
             if event.state_operators:
                 self._stateful = True
-            if self._slots_held > self._running_slots:
-                # A micro-batch completed after a live rescale onto fewer slots: the
-                # surplus executors are free now.
-                self._slots_held = 0
-                self._app.released_slots()
+        if isinstance(event, BATCH_BOUNDARIES) and self._slots_held > self._running_slots:
+            # A micro-batch completed (or, QueryIdle, none runs: the trigger found no new
+            # data) after a live rescale onto fewer slots: the surplus executors are free.
+            self._slots_held = 0
+            self._app.released_slots()
         if isinstance(event, QueryTerminated):
             self._stopped_running()
         self._state.on_query_event(event)
@@ -338,6 +342,7 @@ class QueryScheduler:
             status=st.status if isinstance(st, Finished) else None,
             error=None if failure is None else failure.message,
             error_class=None if failure is None else failure.error_class,
+            error_origin=None if failure is None else failure.origin,
             progress=self._last_progress, state_seconds=self._timers.now() - self._state_since,
             tallies=self.history.tallies)
 
@@ -648,18 +653,21 @@ class QueryScheduler:
             # gets its slots, no rescale happened.
             if pending is not None and pending.kind == "initial":
                 self.history.update_pending(to_slots=decision.target_slots)
-            fewer = decision.target_slots < self._running_slots
-            self._running_slots = decision.target_slots
+            self._hold_running_slots(decision.target_slots)
             self.decide("slots available", decision.reason)
-            if fewer and self._running:
-                self._app.released_slots()
             return
         self.history.open(
             trigger, "live", from_parallelism=decision.current_parallelism,
             to_parallelism=decision.target_parallelism, from_slots=decision.current_slots,
             to_slots=decision.target_slots, reason=decision.reason)
-        if decision.target_slots < self._running_slots and self._running:
-            # Executors under the running micro-batch go once it has completed.
-            self._slots_held = max(self._slots_held, self._running_slots)
-        self._running_slots = decision.target_slots
+        self._hold_running_slots(decision.target_slots)
         self.decide("live rescale", decision.reason)
+
+    def _hold_running_slots(self, target_slots: int) -> None:
+        """The run goes on on ``target_slots`` from now. Fewer than it had: the micro-batch
+        running now (the first one too) may still use the old ones, so they stay held
+        until a micro-batch boundary (see :meth:`on_query_event`), as Flink releases only
+        free slots."""
+        if target_slots < self._running_slots and self._running:
+            self._slots_held = max(self._slots_held, self._running_slots)
+        self._running_slots = target_slots

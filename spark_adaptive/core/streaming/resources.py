@@ -16,6 +16,11 @@ Executor-loss grace (FLIP-159)
     An executor the driver itself killed (Spark's reason "Executor killed by
     driver.": spark-adaptive released it) gets no grace: it will not come back.
 
+Released executors
+    An executor spark-adaptive releases stops counting at once (:meth:`ResourceTracker.release`),
+    and is remembered until Spark reports it removed: should Spark refuse the
+    release, :meth:`ResourceTracker.restore` counts it again.
+
 Hang detection
     An executor that sent no heartbeat for ``failure_detection_timeout``
     seconds (counted from its last heartbeat, or from its arrival) is reported
@@ -40,7 +45,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -48,6 +53,9 @@ from spark_adaptive.core.clock import Cancellable, Timers
 from spark_adaptive.core.events import Event, ExecutorAdded, ExecutorHeartbeat, ExecutorRemoved
 
 log = logging.getLogger(__name__)
+
+#: Released executors remembered until Spark reports them removed (older ones are forgotten).
+_RELEASED_KEPT = 1024
 
 #: Spark's removal reason for an executor the driver killed (``ExecutorKilled``).
 KILLED_BY_DRIVER = "Executor killed by driver"
@@ -110,6 +118,8 @@ class ResourceTracker:
         self._live: dict[str, Executor] = {}
         self._last_seen: dict[str, float] = {}
         self._lost: list[_Lost] = []  # in grace, oldest first
+        # Released by spark-adaptive, their removal not reported yet (oldest first).
+        self._released: OrderedDict[str, Executor] = OrderedDict()
         self._hang_check: Cancellable | None = None
         self._hang_check_due = math.inf
         self.fixed_slots = fixed_slots
@@ -185,6 +195,7 @@ class ResourceTracker:
         self._changed(before, reason)
 
     def executor_removed(self, executor_id: str, reason: str) -> None:
+        self._released.pop(executor_id, None)
         executor = self._live.pop(executor_id, None)
         self._last_seen.pop(executor_id, None)
         self._heard.discard(executor_id)
@@ -204,13 +215,31 @@ class ResourceTracker:
 
     def release(self, executor_id: str, reason: str) -> None:
         """spark-adaptive released this executor: it stops counting now, with no grace
-        (its removal event, seconds later, then changes nothing)."""
+        (its removal event, seconds later, then changes nothing). It is remembered until
+        that event, in case Spark refuses the release (:meth:`restore`)."""
         executor = self._live.pop(executor_id, None)
         self._last_seen.pop(executor_id, None)
         self._heard.discard(executor_id)
         if executor is not None:
+            self._released[executor_id] = executor
+            while len(self._released) > _RELEASED_KEPT:
+                self._released.popitem(last=False)
             self._changed(self.slots + executor.slots,
                           f"executor {executor_id} released ({reason})")
+
+    def restore(self, executor_id: str, reason: str) -> bool:
+        """An executor :meth:`release` stopped counting was not released after all (Spark
+        refused, or the call failed): it is alive and counts again, its hang detection
+        starting afresh. False when it is unknown or its removal was reported since."""
+        executor = self._released.pop(executor_id, None)
+        if executor is None or executor_id in self._live:
+            return False
+        before = self.slots
+        self._live[executor_id] = executor
+        self._last_seen[executor_id] = self._timers.now()
+        self._arm_hang_check()
+        self._changed(before, f"executor {executor_id} counts again ({reason})")
+        return True
 
     def heartbeat(self, executor_id: str) -> None:
         if executor_id in self._live:

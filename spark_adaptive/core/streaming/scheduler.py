@@ -10,7 +10,8 @@
 * declares the executors the queries want through
   :meth:`ExecutorActuator.request_total_executors`: the sum of the active
   queries' upper bounds in slots, capped by max-parallelism, in executors
-  (reactive mode: upper bound = max-parallelism, so it asks for all it may);
+  (reactive mode: upper bound = max-parallelism, so it asks for all it may); once
+  no managed query remains, what the app holds without spark-adaptive;
 * kills executors found hung;
 * routes each query event to the query whose current run it belongs to;
 * answers the REST API and the CLI: look-up by id or name, snapshots,
@@ -32,7 +33,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from spark_adaptive.core.clock import Timers
-from spark_adaptive.core.events import QUERY_EVENTS, Event, QueryProgress
+from spark_adaptive.core.events import (
+    BATCH_BOUNDARIES,
+    QUERY_EVENTS,
+    Event,
+    QueryProgress,
+    QueryStarted,
+    QueryTerminated,
+)
 from spark_adaptive.core.ports import (
     ExecutorActuator,
     QueryDriver,
@@ -108,6 +116,7 @@ class AdaptiveScheduler:
         autoscaled: bool = False,
         history_writer: HistoryWriter | None = None,
         warming: Callable[[], bool] | None = None,
+        idle_executors: int | None = None,
     ) -> None:
         """``default_slots_per_executor`` sizes executor requests until one executor is seen
         (``spark.executor.cores // spark.task.cpus`` when the app sets it);
@@ -120,7 +129,10 @@ class AdaptiveScheduler:
         ``history_writer``: where the queries' histories go to be saved beside their
         checkpoints (None: they last as long as the driver). ``warming()``: executors that
         joined are being warmed up now (a restart onto more slots waits for them, see
-        :meth:`warm_up_ended`)."""
+        :meth:`warm_up_ended`). ``idle_executors``: the executors the app holds without
+        spark-adaptive (``spark.executor.instances``, with dynamic allocation off), declared
+        once no managed query remains; None: unknown, the executors alive then are kept and
+        no more are asked for."""
         self.settings = settings
         self._restart = restart if restart is not None else RestartStrategySettings()
         self._autoscaled = autoscaled
@@ -141,8 +153,11 @@ class AdaptiveScheduler:
         self._queries: dict[str, QueryScheduler] = {}
         self._shares: dict[str, int] | None = {}
         self._declared: int | None = None
+        self._idle_executors = idle_executors
+        self._idle = False  # no managed query remains, and what the app holds is declared
         self._releasing = False
         self._surplus_waits = False
+        self._release_refused = False  # a release was refused since the last declaration
         self._listeners: list[Callable[[StateChange], None]] = []
         # Events of runs whose start has not reported yet (see on_event), by run id.
         self._early: OrderedDict[str, list[Event]] = OrderedDict()
@@ -162,18 +177,32 @@ class AdaptiveScheduler:
             if isinstance(event, QueryProgress):
                 q.observe_batch(self.load.take(event.run_id))
             q.on_query_event(event)
-            if isinstance(event, QueryProgress) and self._surplus_waits:
-                self._surplus_waits = False  # between micro-batches: it may go now
+            if isinstance(event, BATCH_BOUNDARIES) and self._surplus_waits:
+                # Between micro-batches (a QueryIdle: the trigger ran none): it may go now.
+                self._surplus_waits = False
                 self._declare(self._active(), between_batches=True)
             return
         # Spark reports a run's first events before its start returns to us: keep them
         # until a query's run with this id starts (or newer runs push them out).
-        kept = self._early.setdefault(event.run_id, [])
-        if len(kept) < _EARLY_LIMIT:
-            kept.append(event)
+        self._keep_early(event.run_id, event)
         while len(self._early) > _EARLY_LIMIT:
             self._early.popitem(last=False)
         log.debug("no managed query runs %s yet; keeping %s", event.run_id, type(event).__name__)
+
+    def _keep_early(self, run_id: str, event: Event) -> None:
+        """Keep an event of a run whose start has not reported yet, at most
+        ``_EARLY_LIMIT`` per run. A full buffer makes room by dropping its oldest progress
+        or idle event (a newer one supersedes it); the run's start and its end are always
+        kept: a QueryTerminated dropped would leave the query Executing for good."""
+        kept = self._early.setdefault(run_id, [])
+        if len(kept) >= _EARLY_LIMIT:
+            oldest = next((i for i, e in enumerate(kept)
+                           if not isinstance(e, (QueryStarted, QueryTerminated))), None)
+            if oldest is not None:
+                del kept[oldest]
+            elif not isinstance(event, QueryTerminated):
+                return
+        kept.append(event)
 
     def _on_slots_changed(self, change: SlotChange) -> None:
         self._reallocate(change.reason)
@@ -222,11 +251,18 @@ class AdaptiveScheduler:
         batch would have to run again (Flink, too, releases only free slots). What is held
         back is declared once the queries let go (:meth:`released_slots`). An executor that
         joins after the declaration (the master launched it before it heard the total)
-        is surplus: the same total is declared again, which releases it, but only when a
-        micro-batch has just completed (``between_batches``) if a query runs, since Spark
-        may already have given it tasks of a running one."""
-        if not active or self.resources.fixed_slots is not None:
-            return  # nothing to size for, or nothing can change; leave the executors alone
+        is surplus: the same total is declared again, which releases it, but only at a
+        micro-batch boundary (``between_batches``: a progress, or an idle report) if a
+        query runs, since Spark may already have given it tasks of a running one; so is
+        an executor whose release Spark refused (:meth:`release_refused`), whatever runs.
+        Once no managed query remains, :meth:`_declare_idle` declares what the app holds
+        without spark-adaptive."""
+        if self.resources.fixed_slots is not None:
+            return  # nothing can change; leave the executors alone
+        if not active:
+            self._declare_idle()
+            return
+        self._idle = False
         if self._autoscaled and any(self._queries[k].target is None for k in active):
             # The autoscaler sizes the executors from the load; until it has decided for
             # every query (or when it only recommends), the app keeps what Spark gave it.
@@ -240,16 +276,45 @@ class AdaptiveScheduler:
         if total == self._declared:
             if self._releasing or len(self.resources.executors) <= total:
                 return  # declared already, and no executor beyond it joined since
-            if in_use and not between_batches:
-                self._surplus_waits = True  # released after the next micro-batch
+            if (in_use or self._release_refused) and not between_batches:
+                self._surplus_waits = True  # released at the next micro-batch boundary
                 return
-        self._declared = total
         per = self.resources.slots_per_executor(self._default_slots_per_executor)
         held = (f"; the running queries still use {in_use} slots, the rest are released when "
                 "they let go" if in_use > wanted else "")
         whose = "the autoscaler's targets" if self._autoscaled else "the queries' upper bounds"
         decision_log.info("request %d executors in total: %s want %d slots, %s slots per "
                           "executor%s", total, whose, wanted, per, held)
+        self._request(total)
+
+    def _declare_idle(self) -> None:
+        """No managed query remains: declare, once, what the app would hold without
+        spark-adaptive (``idle_executors``: with dynamic allocation off, its initial
+        executors), or, when that is not known, the executors alive now (never more than
+        were declared): nothing is asked for any more, and nothing that is alive goes.
+        An app whose total spark-adaptive never declared keeps what Spark gave it."""
+        if self._idle or self._declared is None:
+            return
+        if any(q.slots_in_use for q in self._queries.values()):
+            return  # a run is still stopping: declared once it has (released_slots)
+        self._idle = True
+        self._surplus_waits = False
+        alive = len(self.resources.executors)
+        if self._idle_executors is not None:
+            total = self._idle_executors
+            why = "the app's initial executors, as without spark-adaptive"
+        else:
+            total = min(self._declared, alive)
+            why = f"the {alive} alive, no more asked for"
+        if total == self._declared:
+            return
+        decision_log.info("request %d executors in total: no managed query remains (%d were "
+                          "declared for the queries); %s", total, self._declared, why)
+        self._request(total)
+
+    def _request(self, total: int) -> None:
+        self._declared = total
+        self._release_refused = False
         try:
             released = self._actuator.request_total_executors(total)
         except Exception:
@@ -267,6 +332,17 @@ class AdaptiveScheduler:
                 self.resources.release(executor_id, reason)
         finally:
             self._releasing = outer
+
+    def release_refused(self, executor_ids: Sequence[str], reason: str) -> None:
+        """Spark refused to release these executors, or releasing them failed (the
+        boundary reports it: ``killExecutors`` answered false or raised): they are alive
+        and get tasks, so they count again, slots and all. Their release is tried again
+        at the next micro-batch boundary, or by the next lower total declared."""
+        outer, self._release_refused = self._release_refused, True  # before they count
+        restored = [executor_id for executor_id in executor_ids
+                    if self.resources.restore(executor_id, f"its release was refused: {reason}")]
+        if not restored:  # none counted as released (a hung one, or already removed)
+            self._release_refused = outer
 
     def released_slots(self) -> None:
         """A query's run uses fewer slots now: declare what is wanted without them."""

@@ -1,0 +1,213 @@
+"""The Spark side of the streaming scheduler, with hand-written stand-ins for py4j objects.
+
+* The app's query handle raises the error that ended the query: Spark's own exception
+  when its current run failed, the scheduler's error when a restart's start failed (the
+  driver's current run is then the earlier one, which failed and was restarted).
+* The actuator reports a release Spark refused (or that failed), so the scheduler counts
+  the executor again; it returns none as released where it cannot send a release.
+* What the app holds without spark-adaptive, declared once no managed query remains.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from scheduler_fakes import App, FakeDriver, query_info
+
+from spark_adaptive.core import events as ev
+from spark_adaptive.errors import QueryFailedError
+from spark_adaptive.settings import Settings
+from spark_adaptive.spark import runtime
+from spark_adaptive.spark.actuator import SparkExecutorActuator
+from spark_adaptive.spark.streaming import _managed_query_class
+
+
+# -- the query handle ---------------------------------------------------------------------
+class _Option:
+    def __init__(self, value: str | None) -> None:
+        self.value = value
+
+    def isDefined(self) -> bool:  # noqa: N802 - Scala's name
+        return self.value is not None
+
+
+class _JQuery:
+    def __init__(self, error: str | None) -> None:
+        self.error = error
+
+    def exception(self) -> _Option:
+        return _Option(self.error)
+
+
+class SparkError(Exception):
+    """Stands for PySpark's StreamingQueryException of a run."""
+
+
+class _Run:
+    """A finished Spark run whose own exception is ``error``."""
+
+    def __init__(self, error: str | None) -> None:
+        self._jsq = _JQuery(error)
+        self.isActive = False
+
+    def awaitTermination(self, timeout: float | None = None) -> None:  # noqa: N802
+        raise SparkError(self._jsq.error)
+
+    def exception(self) -> SparkError:
+        return SparkError(self._jsq.error)
+
+
+class _Driver:
+    def __init__(self, run: _Run) -> None:
+        self.current: _Run | None = run
+        self.previous: _Run | None = None
+
+
+def _handle(app: App, key: str, run: _Run) -> Any:
+    """The app's handle of ``key`` with ``run`` as its driver's current run, told of the
+    query's end as the manager tells it (from the scheduler's snapshot)."""
+    handle = _managed_query_class()(None, key, _Driver(run))
+    snap = app.scheduler.query(key).snapshot()
+    handle._on_finished(snap.status, snap.error, snap.error_origin)
+    return handle
+
+
+def _restarted_once() -> tuple[App, FakeDriver]:
+    app = App(Settings.from_conf({"spark.adaptive.restart-strategy.type": "fixed-delay"}))
+    app.add("1")
+    driver = FakeDriver(query_info("q", partitions=1))
+    app.register(driver)
+    app.event(driver.terminated("X: the run failed"))  # restarted (fixed-delay: once more)
+    app.advance(1)
+    return app, driver
+
+
+def test_a_query_whose_restart_failed_to_start_raises_that_failure() -> None:
+    app, driver = _restarted_once()
+    app.start(driver, ok=False, error="Y: checkpoint store unreachable")  # no more restarts
+    snap = app.scheduler.query("q").snapshot()
+    assert (snap.state, snap.status, snap.error_origin) == ("Finished", "FAILED", "start")
+    handle = _handle(app, "q", _Run("X: the run failed"))  # the run before the start
+    with pytest.raises(QueryFailedError, match="query q failed: Y: checkpoint store"):
+        handle.awaitTermination()
+    with pytest.raises(QueryFailedError, match="Y: checkpoint store"):
+        handle.awaitTermination(5)
+    error = handle.exception()
+    assert isinstance(error, QueryFailedError) and "Y: checkpoint store" in str(error)
+
+
+def test_a_query_whose_run_failed_raises_sparks_own_exception_of_that_run() -> None:
+    app, driver = _restarted_once()
+    app.start(driver)
+    app.event(driver.terminated("Z: the new run failed"))  # no more restarts
+    app.advance(1)
+    snap = app.scheduler.query("q").snapshot()
+    assert (snap.status, snap.error_origin) == ("FAILED", "query")
+    handle = _handle(app, "q", _Run("Z: the new run failed"))
+    with pytest.raises(SparkError, match="Z: the new run failed"):
+        handle.awaitTermination()
+    assert str(handle.exception()) == "Z: the new run failed"
+
+
+# -- the actuator ---------------------------------------------------------------------------
+class _PythonUtils:
+    @staticmethod
+    def toSeq(items: list[str]) -> list[str]:  # noqa: N802
+        return list(items)
+
+    @staticmethod
+    def toScalaMap(items: dict[str, str]) -> dict[str, str]:  # noqa: N802
+        return dict(items)
+
+
+class _SparkContextJ:
+    def __init__(self, kill: Callable[[list[str]], bool]) -> None:
+        self._kill = kill
+        self.totals: list[int] = []
+
+    def schedulerBackend(self) -> None:  # noqa: N802
+        raise RuntimeError("no backend in a unit test")
+
+    def killExecutors(self, ids: list[str]) -> bool:  # noqa: N802
+        return self._kill(ids)
+
+    def requestTotalExecutors(self, total: int, *_: Any) -> bool:  # noqa: N802
+        self.totals.append(total)
+        return True
+
+
+class _JavaSparkContext:
+    def __init__(self, sc: _SparkContextJ) -> None:
+        self._sc = sc
+
+    def sc(self) -> _SparkContextJ:
+        return self._sc
+
+
+class _Jvm:
+    PythonUtils = _PythonUtils
+
+
+class _FakeSparkContext:
+    def __init__(self, kill: Callable[[list[str]], bool]) -> None:
+        self.jsc = _SparkContextJ(kill)
+        self._jsc = _JavaSparkContext(self.jsc)
+        self._jvm = _Jvm()
+        self._conf = {"spark.task.cpus": "1"}
+        self.master = "spark://master:7077"
+
+
+def _actuator(kill: Callable[[list[str]], bool], supported: bool = True
+              ) -> tuple[SparkExecutorActuator, list[tuple[list[str], str]]]:
+    actuator = SparkExecutorActuator(_FakeSparkContext(kill), synchronous=True)  # type: ignore[arg-type]
+    actuator.supported = supported
+    for i in (1, 2, 3):
+        actuator.observe(ev.ExecutorAdded(float(i), str(i), f"host-{i}", 1))
+    refused: list[tuple[list[str], str]] = []
+    actuator.on_release_refused(lambda ids, why: refused.append((ids, why)))
+    return actuator, refused
+
+
+def test_a_release_the_cluster_manager_refuses_is_reported_back() -> None:
+    actuator, refused = _actuator(lambda ids: False)
+    assert actuator.request_total_executors(2) == ["3"]  # the newest, returned as released
+    assert refused == [(["3"], "the cluster manager refused")]
+    assert actuator.request_total_executors(2) == ["3"]  # still the app's: tried again
+
+
+def test_a_release_that_raises_is_reported_back() -> None:
+    def kill(ids: list[str]) -> bool:
+        raise RuntimeError("py4j: connection reset")
+
+    actuator, refused = _actuator(kill)
+    assert actuator.request_total_executors(2) == ["3"]
+    assert refused == [(["3"], "killExecutors failed: py4j: connection reset")]
+
+
+def test_an_accepted_release_is_not_reported() -> None:
+    actuator, refused = _actuator(lambda ids: True)
+    assert actuator.request_total_executors(2) == ["3"]
+    assert (refused, actuator.killed) == ([], ["3"])
+
+
+def test_a_master_without_executor_control_releases_none() -> None:
+    actuator, refused = _actuator(lambda ids: True, supported=False)
+    assert actuator.request_total_executors(1) == []  # no kill can be sent: none goes
+    assert refused == []
+
+
+# -- what the app holds without spark-adaptive ---------------------------------------------
+@pytest.mark.parametrize(("master", "instances", "expected"), [
+    ("yarn", "6", 6),
+    ("yarn", None, 2),  # Spark's default on YARN and Kubernetes
+    ("k8s://https://api:6443", "3", 3),
+    ("k8s://https://api:6443", "many", 2),
+    ("yarn", "0", 0),
+    ("spark://master:7077", "4", None),  # standalone: every free core, instances unread
+    ("spark://master:7077", None, None),
+    ("local[4]", None, None),
+])
+def test_initial_executors(master: str, instances: str | None, expected: int | None) -> None:
+    assert runtime.initial_executors(master, instances) == expected

@@ -1,0 +1,197 @@
+"""When the streaming scheduler lets executors go, and when it counts them again.
+
+Scenarios on virtual time with the fake driver and actuator (``scheduler_fakes``):
+
+* a live scale-down during a query's first micro-batch holds its executors until that
+  batch completes, as every later one does;
+* a QueryIdle of a query's current run is a micro-batch boundary: surplus executors and
+  slots held after a live scale-down go then;
+* once the last managed query ends, what the app holds without spark-adaptive is
+  declared instead of the last query's upper bound;
+* an executor whose release Spark refused counts again, and its release is retried only
+  at a micro-batch boundary;
+* a run's early events keep its QueryTerminated however many progress events came first.
+"""
+
+from __future__ import annotations
+
+import pytest
+from scheduler_fakes import App, FakeDriver, query_info
+
+from spark_adaptive.core.events import QueryProgress, QueryTerminated
+from spark_adaptive.core.ports import RepartitionSupport
+from spark_adaptive.settings import Settings
+
+LIVE_ONLY = RepartitionSupport(False, "no checkpoint")
+
+
+def _app(executors: int = 4, settings: Settings | None = None, **kw: object) -> App:
+    app = App(settings, **kw)
+    for i in range(1, executors + 1):
+        app.add(str(i))
+    return app
+
+
+def _alive(app: App) -> set[str]:
+    return {e.executor_id for e in app.scheduler.resources.executors}
+
+
+# -- the first micro-batch ----------------------------------------------------------------
+def test_a_live_scale_down_during_the_first_batch_waits_for_it_to_complete() -> None:
+    app = _app()
+    driver = FakeDriver(query_info("q", partitions=4, checkpoint=None), support=LIVE_ONLY)
+    app.register(driver)
+    assert app.actuator.requested == [4]
+    app.actuator.release_next = ["3", "4"]
+    app.scheduler.update_requirements("q", 1, 2)  # the first micro-batch runs on 4 slots
+    q = app.scheduler.query("q")
+    assert (app.actuator.requested, q.slots_in_use, _alive(app)) == ([4], 4, {"1", "2", "3", "4"})
+    app.event(driver.progress())  # it completed: the two it no longer needs go now
+    assert (app.actuator.requested, q.slots_in_use, _alive(app)) == ([4, 2], 2, {"1", "2"})
+
+
+# -- QueryIdle is a batch boundary --------------------------------------------------------
+def test_a_surplus_executor_goes_when_the_query_reports_idle() -> None:
+    app = _app(2)
+    driver = FakeDriver(query_info("q", partitions=2))
+    app.register(driver)
+    app.event(driver.progress())
+    app.actuator.release_next = ["3"]
+    app.add("3")  # launched before the master heard the total: surplus
+    assert app.actuator.requested == [2]  # a batch may run on it: it waits for a boundary
+    app.advance(10)
+    app.event(driver.idle())  # the trigger found no data: no batch runs
+    assert app.actuator.requested == [2, 2]
+    assert _alive(app) == {"1", "2"}
+
+
+def test_slots_held_after_a_live_scale_down_go_when_the_query_reports_idle() -> None:
+    app = _app()
+    driver = FakeDriver(query_info("q", partitions=4, checkpoint=None), support=LIVE_ONLY)
+    app.register(driver)
+    app.event(driver.progress())
+    app.actuator.release_next = ["3", "4"]
+    app.scheduler.update_requirements("q", 1, 2)  # a later batch runs on the 4: held
+    assert app.actuator.requested == [4]
+    app.event(driver.idle())
+    assert app.actuator.requested == [4, 2]
+    assert (app.scheduler.query("q").slots_in_use, _alive(app)) == (2, {"1", "2"})
+
+
+# -- no managed query remains -------------------------------------------------------------
+def _end(app: App, driver: FakeDriver, how: str) -> None:
+    if how == "cancelled":
+        app.scheduler.cancel(driver.info.key)
+        while driver.pending_stops:  # a rescale's stop, if one was under way, then its own
+            app.stop(driver)
+    elif how == "finished":
+        app.event(driver.terminated())
+    else:
+        app.event(driver.terminated("java.lang.IllegalStateException: boom"))
+        app.advance(1)
+        if driver.pending_stops:
+            app.stop(driver)
+    app.advance(60)
+    assert app.state(driver.info.key) == "Finished"
+
+
+@pytest.mark.parametrize("how", ["cancelled", "finished", "failed"])
+def test_the_last_query_ending_keeps_the_executors_alive_and_asks_for_no_more(how: str) -> None:
+    app = _app()
+    a = FakeDriver(query_info("a", partitions=8))
+    app.register(a)
+    assert app.actuator.requested == [8]  # 8 asked for, 4 alive
+    _end(app, a, how)
+    # Without the app's initial executors known: the 4 alive stay, no more are asked for.
+    assert app.actuator.requested == [8, 4]
+    assert app.scheduler.app_snapshot()["declaredExecutors"] == 4
+    app.add("5")  # a late one the master had launched: no query to size for, left alone
+    app.advance(60)
+    assert app.actuator.requested == [8, 4]
+    b = FakeDriver(query_info("b", partitions=6))
+    app.register(b)  # a new query: its upper bound is declared again
+    assert app.actuator.requested == [8, 4, 6]
+
+
+def test_the_last_query_ending_declares_the_apps_initial_executors() -> None:
+    app = _app(idle_executors=2)
+    a = FakeDriver(query_info("a", partitions=4))
+    app.register(a)
+    assert app.actuator.requested == [4]
+    app.actuator.release_next = ["3", "4"]
+    _end(app, a, "cancelled")
+    assert app.actuator.requested == [4, 2]  # what the app holds without spark-adaptive
+    assert _alive(app) == {"1", "2"}
+
+
+def test_reactive_mode_stops_asking_for_max_parallelism_once_its_query_ended() -> None:
+    app = _app(1, Settings.from_conf({"spark.adaptive.scheduler.mode": "reactive"}))
+    a = FakeDriver(query_info("a", partitions=4))
+    app.register(a)
+    assert app.actuator.requested == [32768]
+    _end(app, a, "finished")
+    assert app.actuator.requested == [32768, 1]
+
+
+def test_one_of_two_queries_ending_declares_the_other_ones_bound_only() -> None:
+    app = _app(idle_executors=2)
+    a = FakeDriver(query_info("a", partitions=8))
+    b = FakeDriver(query_info("b", partitions=8))
+    app.register(a)
+    app.register(b)
+    assert app.actuator.requested[-1] == 16
+    _end(app, a, "cancelled")
+    assert app.actuator.requested[-1] == 8  # b still runs: its bound, not the idle total
+    _end(app, b, "cancelled")
+    assert app.actuator.requested[-1] == 2
+
+
+# -- a release Spark refused ----------------------------------------------------------------
+def test_an_executor_whose_release_was_refused_counts_again_and_is_retried_between_batches(
+) -> None:
+    app = _app()
+    driver = FakeDriver(query_info("q", partitions=2))
+    app.actuator.release_next = ["3", "4"]
+    app.register(driver)  # upper bound 2: the two newest are released
+    assert (app.actuator.requested, _alive(app), app.scheduler.resources.slots) == (
+        [2], {"1", "2"}, 2)
+    app.scheduler.release_refused(["3", "4"], "the cluster manager refused")
+    # They are alive and get tasks: they count again ...
+    assert (_alive(app), app.scheduler.resources.slots) == ({"1", "2", "3", "4"}, 4)
+    # ... and are not released again at once (that could loop on refusals), but between
+    # two micro-batches.
+    assert app.actuator.requested == [2]
+    app.actuator.release_next = ["3", "4"]
+    app.event(driver.progress())
+    assert app.actuator.requested == [2, 2]
+    assert _alive(app) == {"1", "2"}
+    app.scheduler.release_refused(["3", "4"], "the cluster manager refused")
+    app.advance(30)
+    assert app.actuator.requested == [2, 2]  # refused again: the next boundary, not now
+    # One removed since, or never released by spark-adaptive, does not come back.
+    app.actuator.release_next = ["3", "4"]
+    app.event(driver.progress())
+    app.remove("4", "Executor killed by driver.")
+    app.scheduler.release_refused(["4", "1"], "killExecutors failed: py4j")
+    assert _alive(app) == {"1", "2"}
+
+
+# -- a run's early events -------------------------------------------------------------------
+def test_a_runs_termination_is_kept_however_many_early_events_came_before_it() -> None:
+    app = _app(2, Settings.from_conf({"spark.adaptive.restart-strategy.type": "fixed-delay"}))
+    driver = FakeDriver(query_info("q", partitions=2))
+    app.register(driver)
+    app.event(driver.terminated("java.lang.IllegalStateException: boom"))  # restarted
+    app.advance(1)
+    assert driver.pending_starts
+    # The next run reports before its start returns: many progress events, then its end.
+    run = "q-run-2"
+    for batch in range(100):
+        app.event(QueryProgress(0.0, driver.query_id, run, "q", batch, 10, 1.0, 1.0, 0.1, 0.1))
+    app.event(QueryTerminated(0.0, driver.query_id, run, None))
+    started = app.start(driver)
+    assert started.run_id == run
+    app.advance(1)
+    assert app.state("q") == "Finished"
+    last = app.scheduler.query("q").last_progress
+    assert last is not None and last.batch_id == 99  # the newest progress was kept
