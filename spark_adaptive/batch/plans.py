@@ -16,6 +16,9 @@ import contextlib
 import dataclasses
 import itertools
 import logging
+import math
+import numbers
+import operator
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -78,41 +81,63 @@ class BatchParams:
     split_bytes: int = TEXT_FILE_SPLIT_BYTES
 
 
+def _integer_limit(name: str, value: Any) -> int:
+    """A per-call limit that counts (tasks, bytes): an integer >= 1, else ``ValueError``
+    naming it. A float is refused, not truncated (1.5 tasks is not 1)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    try:
+        n = operator.index(value)
+    except TypeError:
+        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+    if n < 1:
+        raise ValueError(f"{name} must be >= 1, got {n}")
+    return n
+
+
+def _factor_limit(name: str, value: Any) -> float:
+    """A per-call factor (``skew_factor``): a finite number >= 1, as ``batch.skewed-factor``
+    takes, else ``ValueError`` naming it."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    factor = float(value)
+    if not math.isfinite(factor) or factor < 1:
+        raise ValueError(f"{name} must be a finite number >= 1, got {value!r}")
+    return factor
+
+
 def settings_for(sc: SparkContext, limits: dict[str, Any],
                  accepted: tuple[str, ...] = _LIMITS) -> BatchParams:
     """The running spark-adaptive's settings (else the app's conf), with ``limits`` applied.
 
-    Raises ``TypeError`` on a limit not ``accepted`` and ``ValueError`` on inconsistent
-    bounds.
+    Every limit is checked before anything runs: ``TypeError`` on a limit not ``accepted``;
+    ``ValueError`` naming the limit on a count or size that is not an integer >= 1
+    (``avg_bytes_per_task``, ``min_parallelism``, ``max_parallelism``, ``skew_threshold``,
+    ``source_split_size``), a ``skew_factor`` that is not a finite number >= 1, and
+    ``min_parallelism`` above ``max_parallelism``. A limit given as None is the setting.
     """
     unknown = set(limits) - set(accepted)
     if unknown:
         raise TypeError(f"unknown keyword(s) {sorted(unknown)}; accepted: {', '.join(accepted)}")
+    given = {name: _integer_limit(name, value) for name, value in limits.items()
+             if value is not None and name != "skew_factor"}
+    factor = limits.get("skew_factor")
+    skew_factor = None if factor is None else _factor_limit("skew_factor", factor)
     part = batch_scheduler_for(sc)
     s = part.settings if part is not None else Settings.from_conf(spark_conf(sc))
-    def given(name: str, default: int) -> int:  # None: the setting; 0 is refused below
-        value = limits.get(name)
-        if value is None:
-            return default
-        try:
-            return int(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"{name} must be an integer, got {value!r}") from None
-
     p = BatchParams(
-        avg_bytes_per_task=given("avg_bytes_per_task", s.batch.avg_data_volume_per_task),
-        min_p=given("min_parallelism", s.batch.min_parallelism),
-        max_p=given("max_parallelism", s.batch.max_parallelism),
-        skew_factor=float(limits.get("skew_factor", s.batch.skewed_factor)),
-        skew_threshold=int(limits.get("skew_threshold", s.batch.skew_threshold_bytes)),
+        avg_bytes_per_task=given.get("avg_bytes_per_task", s.batch.avg_data_volume_per_task),
+        min_p=given.get("min_parallelism", s.batch.min_parallelism),
+        max_p=given.get("max_parallelism", s.batch.max_parallelism),
+        skew_factor=s.batch.skewed_factor if skew_factor is None else skew_factor,
+        skew_threshold=given.get("skew_threshold", s.batch.skew_threshold_bytes),
         shim_jar=shim_jar_path(s.shim_jar),
         slots=int(sc.defaultParallelism) if s.batch.use_held_slots else 1,
         default_source=s.batch.default_source_parallelism,
-        split_bytes=given("source_split_size", s.batch.text_file_split_bytes))
-    if not 1 <= p.min_p <= p.max_p or p.avg_bytes_per_task < 1 or p.split_bytes < 1:
-        raise ValueError(f"need avg_bytes_per_task >= 1, source_split_size >= 1 and "
-                         f"1 <= min_parallelism <= max_parallelism, got {p.avg_bytes_per_task}, "
-                         f"{p.split_bytes}, [{p.min_p}, {p.max_p}]")
+        split_bytes=given.get("source_split_size", s.batch.text_file_split_bytes))
+    if p.min_p > p.max_p:
+        raise ValueError(f"min_parallelism must be <= max_parallelism, got min_parallelism "
+                         f"{p.min_p} and max_parallelism {p.max_p}")
     return p
 
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from spark_adaptive.batch import plans
 from spark_adaptive.core.batch.executors import LOGGER_NAME
 from spark_adaptive.core.batch.sources import SourcePlan, decide_source, plan_source, split_paths
-from spark_adaptive.spark.files import hadoop_conf_get, listed_bytes
+from spark_adaptive.spark.files import hadoop_conf_get, listed_bytes, splits_have_locations
 from spark_adaptive.spark.shuffle import shim_shuffles
 
 if TYPE_CHECKING:
@@ -85,7 +85,12 @@ def text_file(sc: SparkContext, path: str, *, use_unicode: bool = True,
     once; a count above those splits asks the input format again, with
     ``minPartitions`` set to it. When there are more splits than tasks (small
     files, or file blocks smaller than ``bytes / p``) neighbouring splits are
-    grouped without a shuffle (``coalesce``). With the shim, lines are sent to Python in
+    grouped without a shuffle (``coalesce``), but only when no split has preferred
+    locations (a local or object-store path; HDFS splits have their blocks' hosts, and
+    Spark's ``coalesce`` groups those by host, which would change the order of the
+    lines): otherwise, or with more than 1000 splits (whose locations are not all looked
+    at), the splits stay one task each, and the log says why. With the shim, lines are
+    sent to Python in
     chunks (unless ``textinputformat.record.delimiter`` is set); the lines, their order
     and their partitions are ``sc.textFile``'s. When the size cannot
     be read the source is left as ``sc.textFile`` makes it, and the log says
@@ -106,8 +111,10 @@ def text_file(sc: SparkContext, path: str, *, use_unicode: bool = True,
     if rdd is None or decision.parallelism > rdd.getNumPartitions():
         # Finer splits than Spark's default ones need the input format's goal size.
         rdd = sc.textFile(path, minPartitions=decision.parallelism, use_unicode=use_unicode)
-    plan = plan_source(path, size, decision, rdd.getNumPartitions())
+    splits = rdd.getNumPartitions()
     rdd = _in_chunks(sc, rdd, params.shim_jar, use_unicode)
+    plan = plan_source(path, size, decision, splits,
+                       located=_located(rdd) if splits > decision.parallelism else False)
     if plan.coalesced:
         rdd = rdd.coalesce(plan.parallelism)
     plan_id = plans.record(sc, plan)
@@ -116,6 +123,16 @@ def text_file(sc: SparkContext, path: str, *, use_unicode: bool = True,
                       plan.parallelism, plan.reason)
     _plans[rdd] = plan
     return rdd
+
+
+def _located(rdd: RDD[str]) -> bool | None:
+    """Whether a split of ``rdd`` has preferred locations (None: not known), which decides
+    whether its splits may be grouped without changing the order of its lines."""
+    try:
+        return splits_have_locations(rdd)
+    except Exception as e:  # noqa: BLE001 - unknown: the splits stay as Spark makes them
+        log.debug("preferred locations of %s unknown: %s", rdd, e)
+        return None
 
 
 def _in_chunks(sc: SparkContext, rdd: RDD[str], jar: Path | None, use_unicode: bool

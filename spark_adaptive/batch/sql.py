@@ -67,6 +67,17 @@ and into the shared state and session conf of a session that already exists
 at planning, so a query planned after activation is steered. An app that
 sets one of these keys on a session afterwards overrides it for that session.
 
+The app's own settings win (do no harm): a key it set itself before activation
+(its SparkConf or session builder, ``spark-submit --conf``,
+``spark-defaults.conf``, or ``spark.conf.set`` on the session ``enable()`` is
+called on; :func:`~spark_adaptive.spark.sqlconf.explicit_confs`, read before
+anything is set) is kept as it is, even where a ``batch.*`` key would set it.
+An explicit ``spark.sql.shuffle.partitions`` (or ``initialPartitionNum``) is the
+partition count shuffles are written in, as in Spark: ``initialPartitionNum``
+is then left unset and the shim's extensions are not registered. An explicit
+``maxPartitionBytes`` is the scans' split size, and the open cost follows it.
+The INFO line of :func:`apply_sql_confs` lists the keys kept and why.
+
 How many partitions a shuffle is written in. Up to
 ``spark.shuffle.sort.bypassMergeThreshold`` (200) partitions Spark writes a
 shuffle with its bypass writer, a file per partition in every map task, so
@@ -100,6 +111,8 @@ and only source stages are steered; activation warns about it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from spark_adaptive.core.batch.decider import format_bytes
@@ -109,7 +122,7 @@ from spark_adaptive.spark.jvm import add_to_spark_class_loader, shim_jar_path
 from spark_adaptive.spark.sqlconf import (
     append_to_list_conf,
     byte_string_as_bytes,
-    live_conf_get,
+    explicit_confs,
     set_everywhere,
 )
 
@@ -127,6 +140,8 @@ SHIM_EXTENSIONS = "io.sparkadaptive.shim.AdaptiveExtensions"
 PARTITIONS_PER_TASK = 8
 #: Spark's default ``spark.sql.files.maxPartitionBytes``.
 SPARK_MAX_PARTITION_BYTES = 128 << 20
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+INITIAL_PARTITION_NUM = AQE + "coalescePartitions.initialPartitionNum"
 
 
 def source_upper_bound(settings: Settings) -> int:
@@ -147,18 +162,25 @@ def open_cost(split: int) -> int:
     return max(1, min(4 << 20, split // OPEN_COST_SHARE))
 
 
-def sql_confs(settings: Settings, max_partition_bytes: int = SPARK_MAX_PARTITION_BYTES
-              ) -> dict[str, str]:
+def sql_confs(settings: Settings, max_partition_bytes: int = SPARK_MAX_PARTITION_BYTES,
+              explicit: Collection[str] = ()) -> dict[str, str]:
     """The Spark SQL confs that make DataFrame jobs follow the ``batch.*`` settings.
 
     ``max_partition_bytes``: the app's ``spark.sql.files.maxPartitionBytes``, the scans'
-    split size when ``batch.source-split-size`` is unset (then the key is left alone)."""
+    split size when ``batch.source-split-size`` is unset (then the key is left alone).
+    ``explicit``: the keys the app set itself, which are left out (:func:`kept_confs` says
+    why): a key of its own stays as it is, an explicit ``spark.sql.shuffle.partitions``
+    leaves ``initialPartitionNum`` unset (it would replace it as the partition count
+    shuffles are written in), and an explicit ``maxPartitionBytes`` is the split size the
+    open cost follows."""
     v = settings.batch.avg_data_volume_per_task
     min_p, held = settings.batch.min_parallelism, settings.batch.use_held_slots
     split = settings.batch.source_split_size
+    if FILES + "maxPartitionBytes" in explicit:
+        split = None  # the app's own split size stands, and the open cost follows it
     confs = {
         AQE + "coalescePartitions.enabled": "true",
-        AQE + "coalescePartitions.initialPartitionNum": str(settings.batch.max_parallelism),
+        INITIAL_PARTITION_NUM: str(settings.batch.max_parallelism),
         AQE + "advisoryPartitionSizeInBytes": str(v),
         AQE + "coalescePartitions.parallelismFirst": "true" if held else "false",
         AQE + "coalescePartitions.minPartitionSize": str(min_task_bytes(v)),
@@ -175,12 +197,29 @@ def sql_confs(settings: Settings, max_partition_bytes: int = SPARK_MAX_PARTITION
         confs[FILES + "minPartitionNum"] = str(min_p)
     if min_p > 1:
         confs[AQE + "coalescePartitions.minPartitionNum"] = str(min_p)
-    return confs
+    return {k: v for k, v in confs.items() if k not in kept_confs(confs, explicit)}
 
 
-def max_partition_bytes(sc: SparkContext) -> int:
-    """``spark.sql.files.maxPartitionBytes`` of ``sc``'s live conf (Spark's default if unset)."""
-    text = live_conf_get(sc, FILES + "maxPartitionBytes")
+def kept_confs(wanted: Collection[str], explicit: Collection[str]) -> dict[str, str]:
+    """Which of the ``wanted`` keys stay as the app set them (``explicit``: the keys it set
+    itself), each with why."""
+    kept = {k: "set by the app" for k in wanted if k in explicit}
+    if INITIAL_PARTITION_NUM in wanted and INITIAL_PARTITION_NUM not in kept:
+        if SHUFFLE_PARTITIONS in explicit:
+            kept[INITIAL_PARTITION_NUM] = (f"left unset: the app's {SHUFFLE_PARTITIONS} stays "
+                                           "the partition count shuffles are written in")
+    return kept
+
+
+def sql_keys(settings: Settings) -> list[str]:
+    """Every key :func:`sql_confs` may set for ``settings``, and the ones that decide what it
+    leaves alone: what to look for among the app's own settings."""
+    return [*sql_confs(settings), FILES + "maxPartitionBytes", SHUFFLE_PARTITIONS]
+
+
+def max_partition_bytes(sc: SparkContext, text: str | None) -> int:
+    """``spark.sql.files.maxPartitionBytes`` as the app set it (``text``, None: unset, Spark's
+    default), read by Spark's own parser."""
     if text is None:
         return SPARK_MAX_PARTITION_BYTES
     try:
@@ -191,16 +230,31 @@ def max_partition_bytes(sc: SparkContext) -> int:
         return SPARK_MAX_PARTITION_BYTES
 
 
-def apply_sql_confs(sc: SparkContext, settings: Settings) -> dict[str, str]:
-    """Set :func:`sql_confs` where sessions read them; returns what was set.
+@dataclass(frozen=True)
+class SqlSteering:
+    """What :func:`apply_sql_confs` did: the confs it set, the keys it left as the app set
+    them (with why), and the most bytes a DataFrame scan's split reads (``S``)."""
 
-    Logs one INFO line with the values and the keys whose earlier value they replace.
+    confs: dict[str, str]
+    kept: dict[str, str] = field(default_factory=dict)
+    split_bytes: int = SPARK_MAX_PARTITION_BYTES
+
+
+def apply_sql_confs(sc: SparkContext, settings: Settings) -> SqlSteering:
+    """Set :func:`sql_confs` where sessions read them, except the keys the app set itself.
+
+    Logs one INFO line with the values, and the keys kept as the app set them and why.
     """
-    scan_split = max_partition_bytes(sc)  # one py4j read (and one warning if it is bad)
-    confs = sql_confs(settings, scan_split)
-    applied = set_everywhere(sc, confs)
-    replaced = applied.replaced
+    explicit = explicit_confs(sc, sql_keys(settings))  # before anything is set
+    scan_split = max_partition_bytes(sc, explicit.get(FILES + "maxPartitionBytes"))
+    confs = sql_confs(settings, scan_split, explicit=explicit.keys())
+    kept = kept_confs(sql_confs(settings, scan_split), explicit.keys())
+    applied = set_everywhere(sc, confs)  # which never overwrites a key the app set either
     split = settings.batch.source_split_size
+    if FILES + "maxPartitionBytes" in explicit:
+        split = None  # the app's own split size stands
+    kept_text = ", ".join(f"{k}={explicit[k]} (set by the app)" if k in explicit
+                          else f"{k} {why}" for k, why in kept.items())
     log.info("batch: Spark SQL steered to %s per shuffle-reading task within [%d, %d] tasks; "
              "scans in splits of at most %s, at most %d of them: %s%s",
              format_bytes(settings.batch.avg_data_volume_per_task),
@@ -208,14 +262,21 @@ def apply_sql_confs(sc: SparkContext, settings: Settings) -> dict[str, str]:
              format_bytes(split) if split is not None
              else f"{format_bytes(scan_split)} ({FILES}maxPartitionBytes)",
              source_upper_bound(settings), ", ".join(f"{k}={v}" for k, v in confs.items()),
-             f"; replaced {replaced}" if replaced else "")
-    if settings.batch.shuffle_partitions_from_estimate:
+             f"; kept as the app set them (its own Spark SQL settings win over "
+             f"spark.adaptive.batch.*): {kept_text}" if kept else "")
+    own_count = next((k for k in (SHUFFLE_PARTITIONS, INITIAL_PARTITION_NUM) if k in explicit),
+                     None)
+    if settings.batch.shuffle_partitions_from_estimate and own_count is not None:
+        log.info("batch: %s not added to %s: the app sets %s itself, so shuffles are written "
+                 "in the partitions it says, as in Spark", SHIM_EXTENSIONS, EXTENSIONS,
+                 own_count)
+    elif settings.batch.shuffle_partitions_from_estimate:
         register_extensions(sc, settings, applied.session_exists)
     if not applied.aqe_on:
         log.warning("batch: spark.sql.adaptive.enabled=false, so shuffle stages of DataFrame jobs "
                     "run spark.sql.shuffle.partitions tasks; only source splits follow "
                     "spark.adaptive.batch.*. Turn adaptive execution on to steer shuffles.")
-    return confs
+    return SqlSteering(confs, kept, split if split is not None else scan_split)
 
 
 def register_extensions(sc: SparkContext, settings: Settings, session_exists: bool) -> bool:

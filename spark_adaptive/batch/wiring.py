@@ -8,7 +8,10 @@
   explained against the rule and logged, every job is summarized when it ends
   (:class:`~spark_adaptive.core.batch.stages.BatchTracker`), and executors
   follow the submitted stages' tasks while spark-adaptive controls them
-  (:class:`~spark_adaptive.core.batch.executors.ExecutorFollower`).
+  (:class:`~spark_adaptive.core.batch.executors.ExecutorFollower`), and are
+  released when no job has run for a while only if the app holds no persisted
+  RDD (``JavaSparkContext.getPersistentRDDs``: cached RDDs and DataFrames,
+  local checkpoints).
 
 Who controls the executors: the batch part declares executors only while no
 managed streaming query runs, and only where Spark can add and remove them
@@ -30,6 +33,7 @@ from spark_adaptive.core.batch.executors import LOGGER_NAME, ExecutorFollower
 from spark_adaptive.core.batch.stages import BatchLimits, BatchTracker, JobReport
 from spark_adaptive.core.streaming.warm_up import WARM_UP_JOB_GROUP
 from spark_adaptive.settings import Settings
+from spark_adaptive.spark.jvm import persisted_rdd_count
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -47,16 +51,18 @@ class BatchScheduler:
     def __init__(self, rt: AdaptiveRuntime) -> None:
         s = rt.settings
         self._rt = rt
+        steering = apply_sql_confs(rt.sc, s)
+        self.sql_confs = steering.confs
         self.tracker = BatchTracker(BatchLimits(
             s.batch.avg_data_volume_per_task, s.batch.min_parallelism, s.batch.max_parallelism,
-            s.batch.default_source_parallelism, s.batch.use_held_slots))
-        self.sql_confs = apply_sql_confs(rt.sc, s)
+            s.batch.default_source_parallelism, s.batch.use_held_slots,
+            source_split_bytes=steering.split_bytes))
         self.follower = ExecutorFollower(
             rt.actuator, rt.loop, min_p=s.batch.min_parallelism, max_p=s.batch.max_parallelism,
             idle_timeout=s.batch.executor_idle_timeout, controls=self.controls_executors,
             slots_per_executor=self._slots_per_executor,
             executors_alive=lambda: len(rt.actuator.executors),
-            on_declared=self._declared)
+            persisted_rdds=self._persisted_rdds, on_declared=self._declared)
         self._warm_up_stages: set[int] = set()
         self._unsubscribe = rt.subscribe(self.on_event, "batch scheduler", replay_executors=False)
 
@@ -68,6 +74,15 @@ class BatchScheduler:
     def _declared(self, released: Sequence[str]) -> None:
         self._rt.scheduler.forget_declared_executors()
         self._rt.scheduler.executors_released(released, "batch stages are idle")
+
+    def _persisted_rdds(self) -> int | None:
+        """RDDs the app holds persisted (scheduler thread; one py4j call to the driver JVM,
+        no cluster RPC), None when Spark cannot be asked."""
+        try:
+            return persisted_rdd_count(self._rt.sc)
+        except Exception as e:  # py4j gone, a stopping context: keep the executors
+            decision_log.debug("batch: the app's persisted RDDs cannot be read: %s", e)
+            return None
 
     def controls_executors(self) -> bool:
         """True while spark-adaptive may size the executors for batch stages (see module doc)."""
@@ -95,8 +110,10 @@ class BatchScheduler:
                 decision_log.info("batch: stage %d '%s': %s", stage.stage_id, stage.name,
                                   stage.reason)
         elif isinstance(event, ev.JobStarted):
+            self.follower.job_started(event.job_id)
             self.tracker.handle(event)
         elif isinstance(event, ev.JobEnded):
+            self.follower.job_ended(event.job_id)
             job = self.tracker.handle(event)
             if isinstance(job, JobReport):
                 decision_log.info("batch: %s", job.summary())

@@ -52,3 +52,40 @@ def listed_bytes(sc: SparkContext, paths: Iterable[str]) -> int | None:
     except Exception as e:  # noqa: BLE001 - any failure leaves the source as Spark makes it
         log.debug("size of %s unknown: %s", list(paths), e)
         return None
+
+
+#: The most splits :func:`splits_have_locations` looks at: each costs a few py4j calls per
+#: RDD of the chain (about a millisecond in all), so a source of more splits is left as
+#: Spark splits it rather than spend seconds of the driver's time before its first task.
+MAX_SPLITS_LOOKED_AT = 1000
+ONE_TO_ONE = "org.apache.spark.OneToOneDependency"
+
+
+def splits_have_locations(rdd: Any, most: int = MAX_SPLITS_LOOKED_AT) -> bool | None:
+    """Whether a split of the PySpark RDD ``rdd`` has preferred locations where Spark's
+    ``coalesce`` looks for them: the RDD's own (public ``RDD.preferredLocations``), else
+    those of the same split of its one-to-one parents, down to the source (as the
+    DAGScheduler's ``getPreferredLocs`` walks narrow dependencies; a new ``textFile`` has
+    no cached blocks). With none, ``coalesce`` groups neighbouring splits in order; with
+    any, it groups them by host. None when that cannot be told: more than ``most``
+    splits, or a parent that is not one-to-one."""
+    top = rdd._jrdd.rdd()
+    chain = [top]
+    while True:
+        deps = chain[-1].dependencies()
+        count = int(deps.length())
+        if count == 0:
+            break
+        dep = deps.apply(0)
+        if count > 1 or str(dep.getClass().getName()) != ONE_TO_ONE:
+            return None
+        chain.append(dep.rdd())
+    splits = len(top.partitions())
+    if splits > most:
+        return None
+    for level in reversed(chain):  # the source first: that is where locations come from
+        parts = level.partitions()
+        for i in range(splits):
+            if not level.preferredLocations(parts[i]).isEmpty():
+                return True
+    return False

@@ -61,6 +61,14 @@ def parse_conf_dump(text: str) -> dict[str, str]:
     return conf
 
 
+def persisted_rdd_count(sc: SparkContext) -> int:
+    """RDDs the app holds persisted now, by Spark's own list (``JavaSparkContext.
+    getPersistentRDDs``): every ``persist()``/``cache()`` until ``unpersist()``, a cached
+    DataFrame's in-memory relation once built, and every ``localCheckpoint()`` (which
+    persists its RDD). One py4j call to the driver JVM."""
+    return int(sc._jsc.getPersistentRDDs().size())
+
+
 def registered_executors(sc: SparkContext) -> int:
     """Executors registered with the driver now (the driver itself not counted)."""
     return len(sc._jsc.sc().statusTracker().getExecutorInfos()) - 1

@@ -8,7 +8,7 @@ it in the driver JVM.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -18,12 +18,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 AQE_ENABLED = "spark.sql.adaptive.enabled"
-
-
-def live_conf_get(sc: SparkContext, key: str) -> str | None:
-    """``key`` in the SparkContext's own conf (not a copy of it), None when unset."""
-    live = sc._jsc.sc().conf()
-    return str(live.get(key)) if live.contains(key) else None
 
 
 def byte_string_as_bytes(sc: SparkContext, text: str) -> int:
@@ -36,37 +30,57 @@ def byte_string_as_bytes(sc: SparkContext, text: str) -> int:
         raise ValueError(f"{text!r} is not a size") from e
 
 
+def explicit_confs(sc: SparkContext, keys: Iterable[str]) -> dict[str, str]:
+    """Those of ``keys`` the app set itself, with its values: in the SparkContext's live conf
+    (the SparkConf the app started with: its own ``SparkConf`` or session builder,
+    ``spark-submit --conf``, ``spark-defaults.conf``; Spark puts no SQL default there), or
+    in the runtime conf of the default session, if one exists (``spark.conf.set``). Read
+    before spark-adaptive sets anything, so none of them is spark-adaptive's own."""
+    live = sc._jsc.sc().conf()
+    wanted = list(dict.fromkeys(keys))
+    found = {k: str(live.get(k)) for k in wanted if live.contains(k)}
+    session = _default_session(sc)
+    if session is not None:
+        runtime = session.conf()
+        for k in wanted:
+            if k not in found:
+                value = runtime.get(k, None)  # None: unset (a SQL default is not "set")
+                if value is not None:
+                    found[k] = str(value)
+    return found
+
+
 @dataclass(frozen=True)
 class Applied:
-    """What :func:`set_everywhere` did: the values it replaced, whether adaptive query
-    execution is on where sessions read it, whether a session existed already."""
+    """What :func:`set_everywhere` did: the keys it left as the app had set them (with the
+    app's values), whether adaptive query execution is on where sessions read it, whether a
+    session existed already."""
 
-    replaced: dict[str, str]
+    kept: dict[str, str]
     aqe_on: bool
     session_exists: bool
 
 
 def set_everywhere(sc: SparkContext, confs: Mapping[str, str]) -> Applied:
     """Set ``confs`` in the SparkContext's live conf (sessions created later copy it) and in
-    the default session's shared state and runtime conf, if one exists already."""
+    the default session's shared state and runtime conf, if one exists already, except the
+    keys the app set itself (:func:`explicit_confs`), which stay as they are everywhere."""
+    kept = explicit_confs(sc, confs)
     live = sc._jsc.sc().conf()
-    replaced = {k: str(live.get(k)) for k in confs
-                if live.contains(k) and live.get(k) != confs[k]}
     for k, v in confs.items():
-        live.set(k, v)
+        if k not in kept:
+            live.set(k, v)
     session = _default_session(sc)
     aqe_on = str(live.get(AQE_ENABLED, "true")).lower() == "true"
     if session is not None:
         shared = session.sharedState().conf()
         runtime = session.conf()
         for k, v in confs.items():
-            shared.set(k, v)
-            old = runtime.get(k, None)
-            if old is not None and old != v:
-                replaced.setdefault(k, str(old))
-            runtime.set(k, v)
+            if k not in kept:
+                shared.set(k, v)
+                runtime.set(k, v)
         aqe_on = str(runtime.get(AQE_ENABLED, "true")).lower() == "true"
-    return Applied(replaced, aqe_on, session is not None)
+    return Applied(kept, aqe_on, session is not None)
 
 
 def append_to_list_conf(sc: SparkContext, key: str, value: str) -> None:

@@ -244,7 +244,7 @@ def test_rdd_reduce_by_key_splits_a_skewed_key_and_merges_it(cluster: LocalClust
     expected = {k: sorted(v) for k, v in as_list.reduceByKey(operator.add).collect()}
 
     out = batch.reduce_by_key(as_list, operator.add, avg_bytes_per_task=8 * KiB,
-                              max_parallelism=16, skew_threshold=0)
+                              max_parallelism=16, skew_threshold=1)
     got = {k: sorted(v) for k, v in out.collect()}
     assert got == expected
     plan = batch.decision_of(out)
@@ -266,7 +266,7 @@ def test_rdd_reduce_by_key_splits_a_skewed_key_and_merges_it(cluster: LocalClust
                 rdd.combineByKey(create, merge_value, merge_combiners).collect()}
     combined = batch.combine_by_key(rdd, create, merge_value, merge_combiners,
                                     avg_bytes_per_task=8 * KiB, max_parallelism=16,
-                                    skew_threshold=0)
+                                    skew_threshold=1)
     assert {k: sorted(c) for k, c in combined.collect()} == expected
     combined_plan = batch.decision_of(combined)
     assert combined_plan is not None and combined_plan.piece_tasks, combined_plan
@@ -282,7 +282,7 @@ def test_rdd_join_splits_a_hot_key_and_equals_pyspark(cluster: LocalCluster,
     # distinct values, so it stays big after compression.
     left = sc.parallelize(range(24_000), 16).map(lambda x: (0 if x % 3 == 0 else x % 1000, x))
     right = sc.parallelize([(k, -k) for k in range(0, 1000, 2)], 2)
-    limits = dict(avg_bytes_per_task=16 * KiB, max_parallelism=16, skew_threshold=0)
+    limits = dict(avg_bytes_per_task=16 * KiB, max_parallelism=16, skew_threshold=1)
 
     out = batch.join(left, right, **limits)
     assert sorted(out.collect()) == sorted(left.join(right).collect())
@@ -330,7 +330,7 @@ def test_group_by_key_join_and_sort_equal_pyspark(cluster: LocalCluster,
     rdd = _pairs(spark, 30_000, hot=True)
     other = spark.sparkContext.parallelize([(k, -k) for k in range(0, 2000, 3)], 2)
 
-    grouped = batch.group_by_key(rdd, skew_threshold=0)
+    grouped = batch.group_by_key(rdd, skew_threshold=1)
     assert ({k: sorted(v) for k, v in grouped.collect()}
             == {k: sorted(v) for k, v in rdd.groupByKey().collect()})
     joined = batch.join(rdd, other)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 import pytest
@@ -30,16 +31,18 @@ class FakeActuator:
 
 class World:
     def __init__(self, alive: int = 1, slots: int | None = 2, controls: bool = True,
-                 min_p: int = 1, max_p: int = 128) -> None:
+                 min_p: int = 1, max_p: int = 128, idle_timeout: float = 60.0) -> None:
         self.time = VirtualTime()
         self.actuator = FakeActuator()
         self.alive, self.slots, self.controls = alive, slots, controls
+        self.persisted: int | None = 0
         self.forgotten = 0
         self.released: list[str] = []
         self.follower = ExecutorFollower(
-            self.actuator, self.time, min_p=min_p, max_p=max_p, idle_timeout=60.0,
+            self.actuator, self.time, min_p=min_p, max_p=max_p, idle_timeout=idle_timeout,
             controls=lambda: self.controls, slots_per_executor=lambda: self.slots,
-            executors_alive=lambda: self.alive, on_declared=self._forget)
+            executors_alive=lambda: self.alive, persisted_rdds=lambda: self.persisted,
+            on_declared=self._forget)
 
     def _forget(self, released: Sequence[str]) -> None:
         self.forgotten += 1
@@ -70,7 +73,7 @@ def test_scale_up_at_submission_then_down_to_the_floor_after_idle() -> None:
     assert w.released == []
     w.time.advance(1)
     assert w.actuator.requested == [4, 5, 1]
-    assert "no batch stage ran for 60s" in w.follower.decisions[-1][1]
+    assert "no batch job ran for 60s" in w.follower.decisions[-1][1]
     assert w.released == ["e2", "e3", "e4", "e5"], "released executors are handed on"
 
 
@@ -104,3 +107,50 @@ def test_unknown_slots_count_one_per_executor_and_min_parallelism_sets_the_floor
     assert w.actuator.requested == [3]
     w.time.advance(600)
     assert w.actuator.requested == [3], "declared once"
+
+
+def test_persisted_rdds_keep_the_executors_and_the_reason_is_logged_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # rdd.localCheckpoint() or df.cache(): releasing executors would lose their blocks (a
+    # local checkpoint for good), where plain Spark never releases them.
+    w = World(alive=4)
+    w.persisted = 2
+    w.follower.stage_submitted((1, 0), 8)
+    w.follower.stage_completed((1, 0))
+    with caplog.at_level(logging.INFO, logger="spark_adaptive.batch"):
+        w.time.advance(60)
+        w.time.advance(600)  # looked at again while idle: still persisted, logged once
+    assert w.actuator.requested == [] and w.released == []
+    kept = [r for r in caplog.records if "stay" in r.getMessage()]
+    assert len(kept) == 1 and kept[0].levelno == logging.INFO
+    assert "2 persisted RDD(s)" in kept[0].getMessage()
+    w.persisted = 0  # unpersist(): the next look releases them
+    w.time.advance(60)
+    assert w.actuator.requested == [1]
+    assert "no batch job ran for 60s" in w.follower.decisions[-1][1]
+
+
+def test_executors_stay_when_the_persisted_rdds_cannot_be_read() -> None:
+    w = World(alive=4)
+    w.persisted = None
+    w.follower.stage_submitted((1, 0), 8)
+    w.follower.stage_completed((1, 0))
+    w.time.advance(600)
+    assert w.actuator.requested == []
+
+
+def test_a_zero_timeout_never_releases_between_the_stages_of_a_running_job() -> None:
+    # Stage 1 ends before stage 2 is submitted: with idle_timeout 0 a release in between
+    # would lose the map outputs stage 2 reads. Idle means no job runs.
+    w = World(alive=4, idle_timeout=0.0)
+    w.follower.job_started(7)
+    w.follower.stage_submitted((1, 0), 8)
+    w.follower.stage_completed((1, 0))
+    w.time.advance(0)
+    w.time.advance(5)
+    assert w.actuator.requested == [], "released between two stages of job 7"
+    w.follower.stage_submitted((2, 0), 8)
+    w.follower.stage_completed((2, 0))
+    w.follower.job_ended(7)
+    w.time.advance(0)
+    assert w.actuator.requested == [1]

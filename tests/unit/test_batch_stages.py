@@ -39,13 +39,29 @@ def test_shuffle_stage_is_explained_by_ceil_bytes_over_v() -> None:
 
 
 def test_source_stage_uses_source_inference_and_other_stages_have_no_rule() -> None:
-    src = explain_stage(done(1, 4, inp=50 * MiB, write=10 * MiB), LIMITS)
+    split16 = BatchLimits(16 * MiB, 1, 128, source_split_bytes=16 * MiB)
+    src = explain_stage(done(1, 4, inp=50 * MiB, write=10 * MiB), split16)
     assert (src.kind, src.rule) == (SOURCE, 4) and "source: ceil(50 MiB / 16 MiB)" in src.reason
     capped = explain_stage(done(1, 4, inp=50 * MiB),
-                           BatchLimits(16 * MiB, 1, 128, default_source_parallelism=2))
+                           BatchLimits(16 * MiB, 1, 128, default_source_parallelism=2,
+                                       source_split_bytes=16 * MiB))
     assert capped.rule == 2 and "default source parallelism 2" in capped.reason
     gen = explain_stage(done(2, 4, write=MiB), LIMITS)
     assert (gen.kind, gen.rule, gen.follows_rule) == (OTHER, None, None)
+
+
+def test_a_scan_is_judged_by_the_split_size_not_the_volume_per_task() -> None:
+    # docs/batch.md: a source is split by S (batch.source-split-size, else the app's
+    # spark.sql.files.maxPartitionBytes, 128 MiB in Spark), not cut at V.
+    scan = explain_stage(done(1, 8, inp=1 << 30, write=1), BatchLimits(64 * MiB, 1, 128))
+    assert (scan.kind, scan.rule, scan.follows_rule) == (SOURCE, 8, True), scan.reason
+    assert "ceil(1 GiB / 128 MiB)" in scan.reason
+    own = explain_stage(done(1, 16, inp=1 << 30),
+                        BatchLimits(64 * MiB, 1, 128, source_split_bytes=64 * MiB))
+    assert own.rule == 16
+    # Shuffle stages still follow V.
+    assert explain_stage(done(2, 16, read=1 << 30), BatchLimits(64 * MiB, 1, 128)).rule == 16
+    assert BatchTracker(BatchLimits(64 * MiB, 1, 128)).report()["sourceSplitSize"] == 128 * MiB
 
 
 def test_skew_and_failure_are_in_the_reason() -> None:

@@ -11,8 +11,21 @@ for Spark batch stages:
   is more than are alive (or were last declared), declare it;
 * **never shrink mid-job**: a smaller stage leaves extra executors alone (their
   shuffle files and cached blocks may still be read);
-* **release when idle**: once no stage has run for ``idle_timeout``, declare
-  the lower bound; the actuator releases the newest surplus executors.
+* **release when idle**: once no job and no stage has run for ``idle_timeout``,
+  declare the lower bound; the actuator releases the newest surplus executors.
+  Idle means no *job* runs, not only no stage: between two stages of one job
+  no stage runs for an instant, and a release then (``idle_timeout`` 0) would
+  lose the map outputs the next stage reads;
+* **never release persisted data**: before an idle release the follower asks
+  how many RDDs the app holds persisted (``persisted_rdds``: cached RDDs and
+  DataFrames, local checkpoints). While there are any (or it cannot tell), the
+  executors stay, as in plain Spark, where static executors are never released
+  and dynamic allocation keeps executors with cached blocks for good
+  (``cachedExecutorIdleTimeout`` is infinite): releasing them would lose a
+  local checkpoint for good (a later job fails) and recompute a cached
+  non-deterministic DataFrame with other values. The reason is logged once;
+  the check is repeated every :data:`PERSISTED_RECHECK` seconds (at least the
+  idle timeout) while idle, so executors go once the app unpersists.
 
 Coordination with the streaming scheduler (the rule, in one place): batch
 declares executors only while ``controls()`` is true, which the wiring defines
@@ -38,6 +51,10 @@ from spark_adaptive.core.ports import ExecutorActuator
 
 LOGGER_NAME = "spark_adaptive.batch"
 decision_log = logging.getLogger(LOGGER_NAME)
+
+#: Seconds between two looks at the app's persisted RDDs while they keep idle executors
+#: (or the idle timeout, when longer).
+PERSISTED_RECHECK = 60.0
 
 
 def executors_for_tasks(tasks: int, slots_per_executor: int, min_p: int, max_p: int
@@ -74,8 +91,12 @@ class ExecutorFollower:
         controls: Callable[[], bool],
         slots_per_executor: Callable[[], int | None],
         executors_alive: Callable[[], int],
+        persisted_rdds: Callable[[], int | None],
         on_declared: Callable[[Sequence[str]], None] = lambda released: None,
     ) -> None:
+        """``persisted_rdds()``: how many RDDs the app holds persisted now (cached RDDs and
+        DataFrames, local checkpoints), None when that cannot be told; executors are
+        released only at 0."""
         self._actuator = actuator
         self._timers = timers
         self._min_p, self._max_p = min_p, max_p
@@ -83,15 +104,34 @@ class ExecutorFollower:
         self._controls = controls
         self._slots = slots_per_executor
         self._alive = executors_alive
+        self._persisted = persisted_rdds
         self._on_declared = on_declared
         self._running: dict[Hashable, int] = {}
+        self._jobs: set[Hashable] = set()
         self._idle_timer: Cancellable | None = None
+        self._kept_logged = False
         self.declared: int | None = None
         self.decisions: list[tuple[int, str]] = []
 
     @property
     def running_tasks(self) -> int:
         return sum(self._running.values())
+
+    @property
+    def idle(self) -> bool:
+        """No job and no stage runs."""
+        return not self._running and not self._jobs
+
+    def job_started(self, job_id: Hashable) -> None:
+        """A job started: the executors are not idle until it ends, between its stages too."""
+        self._jobs.add(job_id)
+        self._cancel_idle()
+
+    def job_ended(self, job_id: Hashable) -> None:
+        """A job ended (succeeded or failed); when nothing runs, the idle clock starts."""
+        if job_id in self._jobs:
+            self._jobs.discard(job_id)
+            self._start_idle_clock()
 
     def stage_submitted(self, key: Hashable, tasks: int) -> None:
         """A stage (``key``: stage id and attempt) with ``tasks`` tasks is about to run."""
@@ -107,25 +147,55 @@ class ExecutorFollower:
                                 f"{self._alive()} alive")
 
     def stage_completed(self, key: Hashable) -> None:
-        """A stage ended (succeeded or failed); when none runs, the idle clock starts."""
+        """A stage ended (succeeded or failed); when nothing runs, the idle clock starts."""
         self._running.pop(key, None)
-        if not self._running and self._idle_timer is None:
-            self._idle_timer = self._timers.call_later(self._idle_timeout, self._on_idle)
+        self._start_idle_clock()
 
     def close(self) -> None:
         self._cancel_idle()
 
+    def _start_idle_clock(self, delay: float | None = None) -> None:
+        if self.idle and self._idle_timer is None:
+            self._idle_timer = self._timers.call_later(
+                self._idle_timeout if delay is None else delay, self._on_idle)
+
     def _on_idle(self) -> None:
         self._idle_timer = None
-        if self._running or not self._controls():
+        if not self.idle or not self._controls():
             return
         per = self._slots() or 1
         floor, _ = executors_for_tasks(0, per, self._min_p, self._max_p)
         alive = self._alive()
-        if alive > floor or (self.declared is not None and self.declared > floor):
-            self._declare(floor, f"no batch stage ran for {self._idle_timeout:g}s: keep the "
-                                 f"lower bound of {floor} (batch.min-parallelism {self._min_p}, "
-                                 f"{per} slots per executor); {alive} alive")
+        if not (alive > floor or (self.declared is not None and self.declared > floor)):
+            return
+        if self._holds_persisted_data(alive):
+            self._start_idle_clock(max(self._idle_timeout, PERSISTED_RECHECK))
+            return
+        self._declare(floor, f"no batch job ran for {self._idle_timeout:g}s: keep the "
+                             f"lower bound of {floor} (batch.min-parallelism {self._min_p}, "
+                             f"{per} slots per executor); {alive} alive")
+
+    def _holds_persisted_data(self, alive: int) -> bool:
+        """Whether the app holds persisted RDDs (or it cannot be told); logs why the executors
+        stay once, until an idle check finds none."""
+        try:
+            persisted = self._persisted()
+        except Exception:
+            decision_log.exception("batch: reading the app's persisted RDDs failed")
+            persisted = None
+        if persisted == 0:
+            self._kept_logged = False
+            return False
+        if not self._kept_logged:
+            self._kept_logged = True
+            what = (f"the app holds {persisted} persisted RDD(s)" if persisted is not None
+                    else "whether the app holds persisted RDDs cannot be read")
+            decision_log.info(
+                "batch: no batch job ran for %gs, but the %d executor(s) stay: %s (cached "
+                "RDDs or DataFrames, local checkpoints), whose blocks releasing executors "
+                "would lose; as in Spark, executors holding cached data are kept. Released "
+                "once nothing is persisted (unpersist()).", self._idle_timeout, alive, what)
+        return True
 
     def _declare(self, total: int, reason: str) -> None:
         self.declared = total

@@ -81,8 +81,10 @@ class BatchSettings:
     executor_idle_timeout: float = option(
         "batch.executor-idle-timeout", "duration", 60.0,
         "While spark-adaptive controls the executors (no managed streaming query runs): once no "
-        "batch stage has run for this long, executors beyond what batch.min-parallelism needs "
-        "are released.", unit="s")
+        "batch job has run for this long, executors beyond what batch.min-parallelism needs "
+        "are released, unless the app holds persisted RDDs (cached RDDs or DataFrames, local "
+        "checkpoints): then they stay, as in Spark, until it unpersists them. 0: as soon as "
+        "no job runs (never between the stages of one job).", unit="s")
     use_held_slots: bool = option(
         "batch.use-held-slots", "bool", True,
         "Give a batch stage at least one task per task slot the application holds (Spark's "

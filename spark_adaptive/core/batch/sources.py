@@ -16,7 +16,9 @@ says how the input format's splits are made into that many tasks: the
 splits are asked for with ``minPartitions = p`` (which makes them at most
 ``bytes / p``, never above a block), and when that still gives more than
 ``p`` (small files, or blocks smaller than ``bytes / p``) neighbouring splits
-are grouped into ``p`` tasks without a shuffle (Spark's ``coalesce``).
+are grouped into ``p`` tasks without a shuffle (Spark's ``coalesce``), but only
+when no split has preferred locations: Spark's coalescer groups splits in order
+only then, and by host otherwise, which would change the order of the lines.
 """
 
 from __future__ import annotations
@@ -76,14 +78,25 @@ def decide_source(input_bytes: int, *, avg_bytes_per_task: int, min_p: int, max_
 
 
 def plan_source(path: str, input_bytes: int, decision: ParallelismDecision,
-                splits: int) -> SourcePlan:
+                splits: int, located: bool | None = False) -> SourcePlan:
     """The plan of a source whose input format made ``splits`` splits when asked for
     ``decision.parallelism``: group them into that many tasks if there are more,
-    else run one task per split (a split is never cut finer than the format cuts it)."""
+    else run one task per split (a split is never cut finer than the format cuts it).
+
+    ``located``: whether a split has preferred locations (HDFS blocks), None when that is
+    not known. Spark's ``coalesce`` then groups splits by host, not by position, and the
+    lines would not come in ``sc.textFile``'s order, so the splits are kept as they are
+    unless ``located`` is False."""
     if splits < 0:
         raise ValueError(f"splits must be >= 0, got {splits}")
     p = decision.parallelism
-    if splits > p:
+    if splits > p and located is not False:
+        why = ("a split has preferred locations" if located
+               else "whether a split has preferred locations is not known")
+        how, tasks = (f"{splits} splits kept, one task each: {why}, and grouping them would "
+                      f"follow their hosts, not their order, so the lines would not come in "
+                      f"sc.textFile's order", splits)
+    elif splits > p:
         how, tasks = f"{splits} splits grouped into {p} tasks", p
     elif splits == p:
         how, tasks = f"{splits} splits", p

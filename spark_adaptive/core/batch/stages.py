@@ -11,7 +11,9 @@ and explains them against Flink's rule (:func:`explain_stage`):
   shuffle (a plain ``rdd.reduceByKey(f, 200)``) shows how far off it ran;
 * a stage that read input files or tables is a **source stage**: its rule value
   is the inferred source parallelism
-  (:func:`~.batch_decider.infer_source_parallelism`);
+  (:func:`~.batch_decider.infer_source_parallelism`), ``ceil(input bytes / S)``
+  with ``S`` the scans' split size (``batch.source-split-size``, else the app's
+  ``spark.sql.files.maxPartitionBytes``), not ``V``: sources are not cut at ``V``;
 * any other stage (in-memory or generated data) has no bytes to decide from.
 
 The rule value is recomputed from exact byte counts after the fact, while
@@ -42,6 +44,8 @@ from spark_adaptive.core.batch.shuffle import ShufflePlan, slot_floor
 from spark_adaptive.core.batch.sources import SourcePlan
 
 SHUFFLE, SOURCE, OTHER = "shuffle", "source", "other"
+#: Spark's default ``spark.sql.files.maxPartitionBytes``: a scan's split size when unset.
+SPARK_MAX_PARTITION_BYTES = 128 << 20
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,9 @@ class BatchLimits:
     default_source_parallelism: int | None = None
     #: ``batch.use-held-slots``: the slots held raise the lower bound (:func:`slot_floor`).
     use_held_slots: bool = False
+    #: ``S``, the most bytes a source task reads: ``batch.source-split-size``, else the app's
+    #: ``spark.sql.files.maxPartitionBytes`` (Spark's 128 MiB); source stages are judged by it.
+    source_split_bytes: int = SPARK_MAX_PARTITION_BYTES
 
 
 @dataclass(frozen=True)
@@ -118,6 +125,7 @@ def explain_stage(e: ev.StageCompleted, limits: BatchLimits, slots: int = 1,
         kind, rule = SHUFFLE, d.parallelism
         reason = f"shuffle read {format_bytes(e.shuffle_read_bytes)}, {ran}; rule: {d.reason}"
     elif e.input_bytes > 0:
+        v = limits.source_split_bytes  # sources are split by S, not cut at V
         d = infer_source_parallelism(e.input_bytes, avg_bytes_per_task=v,
                                      upper_bound=limits.max_p,
                                      default_source_parallelism=limits.default_source_parallelism)
@@ -261,6 +269,7 @@ class BatchTracker:
             lim = self.limits
             return {
                 "avgDataVolumePerTask": lim.avg_bytes_per_task,
+                "sourceSplitSize": lim.source_split_bytes,
                 "minParallelism": lim.min_p, "maxParallelism": lim.max_p,
                 "defaultSourceParallelism": lim.default_source_parallelism,
                 "jobs": [j.to_json() for j in self._jobs.values()],
