@@ -73,8 +73,10 @@ The app's own settings win (do no harm): a key it set itself before activation
 called on; :func:`~spark_adaptive.spark.sqlconf.explicit_confs`, read before
 anything is set) is kept as it is, even where a ``batch.*`` key would set it.
 An explicit ``spark.sql.shuffle.partitions`` (or ``initialPartitionNum``) is the
-partition count shuffles are written in, as in Spark: ``initialPartitionNum``
-is then left unset and the shim's extensions are not registered. An explicit
+most partitions a shuffle is written in, as Flink's adaptive batch scheduler
+takes an explicit ``parallelism.default`` as its upper bound: ``initialPartitionNum``
+is then left unset, AQE coalesces from the app's count, and the shim writes a
+small query's shuffles in fewer partitions, never more. An explicit
 ``maxPartitionBytes`` is the scans' split size, and the open cost follows it.
 The INFO line of :func:`apply_sql_confs` lists the keys kept and why.
 
@@ -264,13 +266,9 @@ def apply_sql_confs(sc: SparkContext, settings: Settings) -> SqlSteering:
              source_upper_bound(settings), ", ".join(f"{k}={v}" for k, v in confs.items()),
              f"; kept as the app set them (its own Spark SQL settings win over "
              f"spark.adaptive.batch.*): {kept_text}" if kept else "")
-    own_count = next((k for k in (SHUFFLE_PARTITIONS, INITIAL_PARTITION_NUM) if k in explicit),
-                     None)
-    if settings.batch.shuffle_partitions_from_estimate and own_count is not None:
-        log.info("batch: %s not added to %s: the app sets %s itself, so shuffles are written "
-                 "in the partitions it says, as in Spark", SHIM_EXTENSIONS, EXTENSIONS,
-                 own_count)
-    elif settings.batch.shuffle_partitions_from_estimate:
+    if settings.batch.shuffle_partitions_from_estimate:
+        # Its count never exceeds Spark's numShufflePartitions (initialPartitionNum, else the
+        # app's shuffle.partitions): the app's own count stays the upper bound.
         register_extensions(sc, settings, applied.session_exists)
     if not applied.aqe_on:
         log.warning("batch: spark.sql.adaptive.enabled=false, so shuffle stages of DataFrame jobs "

@@ -42,15 +42,17 @@ def stop_active_session() -> None:
 
 
 def cluster_session(cluster: LocalCluster, app_name: str = "spark-adaptive-test",
-                    **conf: str) -> SparkSession:
-    """A new SparkSession whose master is ``cluster``; ``conf`` overrides :data:`TEST_CONF`."""
+                    **conf: str | None) -> SparkSession:
+    """A new SparkSession whose master is ``cluster``; ``conf`` overrides :data:`TEST_CONF`
+    (``None`` leaves a key of it unset)."""
     from pyspark.sql import SparkSession
 
     stop_active_session()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(cluster.master_url).appName(app_name)
     for k, v in {**TEST_CONF, **conf}.items():
-        builder = builder.config(k, v)
+        if v is not None:
+            builder = builder.config(k, v)
     return builder.getOrCreate()
 
 

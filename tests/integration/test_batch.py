@@ -55,7 +55,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 def _session(cluster: LocalCluster, **adaptive: str) -> tuple[Any, Any, EventRecorder]:
     # The task slots the app holds (defaultParallelism) are the cluster's two cores, not
     # TEST_CONF's 4: batch.use-held-slots makes them the least number of tasks.
-    spark = cluster_session(cluster, "batch-test", **{"spark.default.parallelism": "2"})
+    # TEST_CONF's explicit shuffle.partitions would be the shuffles' upper bound: left unset,
+    # as in an app that does not set it, so that batch.max-parallelism is.
+    spark = cluster_session(cluster, "batch-test", **{"spark.default.parallelism": "2",
+                                                      "spark.sql.shuffle.partitions": None})
     rt = spark_adaptive.enable(spark, **{"batch.enabled": "true", **adaptive})
     rec = EventRecorder()
     rt.subscribe(rec, "test recorder")
@@ -128,7 +131,9 @@ def test_small_query_shuffles_are_written_in_the_partitions_its_estimate_plans(
 
     stop_active_session()
     conf = SparkConf().setMaster(cluster.master_url).setAppName("batch-estimate")
-    for k, v in {**TEST_CONF, "spark.default.parallelism": "2",
+    # TEST_CONF's explicit shuffle.partitions would be the shuffles' upper bound: left out.
+    unbounded = {k: v for k, v in TEST_CONF.items() if k != "spark.sql.shuffle.partitions"}
+    for k, v in {**unbounded, "spark.default.parallelism": "2",
                  "spark.sql.autoBroadcastJoinThreshold": "-1"}.items():  # shuffled joins
         conf.set(k, v)
     sc = SparkContext(conf=conf)
@@ -410,7 +415,7 @@ def test_text_file_runs_bytes_over_split_size_tasks_and_equals_text_file(cluster
         batch.text_file(sc, str(small), skew_factor=2.0)
     with pytest.raises(TypeError, match="avg_bytes_per_task"):  # sources take a split size
         batch.text_file(sc, str(small), avg_bytes_per_task=16 * KiB)
-    with pytest.raises(ValueError, match="source_split_size >= 1"):
+    with pytest.raises(ValueError, match="source_split_size must be >= 1"):
         batch.text_file(sc, str(small), source_split_size=0)
     with pytest.raises(ValueError, match="source_split_size must be an integer, got 'big'"):
         batch.text_file(sc, str(small), source_split_size="big")
@@ -529,3 +534,21 @@ def test_zero_code_app_is_steered_before_its_first_session(cluster: LocalCluster
             "Spark estimates at most 480000 bytes") in p.stdout, p.stdout[-3000:]
     # 390 KiB of shuffle in 24 partitions (459 KiB in 128) at 184 KiB per task: 3 tasks.
     assert "ran 3 tasks; rule: ceil(390.3 KiB / 184 KiB) = 3" in p.stdout, p.stdout[-3000:]
+
+
+def test_an_app_s_own_shuffle_partitions_stay_the_upper_bound(cluster: LocalCluster,
+                                                              stop_session: None) -> None:
+    """An app that sets spark.sql.shuffle.partitions (as Flink's parallelism.default) gets
+    its shuffles written in at most that many partitions, and the answers of plain Spark."""
+    from pyspark.sql import functions as F
+
+    spark = cluster_session(cluster, "batch-own-count", **{"spark.default.parallelism": "2",
+                                                           "spark.sql.shuffle.partitions": "3"})
+    spark_adaptive.enable(spark, **{"batch.enabled": "true"})
+    assert spark.conf.get("spark.sql.adaptive.coalescePartitions.initialPartitionNum") is None
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "3"
+    df = (spark.range(0, 400_000, numPartitions=4).groupBy((F.col("id") % 500).alias("k"))
+          .agg(F.sum("id").alias("s")).orderBy("k"))
+    got = [tuple(r) for r in df.collect()]
+    assert max(_shuffle_partitions(df, initial=True)) <= 3
+    assert got == [(k, sum(range(k, 400_000, 500))) for k in range(500)]
