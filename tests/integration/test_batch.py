@@ -55,10 +55,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 def _session(cluster: LocalCluster, **adaptive: str) -> tuple[Any, Any, EventRecorder]:
     # The task slots the app holds (defaultParallelism) are the cluster's two cores, not
     # TEST_CONF's 4: batch.use-held-slots makes them the least number of tasks.
-    # TEST_CONF's explicit shuffle.partitions would be the shuffles' upper bound: left unset,
-    # as in an app that does not set it, so that batch.max-parallelism is.
-    spark = cluster_session(cluster, "batch-test", **{"spark.default.parallelism": "2",
-                                                      "spark.sql.shuffle.partitions": None})
+    # TEST_CONF's explicit shuffle.partitions would be the shuffles' upper bound (and one an
+    # earlier session of this process set can be read as this app's): the initial count is
+    # given as batch.max-parallelism's default, so that it is the bound.
+    spark = cluster_session(cluster, "batch-test", **{
+        "spark.default.parallelism": "2", "spark.sql.shuffle.partitions": None,
+        "spark.sql.adaptive.coalescePartitions.initialPartitionNum": "128"})
     rt = spark_adaptive.enable(spark, **{"batch.enabled": "true", **adaptive})
     rec = EventRecorder()
     rt.subscribe(rec, "test recorder")
@@ -134,6 +136,7 @@ def test_small_query_shuffles_are_written_in_the_partitions_its_estimate_plans(
     # TEST_CONF's explicit shuffle.partitions would be the shuffles' upper bound: left out.
     unbounded = {k: v for k, v in TEST_CONF.items() if k != "spark.sql.shuffle.partitions"}
     for k, v in {**unbounded, "spark.default.parallelism": "2",
+                 "spark.sql.adaptive.coalescePartitions.initialPartitionNum": "128",
                  "spark.sql.autoBroadcastJoinThreshold": "-1"}.items():  # shuffled joins
         conf.set(k, v)
     sc = SparkContext(conf=conf)
