@@ -128,3 +128,28 @@ def test_a_warm_up_that_hangs_holds_restarts_back_only_until_its_limit(vt: Virtu
     assert ended == [20.0], "told once"
     w.on_event(added("4"))
     assert w.blocking and not w.wait(0), "a later join blocks again"
+
+
+def test_an_executor_joining_during_a_warm_up_holds_restarts_for_its_own_job(
+        vt: VirtualTime) -> None:
+    # Executors of a reactive cluster join one by one: the second one's job starts 15 s into
+    # the first's, and a restart onto it must not meet it cold 5 s later.
+    launcher = FakeLauncher()
+    ended: list[float] = []
+    w = WarmUp(vt, restartable_streaming=lambda: True, launch=launcher, debounce=1.0, limit=20.0,
+               on_idle=lambda: ended.append(vt.now()))
+    w.on_event(added("3"))
+    vt.advance(15)
+    w.on_event(added("4"))
+    vt.advance(1)  # 4's job starts at 16 s
+    assert launcher.launched == [("3",), ("4",)]
+    vt.advance(5)
+    assert w.blocking and ended == [], "20 s after the first join, 4's job has run 5 s"
+    launcher.finish()
+    assert w.blocking, "4's job still runs"
+    vt.advance(14.9)
+    assert w.blocking and ended == []
+    vt.advance(0.1)
+    assert ended == [36.0] and not w.blocking, "at most the limit after the last job started"
+    launcher.finish()
+    assert ended == [36.0]

@@ -20,8 +20,11 @@ aggregation with a shuffle, spread over every executor, in the job group
   its tasks back);
 * executors of one scale-up arrive within seconds of each other: the job
   starts ``debounce`` seconds after the last of them joined, once for all;
-* a warm-up is *in flight* from the first join until its job has ended, or for
-  at most ``limit`` seconds (a job that hangs must not hold rescales back). A
+* a warm-up is *in flight* from the first join until its jobs have ended, or for
+  at most ``limit`` seconds after the first join or after the start of a later
+  job (a job that hangs must not hold rescales back; executors that join while
+  one runs are as cold as the first ones, and a restart onto them waits for
+  their own job). A
   restart rescale onto more slots is not even begun while one is
   (:meth:`WarmUp.blocking`): the query runs on where it is, and the restart
   follows when ``on_idle`` reports the end, so that its state repartition and
@@ -70,7 +73,8 @@ class WarmUp:
         """``launch(executor_ids, done)`` starts the job without blocking and has ``done``
         called on the scheduler thread once the job has ended, whatever the outcome.
         ``on_idle()`` runs on the scheduler thread when no warm-up blocks restarts any more
-        (its jobs ended, or ``limit`` seconds passed since the first join)."""
+        (its jobs ended, or ``limit`` seconds passed since the first join or the start of a
+        later job)."""
         self._timers = timers
         self._managing = restartable_streaming
         self._launch = launch
@@ -80,7 +84,8 @@ class WarmUp:
         self._joined: list[str] = []
         self._timer: Cancellable | None = None
         self._deadline: Cancellable | None = None
-        self._since: float | None = None
+        self._since: float | None = None  # the first join of the warm-up blocking restarts
+        self._since_launched = False  # a job of it has started already
         self._jobs = 0
         self._idle = threading.Event()
         self._idle.set()
@@ -97,8 +102,9 @@ class WarmUp:
         self._idle.clear()
         if self._since is None:
             self._since = self._timers.now()
+            self._since_launched = False
             self._released.clear()
-            self._deadline = self._timers.call_later(self._limit, self._expired)
+            self._arm_deadline()
         if self._timer is not None:
             self._timer.cancel()
         self._timer = self._timers.call_later(self._debounce, self._start)
@@ -110,12 +116,20 @@ class WarmUp:
             return
         self._jobs += 1
         self.launched.append(ids)
+        if self._since is not None and self._since_launched:
+            self._arm_deadline()  # these executors are as cold as the first ones were
+        self._since_launched = True
         log.info("warming up executor(s) %s before a rescale uses them", ", ".join(ids))
         try:
             self._launch(ids, self.job_ended)
         except Exception:
             log.exception("starting the warm-up of executor(s) %s failed", ", ".join(ids))
             self.job_ended()
+
+    def _arm_deadline(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self._deadline = self._timers.call_later(self._limit, self._expired)
 
     def job_ended(self) -> None:
         """The warm-up job ended (scheduler thread)."""
