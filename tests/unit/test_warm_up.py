@@ -35,6 +35,12 @@ def make(vt: VirtualTime, launcher: FakeLauncher, managing: list[bool]) -> WarmU
     return WarmUp(vt, restartable_streaming=lambda: managing[0], launch=launcher, debounce=1.0)
 
 
+def limited(vt: VirtualTime, launcher: FakeLauncher, ended: list[float]) -> WarmUp:
+    """A WarmUp whose limit is 20 s, appending the instants it unblocks restarts to ``ended``."""
+    return WarmUp(vt, restartable_streaming=lambda: True, launch=launcher, debounce=1.0,
+                  limit=20.0, on_idle=lambda: ended.append(vt.now()))
+
+
 def test_executors_joining_together_are_warmed_up_by_one_job(vt: VirtualTime) -> None:
     launcher = FakeLauncher()
     w = make(vt, launcher, [True])
@@ -115,8 +121,7 @@ def test_restarts_are_held_back_until_the_warm_up_ends_and_then_told(vt: Virtual
 def test_a_warm_up_that_hangs_holds_restarts_back_only_until_its_limit(vt: VirtualTime) -> None:
     launcher = FakeLauncher()
     ended: list[float] = []
-    w = WarmUp(vt, restartable_streaming=lambda: True, launch=launcher, debounce=1.0, limit=20.0,
-               on_idle=lambda: ended.append(vt.now()))
+    w = limited(vt, launcher, ended)
     w.on_event(added("3"))
     vt.advance(19.9)
     assert w.blocking and ended == []
@@ -136,8 +141,7 @@ def test_an_executor_joining_during_a_warm_up_holds_restarts_for_its_own_job(
     # the first's, and a restart onto it must not meet it cold 5 s later.
     launcher = FakeLauncher()
     ended: list[float] = []
-    w = WarmUp(vt, restartable_streaming=lambda: True, launch=launcher, debounce=1.0, limit=20.0,
-               on_idle=lambda: ended.append(vt.now()))
+    w = limited(vt, launcher, ended)
     w.on_event(added("3"))
     vt.advance(15)
     w.on_event(added("4"))
