@@ -38,6 +38,8 @@ The simulated cluster
   rest only ``processedRowsPerSecond``.
 * **Lag** of a query is the age of its oldest row not yet processed by a completed batch
   (arrivals are linear within a step). In steady state it is about one trigger plus one batch.
+  It peaks just before a batch completes: it is read there (before the batch's rows count as
+  done) and at the end of every step.
 * **Queries.** Peak demand log-uniform in [0.5, 25] slots at 100% utilization. 20% stateless
   with a source-partition cap. Initial partitions from {8, 12, 16, 24, 32, 48, 64, 100, 200}
   (at least the initial need), upper bound from {120, 240, 360, 720}, lower bound 1. 10%
@@ -79,8 +81,8 @@ Policies
   by source partitions and by free executors. Evaluated every 10 s (the standalone control
   loop). The operator's GC/memory vetoes and observed-TPR switch are left out. With
   ``--hours`` below 24 the day is compressed and the baseline's time keys (window,
-  stabilization, scale-down interval, catch-up, backlog threshold) are scaled by
-  ``hours / 24``; ours keep their defaults.
+  stabilization, scale-down interval, catch-up, restart.time, backlog threshold) are scaled
+  by ``hours / 24``; ours keep their defaults.
 
 Measures
 --------
@@ -88,12 +90,15 @@ Measures
   noise-free capacity meets the true input rate, summed (perfect tracking at 100%
   utilization). Its cost per row includes the sub-linearity and only the overheads no
   configuration avoids (one wave of tasks, the per-batch planning);
-* seconds over the 30 s lag target (summed over queries) and queries that ever exceeded it;
+* seconds over the 30 s lag target (summed over queries) and queries that ever exceeded it.
+  Between two reads of the lag no batch completes, so it grows by one second a second and
+  the seconds over the target are counted exactly (given the linear arrivals within a step);
 * live and restart rescales per query per day;
 * ``step`` only: for every level change, rescales until the query settles for good before
   the next change: its true (noise-free) utilization within the policy's own band, or
   below it when the next smaller slot count would exceed the policy's target (integer
-  slots cannot do better). Changes that never settle are counted apart;
+  slots cannot do better). Changes that never settle are counted apart, and T5's share
+  of changes settled by one rescale counts them among those that needed a rescale;
 * the policy's time per evaluation round of all queries, median and p99: the thread's CPU
   time around each ``evaluate`` call (``time.thread_time``, what T6 checks), and the wall
   clock (``time.perf_counter``, which also holds preemption by other processes).
@@ -335,7 +340,7 @@ class FlinkOperatorBaseline:
         self.window, self.stabilization = 900.0 * scale, 300.0 * scale
         self.umin, self.umax = self.band
         self.sd_interval, self.catch_up = 3600.0 * scale, 1800.0 * scale
-        self.restart_time, self.sd_factor, self.up_factor = 300.0, 0.6, 100000.0
+        self.restart_time, self.sd_factor, self.up_factor = 300.0 * scale, 0.6, 100000.0
         self.lag_threshold = 300.0 * scale
         self.samples: deque[tuple[float, float, float, float, float | None, float | None]] = (
             deque())
@@ -519,8 +524,8 @@ class SimQuery:
         "batch_rows", "batch_dur", "batch_busy", "batch_backlog", "batch_slots", "next_start",
         "prev_start", "batch_id", "P", "active", "held", "starting", "inflight", "stop_at",
         "down_until", "pending_restart", "downtimes", "last_done", "live", "restarts",
-        "lag_over", "max_lag", "in_band_since", "rescale_starts", "steps_hist", "unsettled",
-        "next_change", "changes", "last_end", "shape_key", "shape",
+        "lag_over", "max_lag", "sampled_at", "peak", "in_band_since", "rescale_starts",
+        "steps_hist", "unsettled", "next_change", "changes", "last_end", "shape_key", "shape",
     )
 
     def __init__(self, spec: Spec, policy: Policy, slots: int, partitions: int) -> None:
@@ -548,6 +553,8 @@ class SimQuery:
         self.last_done = 0.0
         self.live = self.restarts = 0
         self.lag_over = self.max_lag = 0.0
+        self.sampled_at = 0.0  # when the lag was last read
+        self.peak = 0.0  # the highest lag read in the current step
         self.in_band_since: float | None = None
         self.rescale_starts: list[float] = []
         self.steps_hist: list[int] = []
@@ -561,6 +568,9 @@ class SimQuery:
     # one step of micro-batches: arrivals at ``lam`` rows/s over [t0, t1)
     def advance(self, t0: float, t1: float, lam: float, noise: float) -> None:
         spec, A0 = self.spec, self.A
+        # The step's arrivals are known in advance (linear at ``lam``): the lag read at a
+        # batch completing inside the step needs them.
+        self.a_hist.append(A0 + lam * (t1 - t0))
         while True:
             if self.batch_end is not None:
                 if self.batch_end > t1:
@@ -618,6 +628,7 @@ class SimQuery:
         interval = self.batch_start - self.prev_start if self.prev_start is not None else TRIGGER
         self.prev_start = self.batch_start
         self.last_end = end
+        self.sample_lag(end)  # the lag peaks just before a batch's rows count as done
         self.done += self.batch_rows
         self.batch_end = None
         self.batch_id += 1
@@ -704,7 +715,8 @@ class SimQuery:
             return 0
         return taken
 
-    def lag(self, t: float) -> float:
+    def oldest(self) -> float:
+        """When the oldest row not yet done arrived (inf if every row known so far is done)."""
         hist, k = self.a_hist, self.ptr
         done = self.done
         n = len(hist) - 1
@@ -712,10 +724,29 @@ class SimQuery:
             k += 1
         self.ptr = k
         if k >= n:
-            return 0.0
+            return math.inf
         a0, a1 = hist[k], hist[k + 1]
         frac = (done - a0) / (a1 - a0) if a1 > a0 else 0.0
-        return max(0.0, t - (k + frac) * STEP)
+        return (k + frac) * STEP
+
+    def sample_lag(self, t: float) -> float:
+        """Reads the lag at ``t`` (at a batch's completion, before its rows count as done, and
+        at the end of each step), adding the time over the target since the previous read.
+
+        Between two reads no batch completes, so the oldest waiting row stays the same and
+        the lag grows by one second a second from its arrival: the time over the target is
+        exact, given the model's arrivals (linear within a step at the step's rate)."""
+        oldest = self.oldest()
+        lag = max(0.0, t - oldest)
+        over = t - max(self.sampled_at, oldest + LAG_TARGET)
+        if over > 0:
+            self.lag_over += over
+        if lag > self.max_lag:
+            self.max_lag = lag
+        if lag > self.peak:
+            self.peak = lag
+        self.sampled_at = t
+        return lag
 
 
 # -- one run ---------------------------------------------------------------------------------
@@ -773,16 +804,12 @@ def run(profile: str, name: str, specs: list[Spec], load: Load, args: argparse.N
         worst = 0.0
         for q in queries:
             i = q.spec.index
+            q.peak = 0.0
             q.advance(t0, t1, load.obs[i][k], load.noise[i][k])
-            q.a_hist.append(q.A)
             q.arrivals(t1)
-            lag = q.lag(t1)
-            if lag > LAG_TARGET:
-                q.lag_over += STEP
-            if lag > q.max_lag:
-                q.max_lag = lag
-            if lag > worst:
-                worst = lag
+            lag = q.sample_lag(t1)
+            if q.peak > worst:
+                worst = q.peak
             held += q.held
             if i == trace:
                 sys.stdout.write(
@@ -846,7 +873,7 @@ def run(profile: str, name: str, specs: list[Spec], load: Load, args: argparse.N
         "executor_seconds": exec_s, "oracle_seconds": oracle_s,
         "vs_oracle": exec_s / oracle_s if oracle_s else math.nan,
         "seconds_over_lag_target": sum(q.lag_over for q in queries),
-        "queries_over_lag_target": sum(1 for q in queries if q.lag_over > 0),
+        "queries_over_lag_target": sum(1 for q in queries if q.max_lag > LAG_TARGET),
         "max_lag": max(q.max_lag for q in queries),
         "live_per_query_day": sum(q.live for q in queries) / n / days,
         "restarts_per_query_day": sum(restarts) / n,
@@ -974,12 +1001,14 @@ def check_targets(results: list[dict[str, Any]]) -> list[tuple[str, bool, str]]:
         c = r["convergence"]
         if c:
             counts = {int(k): v for k, v in c["steps"].items()}
-            needed = sum(v for k, v in counts.items() if k >= 1)
+            # A change that never settled needed a rescale (or more) it did not get right.
+            needed = sum(v for k, v in counts.items() if k >= 1) + c["unsettled"]
             one = counts.get(1, 0)
             worst = max((k for k in counts if counts[k]), default=0)
             ok = (needed == 0 or one / needed > 0.5) and worst <= 3 and c["unsettled"] == 0
-            out.append((f"T5 {p}", ok, f"{one}/{needed} changes that needed a rescale took "
-                                       f"one; most {worst}; unsettled {c['unsettled']}"))
+            out.append((f"T5 {p}", ok, f"{one}/{needed} changes that needed a rescale or "
+                                       f"never settled took one; most {worst}; unsettled "
+                                       f"{c['unsettled']}"))
         # The policy's own time is the thread's CPU time: on a shared machine the wall clock
         # of a round also holds whatever preempted the process meanwhile.
         out.append((f"T6 {p}", r["eval_round_cpu_ms_p99"] < 10,

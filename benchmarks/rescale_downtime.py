@@ -1,8 +1,15 @@
-"""Rescale downtime: from the scheduler's decision to the first micro-batch at the new parallelism.
+"""Rescale downtime: from a rescale's start to the first micro-batch at the new parallelism.
 
 Three cases on a local standalone cluster, each measured several times, all
-read from the scheduler's own rescale history (decision -> first completed
-micro-batch afterwards):
+read from the scheduler's own rescale history: from the record's opening to the
+first completed micro-batch at the new parallelism. A live rescale's record
+opens at the scheduler's decision; a restart's when the restart starts, which
+for a restart onto more slots can come after the decision: it waits for
+executors that joined to be warmed up, then for a micro-batch boundary. The
+scheduler logs such a wait ("wait for warm-up", on the
+``spark_adaptive.scheduler`` logger, in this process): the first of those
+since the previous record is the restart's decision, and "decided -> first
+batch" is measured from it (from the record's opening where nothing waited).
 
 * **live rescale**: 2 partitions; a worker is killed and comes back, so the
   query runs its 2 partitions on 1, then 2 slots. Nothing restarts.
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import statistics
 import subprocess
@@ -38,6 +46,7 @@ import pyarrow.parquet as pq
 
 import spark_adaptive
 from spark_adaptive.core import events as ev
+from spark_adaptive.core.streaming.history import LOGGER_NAME
 from spark_adaptive.testing.cluster import LocalCluster
 from spark_adaptive.testing.recorder import EventRecorder
 from spark_adaptive.testing.session import cluster_session
@@ -81,13 +90,59 @@ def _write(path: Path, keys: np.ndarray, payload_bytes: int) -> None:
 
 
 
+class Deferrals(logging.Handler):
+    """The times of the scheduler's "wait for warm-up" decisions: a restart onto more
+    slots decided, its start (and its rescale record) deferred. Attached to the
+    scheduler's decision logger, at INFO, while a case runs (the scheduler runs in this
+    process)."""
+
+    ACTION = "wait for warm-up"
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.times: list[float] = []
+        self._logger = logging.getLogger(LOGGER_NAME)
+        self._level = self._logger.level
+
+    def emit(self, record: logging.LogRecord) -> None:
+        # "query %s: %s: %s" % (query, action, reason)
+        args = record.args
+        if isinstance(args, tuple) and len(args) == 3 and args[1] == self.ACTION:
+            self.times.append(record.created)
+
+    def __enter__(self) -> Deferrals:
+        self._logger.addHandler(self)
+        if self._logger.getEffectiveLevel() > logging.INFO:
+            self._logger.setLevel(logging.INFO)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._logger.removeHandler(self)
+        self._logger.setLevel(self._level)
+
+
+def add_decided(records: list[dict[str, Any]], deferrals: list[float]) -> None:
+    """Adds to each rescale record (``GET /queries/{id}/rescales``, oldest first) when its
+    rescale was decided (``decided``, epoch seconds) and the seconds from then to its first
+    micro-batch at the new parallelism (``decidedToFirstBatch``): the first deferral
+    logged after the previous record opened and no later than this one, else this
+    record's opening."""
+    previous = -float("inf")
+    for r in records:
+        waited = [t for t in deferrals if previous < t <= r["time"]]
+        r["decided"] = min(waited) if waited else r["time"]
+        r["decidedToFirstBatch"] = (None if r["duration"] is None
+                                    else r["time"] + r["duration"] - r["decided"])
+        previous = r["time"]
+
+
 def _du(path: Path) -> int:
     out = subprocess.run(["du", "-sb", str(path)], capture_output=True, text=True, check=True)
     return int(out.stdout.split()[0])
 
 
-def restart_case(cluster: LocalCluster, work: Path, state_keys: int, rounds: int
-                 ) -> dict[str, Any]:
+def restart_case(cluster: LocalCluster, work: Path, state_keys: int, rounds: int,
+                 deferrals: Deferrals) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     src = work / f"in-{state_keys}"
@@ -130,17 +185,20 @@ def restart_case(cluster: LocalCluster, work: Path, state_keys: int, rounds: int
                            timeout=300, what=f"rescale to {upper}")
             r = history(rt, query.key)[-1]
             print(f"  round {i + 1}: {r['fromParallelism']} -> {r['toParallelism']} "
-                  f"{r['kind']}: {r['duration']:.2f}s "
+                  f"{r['kind']}: {r['duration']:.2f}s from its start "
                   f"({', '.join(f'{k} {v:.2f}s' for k, v in r['timings'].items())})", flush=True)
     trickle.stopped.set()
-    records = [r for r in history(rt, query.key) if r["trigger"] == "REQUIREMENTS_CHANGED"]
+    records = history(rt, query.key)
+    add_decided(records, deferrals.times)
+    records = [r for r in records if r["trigger"] == "REQUIREMENTS_CHANGED"]
     query.stop()
     spark.stop()
     return {"state_keys": state_keys, "state_memory_bytes": state_bytes,
             "checkpoint_state_bytes": checkpoint_bytes, "records": records}
 
 
-def live_case(cluster: LocalCluster, work: Path, rounds: int) -> dict[str, Any]:
+def live_case(cluster: LocalCluster, work: Path, rounds: int, deferrals: Deferrals
+              ) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     spark = cluster_session(cluster, "rescale-downtime-live",
@@ -169,7 +227,9 @@ def live_case(cluster: LocalCluster, work: Path, rounds: int) -> dict[str, Any]:
             print(f"  round {i + 1}: {r['fromSlots']} -> {r['toSlots']} slots, "
                   f"{r['toParallelism']} partitions, {r['kind']}: {r['duration']:.2f}s",
                   flush=True)
-    records = [r for r in history(rt, query.key) if r["kind"] == "live"]
+    records = history(rt, query.key)
+    add_decided(records, deferrals.times)
+    records = [r for r in records if r["kind"] == "live"]
     restarted = query.runId != run
     query.stop()
     spark.stop()
@@ -188,29 +248,37 @@ def main() -> int:
     with LocalCluster(workers=2, work_dir=work / "cluster",
                       memory_per_worker="2g") as cluster:
         print("live rescale (2 partitions on 2 -> 1 -> 2 slots):", flush=True)
-        results["live"] = live_case(cluster, work, args.rounds)
+        with Deferrals() as deferrals:
+            results["live"] = live_case(cluster, work, args.rounds, deferrals)
         for name, keys in (("restart_1mb", args.small_keys), ("restart_100mb", args.large_keys)):
             print(f"restart rescale, {name}:", flush=True)
-            results[name] = restart_case(cluster, work, keys, args.rounds)
+            with Deferrals() as deferrals:
+                results[name] = restart_case(cluster, work, keys, args.rounds, deferrals)
     rows = []
     for name, label in (("live", "live rescale"), ("restart_1mb", "restart, ~1 MB state"),
                         ("restart_100mb", "restart, ~100 MB state")):
         durations = [r["duration"] for r in results[name]["records"]]
+        decided = [r["decidedToFirstBatch"] for r in results[name]["records"]]
         phases: dict[str, list[float]] = {}
         for r in results[name]["records"]:
             for k, v in r["timings"].items():
                 phases.setdefault(k, []).append(v)
-        # The stop phase is the micro-batch that was running at the decision finishing (the
-        # query still processes meanwhile): what is left is the time without processing.
+        # The stop phase is the micro-batch that was running at the restart's start finishing
+        # (the query still processes meanwhile): what is left is the time without processing.
         idle = [r["duration"] - r["timings"].get("stop", 0.0) for r in results[name]["records"]]
         rows.append((label, statistics.median(durations), max(durations), len(durations),
-                     {k: statistics.median(v) for k, v in phases.items()}, max(idle)))
-    print(f"\ntrigger interval {TRIGGER:g}s; decision -> first completed micro-batch at the new "
-          "parallelism; 'max idle': the longest without the running batch's stop phase")
-    print(f"{'case':<26}{'median':>9}{'max':>8}{'max idle':>10}{'n':>4}  phases (median)")
-    for label, med, mx, n, ph, idle_max in rows:
+                     {k: statistics.median(v) for k, v in phases.items()}, max(idle),
+                     statistics.median(decided), max(decided)))
+    print(f"\ntrigger interval {TRIGGER:g}s; 'start': from the rescale's start (a restart's "
+          "start, a live rescale's decision) to the first completed micro-batch at the new "
+          "parallelism; 'decided': from the scheduler's decision, before any wait for a "
+          "warm-up; 'max idle': the longest without the running batch's stop phase")
+    print(f"{'case':<26}{'start p50':>10}{'max':>8}{'decided p50':>12}{'max':>8}"
+          f"{'max idle':>10}{'n':>4}  phases (median)")
+    for label, med, mx, n, ph, idle_max, dmed, dmx in rows:
         phase_text = ", ".join(f"{k} {v:.2f}s" for k, v in ph.items()) or "no restart"
-        print(f"{label:<26}{med:>8.2f}s{mx:>7.2f}s{idle_max:>9.2f}s{n:>4}  {phase_text}")
+        print(f"{label:<26}{med:>9.2f}s{mx:>7.2f}s{dmed:>11.2f}s{dmx:>7.2f}s{idle_max:>9.2f}s"
+              f"{n:>4}  {phase_text}")
     print(f"live rescales restarted the query: {results['live']['restarted']}")
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "rescale_downtime.json").write_text(json.dumps(results, indent=2))
@@ -219,7 +287,8 @@ def main() -> int:
     return 0
 
 
-def plot(rows: list[tuple[str, float, float, int, dict[str, float], float]], path: Path) -> None:
+def plot(rows: list[tuple[str, float, float, int, dict[str, float], float, float, float]],
+         path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -232,7 +301,8 @@ def plot(rows: list[tuple[str, float, float, int, dict[str, float], float]], pat
     ax.text(TRIGGER, -0.6, " one trigger interval", color="0.4", fontsize=8)
     for i, r in enumerate(rows):
         ax.text(r[1], i, f" {r[1]:.2f}s (max {r[2]:.2f}s)", va="center", fontsize=8)
-    ax.set_xlabel("seconds from decision to first micro-batch at the new parallelism (median)")
+    ax.set_xlabel("seconds from the rescale's start to the first micro-batch at the new "
+                  "parallelism (median)")
     ax.invert_yaxis()
     fig.tight_layout()
     fig.savefig(path, dpi=120)

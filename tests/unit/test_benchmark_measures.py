@@ -1,0 +1,197 @@
+"""What the autoscaler benchmarks measure: the simulation's lag and convergence figures, the
+baseline's scaled keys, the cluster benchmark's executor-seconds and tracking reference,
+and the rescale-downtime benchmark's decision times. No Spark is started."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import logging
+import random
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pytest
+
+from spark_adaptive.core.autoscaler import AutoscalerConfig
+from spark_adaptive.core.clock import VirtualTime
+from spark_adaptive.core.streaming.history import DecisionLog
+from spark_adaptive.testing.watch import Seen
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def _load(name: str) -> ModuleType:
+    """A benchmark script as a module (benchmarks/ is no package)."""
+    module_name = f"_benchmark_{name}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, BENCHMARKS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+# -- benchmarks/autoscale_sim.py ------------------------------------------------------------
+@pytest.mark.parametrize("policy", ["spark-adaptive", "flink-baseline"])
+def test_sim_lag_figures_match_the_lag_on_a_fine_grid(
+        policy: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lag peaks just before a batch completes, inside a step: the simulation's highest
+    lag and seconds over the target are those of the lag followed on a 5 ms grid."""
+    sim = _load("autoscale_sim")
+    hours, seed = 3.0, 3
+    specs = sim.make_specs(random.Random(seed), 8)
+    steps = int(hours * 3600 / sim.STEP)
+    load = sim.make_load("spike", specs, seed, steps, hours * 3600)
+    completions: dict[int, list[tuple[float, float]]] = {s.index: [] for s in specs}
+    complete = sim.SimQuery._complete
+
+    def spy(q: Any) -> None:
+        completions[q.spec.index].append((q.batch_end, q.batch_rows))
+        complete(q)
+
+    monkeypatch.setattr(sim.SimQuery, "_complete", spy)
+    args = argparse.Namespace(
+        hours=hours, seed=seed, executors=300, bound_utilization=1.0, bound_drain=10.0,
+        config=AutoscalerConfig.from_conf({"spark.adaptive.autoscaler.enabled": "true"}))
+    result = sim.run("spike", policy, specs, load, args, "")
+
+    dt = 0.005
+    grid = np.arange(0.0, steps * sim.STEP, dt)
+    over_any = False
+    for s, per_query in zip(specs, result["per_query"], strict=True):
+        arrived = np.concatenate([[0.0], np.cumsum(np.array(load.obs[s.index]) * sim.STEP)])
+        boundaries = np.arange(len(arrived)) * sim.STEP
+        ends = np.array([e for e, _ in completions[s.index]])
+        done_after = np.concatenate([[0.0], np.cumsum([r for _, r in completions[s.index]])])
+        done = done_after[np.searchsorted(ends, grid, side="right")]
+        lag = np.maximum(0.0, grid - np.interp(done, arrived, boundaries))
+        over = lag > sim.LAG_TARGET
+        crossings = int(np.count_nonzero(np.diff(over.astype(int)))) + 1
+        assert per_query["max_lag"] == pytest.approx(lag.max(), abs=2 * dt)
+        assert per_query["seconds_over_lag_target"] == pytest.approx(
+            np.count_nonzero(over) * dt, abs=2 * dt * crossings)
+        over_any = over_any or bool(over.any())
+    assert over_any  # the case has lags over the target to count
+    assert result["queries_over_lag_target"] == sum(
+        1 for q in result["per_query"] if q["max_lag"] > sim.LAG_TARGET)
+
+
+def test_sim_baseline_scales_restart_time_with_its_other_time_keys() -> None:
+    sim = _load("autoscale_sim")
+    day = sim.FlinkOperatorBaseline()
+    short = sim.FlinkOperatorBaseline(scale=0.25)
+    assert (day.restart_time, short.restart_time) == (300.0, 75.0)
+    # what a restart adds to the target, relative to the catch-up, keeps its day's weight
+    assert short.restart_time / short.catch_up == day.restart_time / day.catch_up
+
+
+def _sim_result(steps: dict[str, int], unsettled: int) -> dict[str, Any]:
+    return {"profile": "step", "policy": "spark-adaptive", "vs_oracle": 1.0,
+            "queries_over_lag_target": 0, "seconds_over_lag_target": 0.0,
+            "restarts_total": 0, "executor_seconds": 1.0, "max_restarts_per_query_day": 0.0,
+            "restarts_per_query_day": 0.0, "eval_round_cpu_ms_median": 0.1,
+            "eval_round_cpu_ms_p99": 0.1, "eval_round_ms_median": 0.1,
+            "eval_round_ms_p99": 0.1,
+            "convergence": {"changes": sum(steps.values()) + unsettled, "steps": steps,
+                            "unsettled": unsettled}}
+
+
+def test_sim_convergence_share_counts_the_changes_that_never_settled() -> None:
+    sim = _load("autoscale_sim")
+    checks = {label: (ok, detail) for label, ok, detail in
+              sim.check_targets([_sim_result({"0": 2, "1": 3}, unsettled=4)])}
+    ok, detail = checks["T5 step"]
+    assert not ok
+    assert detail.startswith("3/7 changes")
+    ok, detail = {label: (ok, detail) for label, ok, detail in sim.check_targets(
+        [_sim_result({"0": 2, "1": 3, "2": 1}, unsettled=0)])}["T5 step"]
+    assert ok and detail.startswith("3/4 changes")
+
+
+# -- benchmarks/autoscale.py ----------------------------------------------------------------
+def _cluster_run(autoscale: ModuleType, *, first: float, source: float, period: float
+                 ) -> tuple[Any, dict[str, np.ndarray]]:
+    """A 'steps' run: samples every ``period`` s from ``first``, 4 executors from the third;
+    rows over the profile, the last one written 10 s after it."""
+    duration = autoscale.knots("steps")[0]
+    samples = [Seen(first + i * period, 0 if i < 2 else 4)
+               for i in range(int((source - first + duration + 30) / period))]
+    ts = source + np.linspace(0.0, duration, 50)
+    done = ts + 1.0
+    done[-1] = source + duration + 10.0
+    run = autoscale.Run("steps", "static", start=source, total_rows=50, samples=samples)
+    return run, {"id": np.arange(50), "ts": ts, "done": done}
+
+
+def test_cluster_executor_seconds_count_from_the_app_start_over_real_sample_times() -> None:
+    autoscale = _load("autoscale")
+    first, source, period = 1000.0, 1014.0, 1.015
+    run, rows = _cluster_run(autoscale, first=first, source=source, period=period)
+    s = autoscale.summarize(run, rows)
+    until = source + autoscale.knots("steps")[0] + 10.0
+    assert s["executor_seconds"] == pytest.approx(4 * (until - (first + 2 * period)))
+    assert s["executor_seconds_from_source"] == pytest.approx(4 * (until - source))
+    assert s["source_start_after_app"] == pytest.approx(source - first)
+    text = autoscale.table([s])
+    assert "from src" in text.splitlines()[0]
+    assert f"{s['executor_seconds'] / s['oracle']:.2f}x" in text.splitlines()[1]
+
+
+def test_cluster_executor_seconds_integrate_uneven_samples() -> None:
+    autoscale = _load("autoscale")
+    samples = [Seen(0.0, 1), Seen(1.5, 2), Seen(2.0, 0), Seen(4.0, 3)]
+    assert autoscale.executor_seconds(samples, 0.0, 5.0) == pytest.approx(1.5 + 1.0 + 0 + 3.0)
+    assert autoscale.executor_seconds(samples, 1.0, 3.0) == pytest.approx(0.5 + 1.0)
+    assert autoscale.executor_seconds(samples, -2.0, 0.5) == pytest.approx(0.5)
+    assert autoscale.executor_seconds([], 0.0, 5.0) == 0.0
+
+
+def test_cluster_tracking_follows_the_runs_utilization_target() -> None:
+    autoscale = _load("autoscale")
+    points = autoscale.knots("steps")[1]
+    key = "spark.adaptive.autoscaler.utilization.target"
+    default = autoscale.tracking(points, autoscale.PARTITIONS)
+    low = autoscale.tracking(points, autoscale.PARTITIONS, {key: "0.7"})
+    assert low > default
+    run, rows = _cluster_run(autoscale, first=0.0, source=10.0, period=1.0)
+    assert autoscale.summarize(run, rows, {key: "0.7"})["tracking"] == low
+
+
+# -- benchmarks/rescale_downtime.py ---------------------------------------------------------
+def _record(time: float, duration: float | None) -> dict[str, Any]:
+    return {"time": time, "duration": duration}
+
+
+def test_downtime_decided_is_the_first_deferral_since_the_previous_record() -> None:
+    downtime = _load("rescale_downtime")
+    records = [_record(100.0, 2.0), _record(110.0, 3.0), _record(130.0, 1.0),
+               _record(150.0, None)]
+    # a deferral before the first record, two before the second, none before the third
+    downtime.add_decided(records, [95.0, 104.0, 107.0, 131.0])
+    assert [r["decided"] for r in records] == [95.0, 104.0, 130.0, 131.0]
+    assert [r["decidedToFirstBatch"] for r in records] == [7.0, 9.0, 1.0, None]
+
+
+def test_downtime_deferrals_are_read_from_the_scheduler_log(vt: VirtualTime) -> None:
+    """The scheduler's decisions as it logs them; the logger's level (an app's, after
+    ``setLogLevel("ERROR")``) is let down to INFO while the case runs, then restored."""
+    downtime = _load("rescale_downtime")
+    decisions = DecisionLog(vt, lambda: "q")
+    logger = logging.getLogger(downtime.LOGGER_NAME)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with downtime.Deferrals() as deferrals:
+            decisions.decide("wait for warm-up", "executors that joined are being warmed up")
+            decisions.decide("Executing -> Restarting", "more slots")
+        decisions.decide("wait for warm-up", "after the case")
+        assert len(deferrals.times) == 1
+        assert logger.level == logging.ERROR
+    finally:
+        logger.setLevel(level)
