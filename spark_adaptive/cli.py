@@ -16,9 +16,11 @@ prints ``{"requirements": <the bounds read back, or null>, "persisted": <bool>}`
 
 Exit status: 0 done; 2 the server refused the request (its reasons are
 printed; also for a bad command line: an empty QUERY, a URL or token that
-cannot be sent); 1 no answer, an answer that is not the API's, or the server
-failed. An update the server accepted exits 0 even if reading the bounds back
-after it fails (that failure is printed).
+cannot be sent); 1 no answer, an answer that is not the API's (not JSON, JSON
+of another shape, an error without the API's ``{"errors": [...]}``: another
+server, such as the Spark UI, at the URL), or the server failed. An update the
+server accepted exits 0 even if reading the bounds back after it fails (that
+failure is printed).
 
 ``spark-adaptive install-hook`` places ``spark_adaptive_startup.pth`` in this
 interpreter's site-packages. A regular ``pip install`` does that by itself; an
@@ -45,11 +47,14 @@ from spark_adaptive.rest.client import (
     ConnectionProblem,
     RestClient,
     UsageProblem,
+    not_the_api,
 )
 
 PTH_NAME = "spark_adaptive_startup.pth"
 PTH_LINE = "import _spark_adaptive_startup\n"
 T = TypeVar("T")
+#: What reading JSON of another shape than the API's raises in the tables.
+_NOT_ITS_SHAPE = (TypeError, ValueError, KeyError, AttributeError, IndexError)
 
 
 def install_hook(site_packages: str | None = None) -> Path:
@@ -105,6 +110,16 @@ def _print_json(value: Any) -> None:
     print(json.dumps(value, indent=2))
 
 
+def _shaped(client: RestClient, path: str, read: Callable[[], T]) -> T:
+    """``read()`` of an answer of ``path``; JSON of another shape than the API's (another
+    server that answers JSON) is a :class:`ConnectionProblem`, not a traceback."""
+    try:
+        return read()
+    except _NOT_ITS_SHAPE as e:
+        raise not_the_api(f"{client.url}{path}", "answered JSON that is not the API's answer "
+                          f"({type(e).__name__}: {str(e)[:80]})") from None
+
+
 def _resolving(client: RestClient, ident: str, fn: Callable[[str], T]) -> T:
     """``fn(ident)``; if the server knows no such query, try ``ident`` as a unique prefix of
     a query id (``status`` shows ids cut to 8 characters)."""
@@ -113,8 +128,9 @@ def _resolving(client: RestClient, ident: str, fn: Callable[[str], T]) -> T:
     except ApiError as e:
         if e.status != 404:
             raise
-        matches = [q["id"] for q in client.get("/queries")
-                   if str(q.get("id", "")).startswith(ident)]
+        queries = client.get("/queries")
+        matches = _shaped(client, "/queries", lambda: [
+            q["id"] for q in tables.listed(queries) if str(q.get("id", "")).startswith(ident)])
         if not ident or len(matches) != 1:  # "" is a prefix of every id
             raise
         return fn(matches[0])
@@ -125,27 +141,30 @@ def _status(client: RestClient, args: argparse.Namespace) -> int:
     if args.json:
         _print_json(queries)
     else:
-        print("\n".join(tables.status_lines(queries, _width())))
+        print("\n".join(_shaped(client, "/queries",
+                                lambda: tables.status_lines(queries, _width()))))
     return 0
 
 
 def _history(client: RestClient, args: argparse.Namespace) -> int:
-    history = _resolving(client, args.query,
-                         lambda i: client.get(client.query_path(i, "rescales")))
+    ident, history = _resolving(client, args.query,
+                                lambda i: (i, client.get(client.query_path(i, "rescales"))))
     if args.json:
         _print_json(history)
     else:
-        print("\n".join(tables.history_lines(history, _width())))
+        print("\n".join(_shaped(client, client.query_path(ident, "rescales"),
+                                lambda: tables.history_lines(history, _width()))))
     return 0
 
 
 def _autoscaler(client: RestClient, args: argparse.Namespace) -> int:
-    status = _resolving(client, args.query,
-                        lambda i: client.get(client.query_path(i, "autoscaler")))
+    ident, status = _resolving(client, args.query,
+                               lambda i: (i, client.get(client.query_path(i, "autoscaler"))))
     if args.json:
         _print_json(status)
     else:
-        print("\n".join(tables.autoscaler_lines(status)))
+        print("\n".join(_shaped(client, client.query_path(ident, "autoscaler"),
+                                lambda: tables.autoscaler_lines(status))))
     return 0
 
 
@@ -158,7 +177,8 @@ def _requirements(client: RestClient, args: argparse.Namespace) -> int:
         if args.json:
             _print_json(body)
         else:
-            print(tables.requirements_line(ident, body))
+            print(_shaped(client, client.query_path(ident, "resource-requirements"),
+                          lambda: tables.requirements_line(ident, body)))
         return 0
     new = {"parallelism": {"lowerBound": args.lower, "upperBound": args.upper}}
 
@@ -169,16 +189,19 @@ def _requirements(client: RestClient, args: argparse.Namespace) -> int:
     persisted = headers.get(PERSISTED_HEADER.lower()) == "true"
     # Accepted: whatever happens to the read-back below, the update stands (exit 0).
     read_back: Any = None
+    line = f"query {ident}: new bounds accepted (--lower {args.lower} --upper {args.upper})"
     try:
         read_back = read(ident)[1]
+        if not args.json:
+            line = _shaped(client, client.query_path(ident, "resource-requirements"),
+                           lambda: tables.requirements_line(ident, read_back))
     except (ApiError, ConnectionProblem) as e:
         print(f"spark-adaptive: the new bounds were accepted, but reading them back failed "
               f"({e})", file=sys.stderr)
     if args.json:
         _print_json({"requirements": read_back, "persisted": persisted})
         return 0
-    print(f"query {ident}: new bounds accepted (--lower {args.lower} --upper {args.upper})"
-          if read_back is None else tables.requirements_line(ident, read_back))
+    print(line)
     print("persisted beside the query's checkpoint" if persisted else
           "not persisted: the query has no checkpoint location, so these bounds last until "
           "the driver stops")

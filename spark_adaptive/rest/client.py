@@ -6,8 +6,10 @@ what the user should do:
 * :class:`ApiError`: the server answered and refused (4xx) or failed (5xx);
   ``reasons`` are the server's own, from its ``{"errors": [...]}`` body.
 * :class:`ConnectionProblem`: no usable answer (nothing listens at the URL, a
-  timeout, something that is not HTTP or not JSON, an answer cut short); its
-  message says what was wrong and how to find the URL.
+  timeout, something that is not HTTP or not JSON, an answer cut short, an
+  error status whose body is not the API's ``{"errors": [...]}``, as another
+  server such as the Spark UI answers); its message says what was wrong and
+  how to find the URL.
 
 A URL or token that cannot be sent at all is :class:`UsageProblem`, raised by the
 constructor before anything is sent.
@@ -41,6 +43,14 @@ class ConnectionProblem(Exception):
 
 class UsageProblem(ValueError):
     """The URL or the token cannot be used; nothing was sent."""
+
+
+NOT_THE_API = "is this the spark-adaptive REST API (not the Spark UI)?"
+
+
+def not_the_api(where: str, what: str) -> ConnectionProblem:
+    """The problem of an answer that is not the API's: ``where`` answered ``what``."""
+    return ConnectionProblem(f"{where} {what}: {NOT_THE_API}")
 
 
 _URL_HINT = ("give the URL the driver logs at start ('spark-adaptive REST API at "
@@ -120,7 +130,11 @@ class RestClient:
                 raw = resp.read()
                 headers = {k.lower(): v for k, v in resp.headers.items()}
         except urllib.error.HTTPError as e:
-            raise ApiError(e.code, _reasons(e)) from None
+            reasons = _reasons(e)
+            if reasons is None:  # another server's error page (the Spark UI's 404, ...)
+                raise not_the_api(f"{self.url}{path}", f"answered HTTP {e.code} "
+                                  f"({e.reason}) without the API's error JSON") from None
+            raise ApiError(e.code, reasons) from None
         except http.client.IncompleteRead as e:
             outcome = ("; the update may or may not have been applied: read the bounds back "
                        "with 'spark-adaptive requirements get QUERY'" if method == "PUT"
@@ -144,16 +158,17 @@ class RestClient:
         try:
             return json.loads(raw.decode("utf-8")), headers
         except ValueError:
-            raise ConnectionProblem(f"{self.url}{path} did not answer JSON: is this the "
-                                    "spark-adaptive REST API (not the Spark UI)?") from None
+            raise not_the_api(f"{self.url}{path}", "did not answer JSON") from None
 
 
-def _reasons(e: urllib.error.HTTPError) -> list[str]:
+def _reasons(e: urllib.error.HTTPError) -> list[str] | None:
+    """The reasons of an error answer of the API (``{"errors": [...]}``); None for a body
+    that is not that (another server's error page, or none)."""
     try:
         body = json.loads(e.read().decode("utf-8"))
-        errors = body.get("errors") if isinstance(body, dict) else None
-        if isinstance(errors, list) and errors:
-            return [str(r) for r in errors]
     except (ValueError, OSError, http.client.HTTPException):
-        pass
-    return [f"{e.code} {e.reason}"]
+        return None
+    errors = body.get("errors") if isinstance(body, dict) else None
+    if not isinstance(errors, list):
+        return None
+    return [str(r) for r in errors] or [f"{e.code} {e.reason}"]

@@ -54,16 +54,27 @@ def query_label(q: QuerySnapshot) -> str:
 
 
 def query_labels(queries: tuple[QuerySnapshot, ...]) -> dict[str, str]:
-    """Each query's label by key, unique: a name that two queries share (two sessions of
-    one app may reuse it) gets the query's id appended for all but the first."""
-    out: dict[str, str] = {}
-    taken: set[str] = set()
+    """Each query's label by key, unique. A name that several queries share (the app started
+    its query again from a new checkpoint, or two sessions reuse it) is the bare label of
+    the one the API resolves the name to, the live one (else the newest): the series of a
+    name follow the query that runs under it. The others get their id appended."""
+    named: dict[str, list[QuerySnapshot]] = {}
     for q in queries:
-        label = query_label(q)
-        if label in taken:
-            label = f"{label} ({q.id})"
-        taken.add(label)
-        out[q.key] = label
+        named.setdefault(query_label(q), []).append(q)
+    out: dict[str, str] = {}
+    rest: list[tuple[str, QuerySnapshot]] = []
+    for label, group in named.items():
+        live = [q for q in group if q.state is not StateName.FINISHED]
+        bare = (live or group)[-1]
+        out[bare.key] = label
+        rest += [(label, q) for q in group if q is not bare]
+    taken = set(out.values())
+    for label, q in rest:
+        unique = f"{label} ({q.id})"
+        if unique in taken:  # a name that looks like another query's label
+            unique = f"{label} ({q.id}, {q.key})"
+        taken.add(unique)
+        out[q.key] = unique
     return out
 
 
@@ -261,6 +272,27 @@ def _name_part(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", text) or "_"
 
 
+def flat_names(queries: tuple[QuerySnapshot, ...]) -> dict[str, str]:
+    """Each query's part of the dotted names by key, unique after cleaning: two labels that
+    differ only in characters made ``_`` (``a.b``, ``a_b``) would otherwise write the same
+    gauges. A clash gets the short form of the query's id appended (its key, should that
+    clash too); the queries with a bare ``query`` label choose first."""
+    labels = query_labels(queries)
+    bare = sorted(queries, key=lambda q: labels[q.key] != query_label(q))  # stable
+    out: dict[str, str] = {}
+    taken: set[str] = set()
+    for q in bare:
+        base = _name_part(labels[q.key])
+        tried = [base, *(f"{base}_{_name_part(s)}" for s in (q.id[:8], q.id, q.key))]
+        part = next((t for t in tried if t not in taken), None)
+        n = 2
+        while part is None or part in taken:
+            part, n = f"{tried[-1]}_{n}", n + 1
+        taken.add(part)
+        out[q.key] = part
+    return out
+
+
 def flat_figures(view: MetricsView) -> dict[str, float]:
     """The figures Spark's metrics system carries, as dotted gauge names (Spark's names have
     no labels): ``executors.alive``, ``query.<name>.parallelism``, ... The per-trigger
@@ -275,9 +307,9 @@ def flat_figures(view: MetricsView) -> dict[str, float]:
     if a.executors_declared is not None:
         out["executors.declared"] = a.executors_declared
     states = list(StateName)
-    labels = query_labels(view.queries)
+    names = flat_names(view.queries)
     for q in view.queries:
-        p = f"query.{_name_part(labels[q.key])}."
+        p = f"query.{names[q.key]}."
         c = q.counters
         out.update({
             p + "state.code": states.index(q.state), p + "state.seconds": q.state_seconds,

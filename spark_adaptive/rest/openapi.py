@@ -51,6 +51,83 @@ def _nullable_ref(name: str) -> dict[str, Any]:
     return {"anyOf": [_ref(name), {"type": "object", "nullable": True, "enum": [None]}]}
 
 
+OUTCOMES = ["not-ready", "no-change", "scale-up", "scale-down", "scale-down-pending", "blocked"]
+KINDS = ["none", "live", "restart"]
+
+
+def _number(description: str) -> dict[str, Any]:
+    return {"type": "number", "description": description}
+
+
+def _inputs() -> dict[str, Any]:
+    """``ScalingDecision.inputs``: the figures a decision was computed from."""
+    rate = "Rows per second"
+    return {
+        "type": "object",
+        "description": "The figures the decision was computed from; null where not available.",
+        "properties": {
+            "windowSpan": _number("Seconds the window's micro-batches span."),
+            "sampleCount": _int("Micro-batches in the window."),
+            "inputRate": _nullable(_number(f"{rate} the decision used as the input rate.")),
+            "inputRateWindow": _nullable(_number(f"{rate} read over the window.")),
+            "inputRateRecent": _nullable(_number(f"{rate} read by the newest micro-batches.")),
+            "inputRateStarted": _nullable(_number(
+                f"{rate} the micro-batch running now reads (from its offsets), when it set "
+                "the input rate.")),
+            "backlog": _nullable(_number("Rows behind the source's latest offset.")),
+            "trueRatePerSlot": _nullable(_number(f"{rate} one task slot processes when busy.")),
+            "rateSource": {"type": "string", "description": "How the true rate per slot was "
+                           "measured, or why it could not be."},
+            "capacity": _nullable(_number(f"{rate} the query processes on its slots now.")),
+            "targetRate": _nullable(_number(
+                f"{rate} the query must process: input plus the backlog over the catch-up "
+                "duration.")),
+            "utilization": _nullable(_number("Input rate over the capacity (1: every slot "
+                                             "busy).")),
+            "recommendedSlots": _nullable(_number("Slots the target rate needs, unrounded.")),
+            "scalabilityCoefficient": _nullable(_number(
+                "Rate per slot at the recommended slots over the rate per slot now (1: "
+                "linear scaling).")),
+            "restartDowntime": _nullable(_number("Seconds a restart rescale is expected to "
+                                                 "stop the query.")),
+            "executorStartup": _nullable(_number("Seconds new executors are expected to take "
+                                                 "to run tasks.")),
+        },
+    }
+
+
+def _policy() -> dict[str, Any]:
+    """``Autoscaler.policy``: the policy's own state (empty before its first sample)."""
+    instant = {
+        "stabilizedAt": "The end of the stabilization interval after the last start or "
+                        "rescale",
+        "pendingScaleDownSince": "When the scale-down waiting for scale-down.interval was "
+                                 "first recommended",
+        "blockedUntil": "When the block on more slots after an ineffective scale-up ends",
+    }
+    return {
+        "type": "object",
+        "description": "The policy's own state (empty before its first sample). Its "
+                       "instants are epoch seconds (null when unset): "
+                       + ", ".join(POLICY_TIMES) + ".",
+        "properties": {
+            "query": {"type": "string", "description": "The query's name, else its key."},
+            **{k: _nullable(_number(f"{instant[k]}; epoch seconds.")) for k in POLICY_TIMES},
+            "windowSamples": _int("Micro-batches in the metrics window."),
+            "scalabilityObservations": _int("Distinct slot counts the rate per slot was "
+                                            "observed at."),
+            "scalabilityFit": _nullable({
+                "type": "array", "minItems": 2, "maxItems": 2, "items": {"type": "number"},
+                "description": "[a, b] of 1/r(s) = a + b*s, r(s) the rate per slot (rows per "
+                               "second) on s slots: a in slot-seconds per row, b in "
+                               "slot-seconds per row per slot; null while not used."}),
+            "rejectedSamples": _int("Micro-batches the window did not use."),
+            "lastRejection": {"type": "string", "description": "Why the last of them was not "
+                              "used (empty: none was)."},
+        },
+    }
+
+
 def _schemas() -> dict[str, Any]:
     bound = {"type": "integer", "description": "A positive bound, or -1 for the default "
              "(lower: 1; upper: the query's configured partitions, reactive mode: "
@@ -133,8 +210,9 @@ def _schemas() -> dict[str, Any]:
                 "fromSlots": _int("Slots before."),
                 "toSlots": _int("Slots after."),
                 "duration": _nullable({"type": "number", "description": "Seconds from the "
-                                       "decision to the first micro-batch completed after it; "
-                                       "null while pending."}),
+                                       "decision to the first micro-batch completed after it "
+                                       "(or to its failure or supersession); null when "
+                                       "unknown (pending, or cut short by a driver stop)."}),
                 "outcome": {"type": "string",
                             "enum": ["pending", "completed", "failed", "superseded"]},
                 "timings": {"type": "object", "additionalProperties": {"type": "number"},
@@ -149,10 +227,8 @@ def _schemas() -> dict[str, Any]:
                          "inputs"],
             "properties": {
                 "time": {"type": "number", "description": "Epoch seconds of the decision."},
-                "outcome": {"type": "string", "enum": [
-                    "not-ready", "no-change", "scale-up", "scale-down", "scale-down-pending",
-                    "blocked"]},
-                "kind": {"type": "string", "enum": ["none", "live", "restart"]},
+                "outcome": {"type": "string", "enum": OUTCOMES},
+                "kind": {"type": "string", "enum": KINDS},
                 "currentSlots": _int("Slots the query runs on."),
                 "targetSlots": _int("Slots the decision asks for."),
                 "currentPartitions": _int("The query's partitions."),
@@ -160,9 +236,7 @@ def _schemas() -> dict[str, Any]:
                 "reason": {"type": "string"},
                 "applied": {"type": "boolean", "description": "Carried out (false in "
                             "recommend-only mode and for outcomes that change nothing)."},
-                "inputs": {"type": "object", "description": "The figures the decision was "
-                           "computed from (rows per second, rows, seconds); null where not "
-                           "available."},
+                "inputs": _inputs(),
             },
         },
         "Autoscaler": {
@@ -178,20 +252,33 @@ def _schemas() -> dict[str, Any]:
                                              "description": "Seconds from now."}),
                 "waitingForResources": {"type": "boolean", "description": "The slots the "
                                         "autoscaler asked for have not come (yet)."},
-                "window": {"type": "object", "description": "The metrics window: its length, "
-                           "the span and count of the samples in it (seconds)."},
-                "inputRate": _nullable({"type": "number"}),
-                "backlog": _nullable({"type": "number"}),
-                "trueRatePerSlot": _nullable({"type": "number"}),
-                "targetRate": _nullable({"type": "number"}),
-                "utilization": _nullable({"type": "number"}),
-                "recommendation": _nullable({"type": "object"}),
+                "window": {
+                    "type": "object", "required": ["length", "span", "samples"],
+                    "description": "The metrics window (span and samples: null before the "
+                                   "first decision).",
+                    "properties": {
+                        "length": _number("Seconds: autoscaler.metrics.window."),
+                        "span": _nullable(_number("Seconds the window's micro-batches span.")),
+                        "samples": _nullable(_int("Micro-batches in the window.")),
+                    }},
+                "inputRate": _nullable(_number("Rows per second.")),
+                "backlog": _nullable(_number("Rows behind the source's latest offset.")),
+                "trueRatePerSlot": _nullable(_number("Rows per second one busy slot "
+                                                     "processes.")),
+                "targetRate": _nullable(_number("Rows per second the query must process.")),
+                "utilization": _nullable(_number("Input rate over the capacity.")),
+                "recommendation": _nullable({
+                    "type": "object",
+                    "required": ["slots", "partitions", "kind", "outcome", "applied"],
+                    "description": "What the last decision recommends.",
+                    "properties": {
+                        "slots": _int("Slots."), "partitions": _int("Partitions."),
+                        "kind": {"type": "string", "enum": KINDS},
+                        "outcome": {"type": "string", "enum": OUTCOMES},
+                        "applied": {"type": "boolean", "description": "Carried out."},
+                    }}),
                 "lastDecision": _nullable_ref("ScalingDecision"),
-                "policy": {"type": "object", "description": "The policy's own state. Its "
-                           "instants are epoch seconds (null when unset): "
-                           + ", ".join(POLICY_TIMES) + ".",
-                           "properties": {k: _nullable({"type": "number"})
-                                          for k in POLICY_TIMES}},
+                "policy": _policy(),
             },
         },
         "Samples": {

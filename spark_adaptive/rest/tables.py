@@ -22,8 +22,25 @@ def short_id(query_id: str) -> str:
     return query_id
 
 
+def listed(value: Any) -> list[dict[str, Any]]:
+    """``value`` as the API's list of objects; :class:`TypeError` for anything else."""
+    if not isinstance(value, list):
+        raise TypeError(f"expected a list of objects, got {type(value).__name__}")
+    bad = next((v for v in value if not isinstance(v, dict)), None)
+    if bad is not None:
+        raise TypeError(f"expected a list of objects, got one holding {type(bad).__name__}")
+    return value
+
+
+def _object(value: Any) -> dict[str, Any]:
+    """``value`` as one of the API's objects; :class:`TypeError` for anything else."""
+    if not isinstance(value, dict):
+        raise TypeError(f"expected an object, got {type(value).__name__}")
+    return value
+
+
 def bounds(requirements: dict[str, Any]) -> str:
-    p = requirements.get("parallelism", {})
+    p = _object(_object(requirements).get("parallelism", {}))
     return f"[{p.get('lowerBound', '?')}, {p.get('upperBound', '?')}]"
 
 
@@ -51,7 +68,7 @@ def _decision(decision: dict[str, Any] | None) -> str:
 
 def status_lines(queries: list[dict[str, Any]], width: int | None = None) -> list[str]:
     """``spark-adaptive status``: one row per query."""
-    if not queries:
+    if not listed(queries):
         return ["no streaming query is managed by spark-adaptive on this driver"]
     header = ("ID", "NAME", "STATE", "PARALLELISM", "EXECUTORS", "SLOTS", "BOUNDS",
               "LAST DECISION")
@@ -68,7 +85,7 @@ def _state(q: dict[str, Any]) -> str:
 
 
 def requirements_line(ident: str, requirements: dict[str, Any]) -> str:
-    p = requirements.get("parallelism", {})
+    p = _object(_object(requirements).get("parallelism", {}))
     return (f"query {ident}: parallelism between {p.get('lowerBound')} and "
             f"{p.get('upperBound')} {bounds(requirements)}")
 
@@ -94,7 +111,7 @@ def duration(seconds: float | None) -> str:
 def history_lines(history: dict[str, Any], width: int | None = None,
                   now: float | None = None) -> list[str]:
     """``spark-adaptive history``: one row per rescale or restart, oldest first, then counters."""
-    records = history.get("rescales", [])
+    records = listed(_object(history).get("rescales", []))
     lines = [f"query {history.get('id')}"]
     if not records:
         lines.append("no rescale or restart yet")
@@ -106,7 +123,7 @@ def history_lines(history: dict[str, Any], width: int | None = None,
                  f"{r.get('fromSlots')} -> {r.get('toSlots')}", duration(r.get("duration")),
                  str(r.get("outcome", "")), str(r.get("reason", ""))) for r in records]
         lines += table(header, rows, width)
-    c = history.get("counters", {})
+    c = _object(history.get("counters", {}))
     lines.append(f"restarts {c.get('restarts', 0)}, rescales {c.get('rescales', 0)} "
                  f"(live {c.get('liveRescales', 0)}), failures {c.get('failures', 0)}")
     return lines
@@ -118,7 +135,7 @@ def _rate(value: float | None, unit: str = "rows/s") -> str:
 
 def autoscaler_lines(status: dict[str, Any]) -> list[str]:
     """``spark-adaptive autoscaler QUERY``: the figures and the last decision, one per line."""
-    window = status.get("window") or {}
+    window = _object(_object(status).get("window") or {})
     rec = status.get("recommendation")
     decision = status.get("lastDecision") or {}
     utilization = status.get("utilization")

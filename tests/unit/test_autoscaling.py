@@ -396,3 +396,70 @@ def test_a_batch_is_stuck_only_once_its_first_job_started(started: bool) -> None
         assert decision.inputs.backlog > 50 * 20  # the rows arrived since it started
     else:
         assert decision.inputs.backlog == 0 and decision.outcome != "scale-up"
+
+
+def test_an_executor_lost_while_a_scale_up_waits_is_resources_lost() -> None:
+    app, driver, autoscaling, load = _setup(executors=2)
+    load.run(40)
+    load.rate = 400.0
+    load.run(20)
+    q = app.scheduler.query("q")
+    assert q.target is not None and q.target.slots > 2  # its executors never come
+    load.run(3)
+    app.remove("2", "worker lost")
+    load.run(30)  # past the executor-loss grace
+    last = app.scheduler.history("q")[-1]
+    assert (last.kind, last.from_slots, last.to_slots) == ("live", 2, 1)
+    assert last.trigger is Trigger.RESOURCES_LOST  # away from the target: not its doing
+    app.add("3")
+    load.run(2)
+    last = app.scheduler.history("q")[-1]
+    assert (last.from_slots, last.to_slots, last.trigger) == (1, 2, Trigger.AUTOSCALER)
+
+
+def test_a_finished_query_waits_for_no_resources() -> None:
+    app, driver, autoscaling, load = _setup(executors=2)
+    load.run(40)
+    load.rate = 400.0
+    load.run(20)
+    q = app.scheduler.query("q")
+    assert autoscaling.status(q).waiting_for_resources
+    app.event(driver.terminated())  # the query ends by itself
+    assert q.finished and q.target is None
+    assert not autoscaling.status(q).waiting_for_resources
+    load_after = autoscaling.status(q)
+    app.advance(10)  # evaluations after its end
+    assert not autoscaling.status(q).waiting_for_resources
+    assert autoscaling.status(q).decisions == load_after.decisions
+
+
+def test_decision_counts_go_on_when_a_query_starts_again_from_its_checkpoint() -> None:
+    app, driver, autoscaling, load = _setup(executors=2)
+    load.run(40)
+    q = app.scheduler.query("q")
+    before = dict(autoscaling.status(q).decisions)
+    assert sum(before.values()) > 0
+    app.event(driver.terminated())
+    app.advance(10)  # evaluated while finished
+    driver2 = FakeDriver(query_info("q", partitions=8))  # the same checkpoint: the same key
+    app.register(driver2)
+    q2 = app.scheduler.query("q")
+    assert q2 is not q and dict(autoscaling.status(q2).decisions) == before
+    Load(app, driver2, autoscaling).run(20)
+    after = dict(autoscaling.status(q2).decisions)
+    assert all(after.get(k, 0) >= n for k, n in before.items())
+    assert sum(after.values()) > sum(before.values())
+
+
+def test_what_is_kept_for_a_query_the_scheduler_forgot_goes_with_it() -> None:
+    app, driver, autoscaling, load = _setup(executors=2)
+    load.run(20)
+    assert "q" in autoscaling._queries and "q" in autoscaling._outcomes
+    for i in range(2):  # two more starts of its name: the first run is forgotten
+        app.event(driver.terminated())
+        driver = FakeDriver(query_info(f"q{i}", name="q", checkpoint=f"/cp/q{i}"),
+                            query_id=f"q{i}")
+        app.register(driver)
+    assert "q" not in {x.key for x in app.scheduler.queries()}
+    app.advance(10)
+    assert "q" not in autoscaling._queries and "q" not in autoscaling._outcomes

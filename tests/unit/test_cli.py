@@ -219,6 +219,43 @@ def test_an_answer_that_is_not_the_apis_exits_1_with_a_message(
     assert err.startswith("spark-adaptive: ") and what in err and len(err.splitlines()) == 1
 
 
+def _http(status: str, content_type: str, body: bytes) -> bytes:
+    return (f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+NOT_THE_API = "is this the spark-adaptive REST API (not the Spark UI)?"
+
+
+@pytest.mark.parametrize(("reply", "argv", "what"), [
+    (_http("404 Not Found", "text/html", b"<html>Spark UI</html>"), ["status"],
+     "/queries answered HTTP 404 (Not Found) without the API's error JSON"),
+    (_http("404 Not Found", "application/json", b'{"message": "no such app"}'),
+     ["requirements", "get", "orders"], "answered HTTP 404 (Not Found) without the API's"),
+    (_http("502 Bad Gateway", "text/plain", b"upstream down"), ["status"],
+     "/queries answered HTTP 502 (Bad Gateway) without the API's error JSON"),
+    (_http("200 OK", "application/json", b"[1, 2]"), ["status"],
+     "/queries answered JSON that is not the API's answer"),
+    (_http("200 OK", "application/json", b'{"a": 1}'), ["status"],
+     "/queries answered JSON that is not the API's answer"),
+    (_http("200 OK", "application/json", b'{"rescales": [{"time": "2024-01-01"}]}'),
+     ["history", "orders"], "/queries/orders/rescales answered JSON that is not the API's"),
+    (_http("200 OK", "application/json", b'{"rescales": 3}'),
+     ["history", "orders"], "/queries/orders/rescales answered JSON that is not the API's"),
+    (_http("200 OK", "application/json", b"[1, 2]"), ["autoscaler", "orders"],
+     "/queries/orders/autoscaler answered JSON that is not the API's answer"),
+    (_http("200 OK", "application/json", b"[1]"), ["requirements", "get", "orders"],
+     "/queries/orders/resource-requirements answered JSON that is not the API's answer"),
+], ids=["spark-ui-404", "json-404", "proxy-502", "list-of-numbers", "object-not-list",
+        "time-as-text", "rescales-not-list", "autoscaler-list", "requirements-list"])
+def test_another_servers_answer_exits_1_with_the_hint(
+        reply: bytes, argv: list[str], what: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "--url", _answering(reply), *argv)
+    assert (code, out) == (1, "")
+    assert err.startswith("spark-adaptive: ") and what in err, err
+    assert err.rstrip().endswith(NOT_THE_API) and len(err.splitlines()) == 1
+
+
 @pytest.mark.parametrize("argv", [
     ["requirements", "set", "", "--lower", "2", "--upper", "2"],
     ["requirements", "get", ""],

@@ -282,7 +282,60 @@ def test_two_queries_of_one_name_get_distinct_labels() -> None:
     fake.add(FakeQuery("query-2", "second-id", "orders", req.ResourceRequirements(1, 2)))
     fam = _families(Exporter(fake).render()[0].decode())
     labels = {s.labels["query"] for s in fam["spark_adaptive_query_parallelism"].samples}
-    assert labels == {"orders", "orders (second-id)"}
+    # Both live: the bare name is the newest's, as GET /queries/orders resolves it.
+    assert labels == {"orders", f"orders ({QUERY_ID})"}
+
+
+def test_the_bare_name_label_is_the_live_querys() -> None:
+    fake = FakeScheduler()
+    fake.queries_by_key["query-1"].finished = True  # the app stopped it, and started it anew
+    fake.add(FakeQuery("query-2", "second-id", "orders", req.ResourceRequirements(1, 2)))
+    fam = _families(Exporter(fake).render()[0].decode())
+    finished = {s.labels["query"] for s in fam["spark_adaptive_query_state"].samples
+                if s.labels["state"] == "Finished" and s.value == 1}
+    assert finished == {f"orders ({QUERY_ID})"}
+    bound = {s.labels["query"]: s.value
+             for s in fam["spark_adaptive_query_parallelism_upper_bound"].samples}
+    assert bound == {"orders": 2, f"orders ({QUERY_ID})": 4}
+    fake.queries_by_key["query-2"].finished = True  # none live: the newest keeps it
+    fam = _families(Exporter(fake).render()[0].decode())
+    bound = {s.labels["query"]: s.value
+             for s in fam["spark_adaptive_query_parallelism_upper_bound"].samples}
+    assert bound == {"orders": 2, f"orders ({QUERY_ID})": 4}
+
+
+def test_a_name_started_again_forgets_its_older_finished_queries() -> None:
+    """Each start of a named query from a new checkpoint is a new query: the live one takes
+    the name's series, the newest finished one stays beside it (its end can be read), and
+    older ones are forgotten with their samples, so nothing grows with each start."""
+    app = App()
+    app.add("1", cores=2)
+    app.add("2", cores=2)
+    sampler = Sampler(app.scheduler, app.vt, interval=2.0, capacity=300)
+    for i in range(4):
+        key = f"id-{i}"
+        driver = FakeDriver(query_info(key, name="orders", checkpoint=f"/cp/{i}"),
+                            query_id=key)
+        app.register(driver)
+        app.event(driver.progress())
+        app.advance(10)
+        if i < 3:
+            app.event(driver.terminated())  # the app stops it, and starts it again
+            app.advance(1)
+    assert [q.key for q in app.scheduler.queries()] == ["id-2", "id-3"]
+    assert app.scheduler.query("orders").key == "id-3"
+    assert [r.trigger for r in app.scheduler.history("id-2")] == [Trigger.INITIAL_SCHEDULE]
+    assert sampler.samples("id-0") == sampler.samples("id-1") == ()
+    assert sampler.samples("id-2") and sampler.samples("id-3")
+    facade = RuntimeFacade(EventLoop(), app.scheduler,
+                           PersistedRequirements(MemoryRequirementsStore(),
+                                                 app.scheduler.settings), sampler=sampler)
+    fam = _families(Exporter(facade).render()[0].decode())
+    parallelism = {s.labels["query"]: s.value
+                   for s in fam["spark_adaptive_query_parallelism"].samples}
+    assert parallelism == {"orders": 4, "orders (id-2)": 0}
+    app.register(FakeDriver(query_info("other", checkpoint="/cp/other"), query_id="other"))
+    assert len(app.scheduler.queries()) == 3  # another name forgets nothing
 
 
 def test_flat_figures_for_sparks_metrics_system() -> None:
@@ -294,6 +347,18 @@ def test_flat_figures_for_sparks_metrics_system() -> None:
     assert all(isinstance(v, float) for v in figures.values())
     fake.queries_by_key["query-1"].name = "a name.with dots/and slashes"
     assert "query.a_name_with_dots_and_slashes.parallelism" in flat_figures(fake.metrics())
+
+
+def test_flat_names_stay_distinct_once_cleaned() -> None:
+    fake = FakeScheduler()
+    fake.add(FakeQuery("k3", "3c1d5e7a-0000-4000-8000-000000000003", "a.b",
+                       req.ResourceRequirements(1, 2)))
+    fake.add(FakeQuery("k4", "4d2e6f8b-0000-4000-8000-000000000004", "a_b",
+                       req.ResourceRequirements(1, 3)))
+    figures = flat_figures(fake.metrics())
+    uppers = {k: v for k, v in figures.items() if k.endswith(".bounds.upper")}
+    assert uppers == {"query.orders.bounds.upper": 4.0, "query.a_b.bounds.upper": 2.0,
+                      "query.a_b_4d2e6f8b.bounds.upper": 3.0}
 
 
 @pytest.mark.parametrize(("target", "public"), [

@@ -12,7 +12,12 @@ from openapi_schema_validator import validate as validate_value
 from openapi_spec_validator import validate
 from rest_fakes import QUERY_ID, FakeScheduler, bounds, call, serving
 
-from spark_adaptive.core.autoscaler import AutoscalerConfig, QueryAutoscaler, QueryView
+from spark_adaptive.core.autoscaler import (
+    AutoscalerConfig,
+    LoadSample,
+    QueryAutoscaler,
+    QueryView,
+)
 from spark_adaptive.core.streaming.autoscaling import AutoscalerStatus
 from spark_adaptive.rest import openapi
 from spark_adaptive.rest.api import _ROUTES
@@ -136,6 +141,106 @@ def test_the_autoscaler_answer_conforms_and_is_404_when_it_is_off() -> None:
         _conforms(on.body, answers["200"]["content"]["application/json"]["schema"], doc)
 
 
+def _described(value: Any, schema: dict[str, Any], doc: dict[str, Any], path: str = "$"
+               ) -> list[str]:
+    """Where ``value`` holds what its schema does not describe: an object whose schema lists
+    no properties (nor a schema for any key), or a key it does not list."""
+    schemas = doc["components"]["schemas"]
+    while "$ref" in schema:
+        schema = schemas[schema["$ref"].rsplit("/", 1)[-1]]
+    if "anyOf" in schema:
+        if value is None:
+            return []
+        (schema,) = [s for s in schema["anyOf"] if "$ref" in s]
+        return _described(value, schema, doc, path)
+    found = []
+    if isinstance(value, dict):
+        props = schema.get("properties")
+        extra = schema.get("additionalProperties")
+        if props is None and not isinstance(extra, dict):
+            return [f"{path}: an object without properties"]
+        for k, v in value.items():
+            if props is not None and k in props:
+                found += _described(v, props[k], doc, f"{path}.{k}")
+            elif isinstance(extra, dict):
+                found += _described(v, extra, doc, f"{path}.{k}")
+            else:
+                found.append(f"{path}.{k}: not described")
+    elif isinstance(value, list) and "items" in schema:
+        for i, v in enumerate(value):
+            found += _described(v, schema["items"], doc, f"{path}[{i}]")
+    return found
+
+
+def _blocked_policy() -> QueryAutoscaler:
+    """A policy whose last decision blocked a scale-up found ineffective: every figure of its
+    answer is set (its window, inputs, the scalability fit over two slot counts, the block)."""
+    policy = QueryAutoscaler(AutoscalerConfig(
+        enabled=True, evaluation_interval=10.0, metrics_window=60.0,
+        stabilization_interval=30.0, utilization_target=0.8, utilization_min=0.5,
+        utilization_max=0.9, catch_up_duration=100.0, restart_time=10.0,
+        executor_startup_time=0.0, restart_time_tracking=False, observed_scalability=True,
+        effectiveness_detection=True, effectiveness_expiry=600.0), query="orders",
+        started_at=0.0)
+    t, batch, slots, partitions, rate = 0.0, 0, 8, 48, 7600.0
+
+    def run(seconds: float) -> None:
+        nonlocal t, batch
+        end = t + seconds
+        while t + 5.0 <= end:
+            t, batch = t + 5.0, batch + 1
+            per_slot = 1000.0 if slots <= 8 else 8000.0 / slots
+            rows = rate * 5.0
+            duration = max(0.5, rows / (per_slot * slots))
+            policy.observe(LoadSample(
+                time=t, slots=slots, partitions=partitions, batch_id=batch,
+                num_input_rows=rows, input_rows_per_second=rate,
+                processed_rows_per_second=rows / duration, batch_duration=duration,
+                trigger_interval=5.0, backlog=0.0, busy_time=rows / per_slot))
+
+    run(90)
+    up = policy.evaluate(QueryView(now=t, slots=slots, partitions=partitions, upper=240))
+    assert up.outcome == "scale-up"
+    slots = up.target_slots
+    policy.on_rescale_completed(t, slots=slots, partitions=partitions, kind=up.kind,
+                                downtime=None)
+    for _ in range(9):
+        run(10)
+        last = policy.evaluate(QueryView(now=t, slots=slots, partitions=partitions, upper=240))
+    assert last.outcome == "blocked"
+    return policy
+
+
+def test_every_figure_of_the_autoscaler_answer_is_described() -> None:
+    scheduler = FakeScheduler()
+    policy = _blocked_policy()
+    snapshot = policy.snapshot()
+    assert snapshot["scalabilityFit"] is not None and snapshot["blockedUntil"] is not None
+    scheduler.autoscaler_status = AutoscalerStatus(
+        QUERY_ID, True, True, 60.0, 10.0, 4.5, True, policy.last_decision, snapshot)
+    with serving(scheduler) as server:
+        doc = call(server.url, "GET", "/openapi.json").body
+        schema = doc["paths"]["/queries/{id}/autoscaler"]["get"]["responses"]["200"][
+            "content"]["application/json"]["schema"]
+        answer = call(server.url, "GET", "/queries/orders/autoscaler").body
+    _conforms(answer, schema, doc)
+    assert _described(answer, schema, doc) == []
+    assert answer["lastDecision"]["inputs"]["scalabilityCoefficient"] is not None
+    assert set(answer["policy"]) == {
+        "query", "stabilizedAt", "windowSamples", "pendingScaleDownSince", "blockedUntil",
+        "scalabilityObservations", "scalabilityFit", "rejectedSamples", "lastRejection"}
+    with pytest.raises(ValidationError):  # typed, not bare objects
+        _conforms({**answer, "window": {**answer["window"], "span": "long"}}, schema, doc)
+    with pytest.raises(ValidationError):
+        _conforms({**answer, "policy": {**answer["policy"], "scalabilityFit": [1.0]}},
+                  schema, doc)
+    inputs = doc["components"]["schemas"]["ScalingDecision"]["properties"]["inputs"]
+    for name in ("inputRate", "targetRate", "capacity", "trueRatePerSlot"):
+        assert "Rows per second" in inputs["properties"][name]["description"], name
+    for name in ("windowSpan", "restartDowntime", "executorStartup"):
+        assert "Seconds" in inputs["properties"][name]["description"], name
+
+
 def test_the_autoscaler_times_are_described_as_epoch_seconds() -> None:
     schemas = openapi.document()["components"]["schemas"]
     assert "Epoch seconds" in schemas["ScalingDecision"]["properties"]["time"]["description"]
@@ -143,4 +248,14 @@ def test_the_autoscaler_times_are_described_as_epoch_seconds() -> None:
     assert "epoch seconds" in policy["description"]
     for name in ("stabilizedAt", "pendingScaleDownSince", "blockedUntil"):
         assert name in policy["description"]
-        assert policy["properties"][name] == {"type": "number", "nullable": True}
+        prop = policy["properties"][name]
+        assert (prop["type"], prop["nullable"]) == ("number", True)
+        assert "epoch seconds" in prop["description"]
+
+
+def test_a_null_duration_is_described_as_unknown() -> None:
+    record = openapi.document()["components"]["schemas"]["RescaleRecord"]
+    duration = record["properties"]["duration"]
+    assert duration["nullable"] is True
+    assert "null when unknown (pending, or cut short by a driver stop)" in (
+        duration["description"])

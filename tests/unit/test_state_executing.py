@@ -10,7 +10,7 @@ from spark_adaptive.core.clock import VirtualTime
 from spark_adaptive.core.events import QueryIdle, QueryProgress, QueryTerminated
 from spark_adaptive.core.ports import RepartitionSupport
 from spark_adaptive.core.streaming.history import Trigger
-from spark_adaptive.core.streaming.requirements import ResourceRequirements
+from spark_adaptive.core.streaming.requirements import ResourceRequirements, ScalingTarget
 from spark_adaptive.core.streaming.restart import Failure, FailureResult
 from spark_adaptive.core.streaming.states import Executing
 
@@ -129,6 +129,53 @@ def test_requirement_change_is_the_trigger(vt: VirtualTime) -> None:
         vt.run_pending()
         assert ctx.last.args["trigger"] is Trigger.REQUIREMENTS_CHANGED
         assert "outside the bounds [1, 2]" in ctx.last.args["reason"]
+
+
+def test_a_change_is_the_trigger_only_of_rescales_toward_what_it_asked(vt: VirtualTime) -> None:
+    """A raised upper bound asks for more slots: the live scale-up onto the slots that come is
+    its rescale, an executor lost while they have not come is not; the same for a target."""
+    with StateContext(vt, share=4, requirements=BOUNDS_4) as ctx:
+        state = ctx.enter(lambda c: Executing(c, 4, 4))
+        vt.advance(40)
+        ctx.requirements = ResourceRequirements(1, 8)
+        state.on_requirements_changed()  # the executors it asks for do not come (yet)
+        assert ctx.live_rescales == []
+        ctx.share = 2  # executors are lost meanwhile
+        state.on_resources_changed()
+        assert ctx.live_rescales[-1][1] is Trigger.RESOURCES_LOST
+        state.on_requirements_changed()  # the bounds asked for again
+        ctx.share = 4
+        state.on_resources_changed()
+        assert ctx.live_rescales[-1][1] is Trigger.REQUIREMENTS_CHANGED
+        ctx.target, ctx.target_partitions = ScalingTarget(8, 4), 4
+        state.on_requirements_changed(autoscaler=True)
+        ctx.share = 2
+        state.on_resources_changed()
+        assert ctx.live_rescales[-1][1] is Trigger.RESOURCES_LOST
+        ctx.target = ScalingTarget(2, 4)  # a scale-down: its slots going is its doing
+        ctx.share = 4
+        state.on_resources_changed()
+        state.on_requirements_changed(autoscaler=True)
+        ctx.share = 2
+        state.on_resources_changed()
+        assert ctx.live_rescales[-1][1] is Trigger.AUTOSCALER
+        vt.advance(1000)
+
+
+def test_a_restart_onto_the_partitions_the_autoscaler_asked_is_its_own(vt: VirtualTime) -> None:
+    """Even on a slot fewer than before: the partitions it asked for are why it restarts."""
+    with StateContext(vt, share=4, requirements=ResourceRequirements(1, 8)) as ctx:
+        state = ctx.enter(lambda c: Executing(c, 4, 4))
+        vt.advance(40)
+        ctx.target, ctx.target_partitions = ScalingTarget(6, 6), 6
+        state.on_requirements_changed(autoscaler=True)
+        ctx.share = 3  # its executors do not come, and one is lost
+        ctx.expect("Restarting")
+        state.on_resources_changed()
+        vt.run_pending()
+        vt.advance(100)
+        assert (ctx.last.args["target_parallelism"], ctx.last.args["target_slots"]) == (6, 3)
+        assert ctx.last.args["trigger"] is Trigger.AUTOSCALER
 
 
 def test_small_scale_up_is_held_back_and_logged_once(vt: VirtualTime) -> None:

@@ -550,8 +550,9 @@ class QueryAutoscaler:
             return self._result(
                 view, "blocked", choice.kind, s, p,
                 f"{head}; the last scale-up to {block.slots} slots on {p} partitions was "
-                f"ineffective, so more slots on the same partitions are blocked until "
-                f"{block.until:.0f}s (or until the query falls behind)", inputs,
+                f"ineffective, so more slots on the same partitions are blocked for another "
+                f"{max(0.0, block.until - view.now):.0f}s (or until the query falls behind)",
+                inputs,
                 target=(choice.slots, choice.partitions))
         d = self._result(view, "scale-up", choice.kind, s, p, f"{head}: {choice.reason}",
                          inputs, target=(choice.slots, choice.partitions))

@@ -81,20 +81,22 @@ class AutoscalerStatus:
     decision: ScalingDecision | None
     policy: dict[str, object]
     decisions: tuple[tuple[str, int], ...] = ()
-    """Evaluations since the query was first seen, by outcome."""
+    """Evaluations by outcome, of every run of the query under its key (one started again
+    from its checkpoint counts on), finished ones included."""
 
 
 class _Watched:
     """What :class:`Autoscaling` keeps per query besides its policy."""
 
-    def __init__(self, policy: QueryAutoscaler, query: QueryScheduler) -> None:
+    def __init__(self, policy: QueryAutoscaler, query: QueryScheduler,
+                 outcomes: dict[str, int]) -> None:
         self.policy = policy
         self.query = query  # a query started again under the same key is another one
         self.seen_record = 0  # the id of the last rescale record told to the policy
         self.unmet_since: float | None = None  # since when its target's slots are missing
         self.unmet_share = 0  # the slots it had then
         self.last_logged: tuple[str, int, int] | None = None
-        self.outcomes: dict[str, int] = {}  # evaluations by outcome
+        self.outcomes = outcomes  # evaluations by outcome, of every run under its key
         self.started = False  # autoscaler.initial-slots was considered for it
         self.read_batch: int | None = None  # the newest batch looked up in its offset log
         self.asked: tuple[float, int] | None = None  # a live scale-up's time and slots
@@ -120,6 +122,10 @@ class Autoscaling:
         self._resource_wait = resource_wait
         self._queries: dict[str, _Watched] = {}
         self._failing: dict[str, str] = {}  # query key -> the error its evaluation raised
+        # Evaluations by outcome per query key, for as long as the scheduler manages a query
+        # under that key: a query started again from its checkpoint (the same key) counts on,
+        # as a counter exported for the life of the driver must.
+        self._outcomes: dict[str, dict[str, int]] = {}
         self._timer: Cancellable | None = None
         self._next_at: float | None = None
         self._schedule()
@@ -203,7 +209,8 @@ class Autoscaling:
         if watched is None:
             policy = QueryAutoscaler(self.config, query=q.name or q.key,
                                      started_at=self._timers.now())
-            watched = self._queries[q.key] = _Watched(policy, q)
+            outcomes = self._outcomes.setdefault(q.key, {})
+            watched = self._queries[q.key] = _Watched(policy, q, outcomes)
             watched.seen_record = max((r.id for r in q.history.records()), default=0)
             self._failing.pop(q.key, None)
         return watched
@@ -241,6 +248,13 @@ class Autoscaling:
 
     def _evaluate_all(self) -> None:
         try:
+            managed = {q.key for q in self._sched.queries()}
+            for key in [k for k in self._queries if k not in managed]:
+                del self._queries[key]  # the scheduler forgot the query
+            for key in [k for k in self._outcomes if k not in managed]:
+                del self._outcomes[key]
+            for key in [k for k in self._failing if k not in managed]:
+                del self._failing[key]
             for q in self._sched.queries():
                 if q.finished:
                     if self._watched(q) is not None:
@@ -358,8 +372,11 @@ class Autoscaling:
     def status(self, q: QueryScheduler) -> AutoscalerStatus:
         watched = self._watched(q)
         share = q.slot_share() or 0
-        waiting = q.target is not None and share < min(q.target.slots, q.requirements.upper)
+        # A finished query waits for nothing (its target, if any, asks for nothing any more).
+        waiting = (not q.finished and q.target is not None
+                   and share < min(q.target.slots, q.requirements.upper))
         cfg = self.config
+        outcomes = self._outcomes.get(q.key, {})
         return AutoscalerStatus(
             query_id=q.query_id or q.key, enabled=cfg.enabled, scaling_enabled=cfg.scaling_enabled,
             metrics_window=cfg.metrics_window, evaluation_interval=cfg.evaluation_interval,
@@ -368,7 +385,7 @@ class Autoscaling:
             waiting_for_resources=waiting,
             decision=None if watched is None else watched.policy.last_decision,
             policy={} if watched is None else watched.policy.snapshot(),
-            decisions=() if watched is None else tuple(sorted(watched.outcomes.items())))
+            decisions=tuple(sorted(outcomes.items())))
 
     def close(self) -> None:
         if self._timer is not None:

@@ -173,7 +173,8 @@ class RescaleHistory:
     def _restore(self, saved: SavedHistory) -> None:
         """Continue a saved history. Its records' monotonic ``started`` is re-based on this
         process's clock (the same wall-clock instant); a pending one becomes failed, and is
-        tallied as such."""
+        tallied as such. Its duration stays None: when the driver stopped is not known, so
+        neither is how long it ran (the API says null, the page and the CLI a dash)."""
         offset = self._timers.now() - self._timers.wall()
         tallies = saved.tallies
         for r in saved.records:

@@ -87,9 +87,14 @@ class Sampler:
                 self._timer = self._timers.call_later(self.interval, self._tick)
 
     def sample(self) -> None:
-        """Take one sample of every query that has not finished."""
+        """Take one sample of every query that has not finished; drop the rings of queries
+        the scheduler no longer manages (it forgets older finished ones of a name)."""
         now = self._timers.wall()
-        for q in self._sched.queries():
+        queries = self._sched.queries()
+        managed = {q.key for q in queries}
+        for key in [k for k in self._rings if k not in managed]:
+            del self._rings[key]
+        for q in queries:
             if q.finished and q.key in self._rings:
                 continue  # its last samples stay; a finished query changes no more
             s = q.snapshot()

@@ -221,6 +221,8 @@ class AdaptiveScheduler:
             for early in self._early.pop(q.run_id):
                 self._post(functools.partial(self.on_event, early))
         if change.new is StateName.FINISHED:
+            # Its target asks for nothing any more: it no longer waits for the slots of one.
+            q.set_target(None)
             self._post(lambda: self._reallocate(f"query {change.key} finished"))
         for listener in list(self._listeners):
             try:
@@ -423,6 +425,7 @@ class AdaptiveScheduler:
             del self._queries[info.key]
             if info.checkpoint_location is not None:
                 history = existing.history.saved()
+        self._forget_finished(info.name)
         q = QueryScheduler(
             driver, requirements=requirements,
             params=SchedulingParams.of(self.settings, info.trigger_interval),
@@ -437,6 +440,20 @@ class AdaptiveScheduler:
         q.adopt_first_run(plan, result)
         self._reallocate(f"query {info.key} started")
         return q
+
+    def _forget_finished(self, name: str | None) -> None:
+        """A query named ``name`` starts: of the finished queries of that name, the newest
+        stays (its end, history and figures can still be read, next to the new one's); the
+        older ones are forgotten, so that an app that starts a named query again and again
+        does not grow the queries, their series and what is kept for them with each start.
+        Their histories stay beside their checkpoints."""
+        if name is None:
+            return
+        finished = [k for k, q in self._queries.items() if q.finished and q.name == name]
+        for key in finished[:-1]:
+            del self._queries[key]
+            log.debug("query %s (%s) forgotten: a newer query of its name finished before",
+                      key, name)
 
     def query(self, ident: str) -> QueryScheduler:
         """The query with this key, Spark query id (current or past) or name."""

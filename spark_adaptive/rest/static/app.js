@@ -143,10 +143,17 @@ function bounds(q) {
   return [p.lowerBound, p.upperBound];
 }
 
+// What the page shows first: a live query (the first listed), else the newest finished one
+function defaultQuery() {
+  const live = queries.find((q) => q.state !== "Finished");
+  const q = live || queries[queries.length - 1];
+  return q ? q.id : null;
+}
+
 function renderQueries() {
   const tbody = $("#queries tbody");
   const old = new Map([...tbody.rows].map((tr) => [tr.dataset.query, tr]));
-  if (!queries.some((q) => q.id === selected)) select(queries.length ? queries[0].id : null);
+  if (!queries.some((q) => q.id === selected)) select(defaultQuery());
   queries.forEach((q, i) => {
     // Rows are kept (not rebuilt) so that keyboard focus survives the polling
     let tr = old.get(q.id);
@@ -262,7 +269,7 @@ function renderHistory(h) {
       [isNum(r.time) ? clock(r.time) : "–"], [r.trigger], [r.kind],
       [dash(r.fromParallelism) + "→" + dash(r.toParallelism), "num"],
       [dash(r.fromSlots) + "→" + dash(r.toSlots), "num"],
-      [isNum(r.duration) ? r.duration.toFixed(1) : "…", "num"],
+      [isNum(r.duration) ? r.duration.toFixed(1) : r.outcome === "pending" ? "…" : "–", "num"],
       [r.outcome, "outcome-" + String(r.outcome).replace(/\W/g, "")], [r.reason, "reason"]];
     for (const [text, cls] of cells) tr.appendChild(el("td", dash(text), cls));
     return tr;

@@ -278,8 +278,11 @@ def test_ineffective_scale_up_blocks_its_repetition_until_it_expires() -> None:
     assert ds[-1].outcome == "blocked"
     assert "ineffective" in ds[-1].reason and ds[-1].target_slots == 16
     assert not ds[-1].actionable
+    # How long, from the evaluation: not the policy's clock reading (780).
+    assert "blocked for another 600s (or until the query falls behind)" in ds[-1].reason
     ds = q.run_and_evaluate(590)  # t=770: still blocked (until 780)
     assert {d.outcome for d in ds} == {"blocked"}
+    assert "blocked for another 10s" in ds[-1].reason
     q.run(10)
     d = q.evaluate()
     assert (d.outcome, d.target_slots) == ("scale-up", 16)  # expired: never blocked forever

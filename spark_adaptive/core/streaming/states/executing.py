@@ -161,9 +161,14 @@ class Executing(State):
             self._ctx.run_if_state(self, self.on_resources_changed, limit)
 
     def _trigger(self, d: RescaleDecision) -> Trigger:
-        if self._changed_by is not None:
-            return self._changed_by
+        """Why this rescale happens. A change of requirements or of the autoscaler's target
+        is its trigger only for a rescale toward what that change asked for (the bounds'
+        upper one, or the target's slots); a rescale away from it (an executor lost while
+        the executors a scale-up asked for have not come) is the resources' doing, as in
+        Flink, where a rescale carries the cause of the change that started it."""
         target = self._ctx.target
+        if self._changed_by is not None and _toward(d, self._asked()):
+            return self._changed_by
         if target is not None and (d.current_slots < d.target_slots <= target.slots
                                    or d.current_slots > d.target_slots >= target.slots):
             # Executors the autoscaler asked for join (or leave) one by one: each step
@@ -174,6 +179,16 @@ class Executing(State):
         else:
             grew = d.target_parallelism > d.current_parallelism
         return Trigger.NEW_RESOURCES if grew else Trigger.RESOURCES_LOST
+
+    def _asked(self) -> tuple[int, int]:
+        """The slots and partitions the query's requirements and target ask for now: the
+        upper bound, or the target within the bounds (a change of either resets
+        ``_changed_by``, so this is what the last change asked for)."""
+        r = self._ctx.requirements
+        target = self._ctx.target
+        slots = r.upper if target is None else max(r.lower, min(r.upper, target.slots))
+        partitions = self._ctx.target_partitions
+        return slots, slots if partitions is None else partitions
 
     @property
     def restart_deferred(self) -> bool:
@@ -248,3 +263,16 @@ class Executing(State):
 
     def schedule(self, action: Action, delay: float) -> Cancellable:
         return self._ctx.run_if_state(self, action, delay)
+
+
+def _toward(d: RescaleDecision, asked: tuple[int, int]) -> bool:
+    """``d`` moves the slots toward ``asked``'s slots, or the partitions toward its
+    partitions, without passing them (a restart onto the partitions asked for is that
+    change's even on fewer slots than before)."""
+    slots, partitions = asked
+
+    def moves(now: int, to: int, goal: int) -> bool:
+        return now < to <= goal or now > to >= goal
+
+    return (moves(d.current_slots, d.target_slots, slots)
+            or moves(d.current_parallelism, d.target_parallelism, partitions))
