@@ -7,24 +7,33 @@ module to be imported, then wraps ``SparkContext.__init__``. When a
 SparkContext has started with ``spark.adaptive.enabled=true`` (from
 ``spark-submit --conf``, ``spark-defaults.conf`` or the app's own builder), the
 wrapper imports spark_adaptive and activates it for that context. With the key
-absent or false, spark_adaptive is never imported.
+absent or false, spark_adaptive is never imported. Any other value (``yes``,
+``1``, a typo) is a configuration error, as for every other key: the wrapper
+lets spark_adaptive validate it, which stops the context and raises
+``ConfigurationError`` naming the key and the value.
 
-Before the SparkContext starts, and only when spark-adaptive is enabled (in the
-conf the context is given, or in what ``spark-submit`` passed the driver JVM:
-its ``--conf`` keys and ``spark-defaults.conf``), the wrapper also sets
-``spark.executor.heartbeatInterval`` to 3s unless it is set already:
-spark-adaptive treats an executor silent for
+Before the context starts, and only when spark-adaptive is enabled (in the conf
+the context is given, or in what ``spark-submit`` passed the driver JVM: its
+``--conf`` keys and ``spark-defaults.conf``), the wrapper also sets
+``spark.executor.heartbeatInterval`` to 3s unless either of them sets it
+already: spark-adaptive treats an executor silent for
 ``spark.adaptive.failure-detection.timeout`` (20s) as hung, which needs
 heartbeats more often than Spark's default 10s (executors read the interval
-when they start, so it cannot be changed later).
+when they start, so it cannot be changed later). The JVM's system properties
+are read right after PySpark itself has connected to (or launched) the JVM in
+``SparkContext.__init__`` (its ``_ensure_initialized``), so the hook never
+launches a JVM of its own.
 
-A Spark Connect client has no driver in its process: when a Connect session is
-built with ``spark.adaptive.enabled=true`` among its options, one warning says
-that spark-adaptive does nothing for it, and why.
+Spark Connect: a Connect client has no driver in its process, and a local
+Connect server that PySpark starts in this process (``builder.remote("local")``,
+``spark.api.mode=connect``) runs its sessions' queries in the JVM, past
+PySpark. Either way spark-adaptive does nothing for the session; one warning
+says so and why, and the server's SparkContext is not activated.
 
 Set ``SPARK_ADAPTIVE_STARTUP=0`` to switch the hook off for a process.
 """
 
+import _thread  # threading.local's C implementation; importing threading costs every process
 import os
 import sys
 import time
@@ -33,79 +42,115 @@ _CONTEXTS = ("pyspark.core.context", "pyspark.context")
 _CONNECT = "pyspark.sql.connect.session"
 _TARGETS = (*_CONTEXTS, _CONNECT)
 CONNECT_MESSAGE = (
-    "spark.adaptive.enabled=true is set for a Spark Connect session, but spark-adaptive runs "
-    "inside the Spark driver's Python process, which a Connect client does not have: it does "
-    "nothing for this session. Run the app as a classic PySpark app (spark-submit, or "
-    "SparkSession.builder.master(...)) to have its streaming queries scaled.")
+    "spark.adaptive.enabled=true is set for a Spark Connect session, but spark-adaptive "
+    "manages the queries a classic PySpark driver runs from its own Python process; a "
+    "Connect session's queries are run by the Connect server in the driver JVM (also when "
+    "PySpark starts that server in this process, as remote(\"local\") or "
+    "spark.api.mode=connect do), so it does nothing for this session. Run the app as a "
+    "classic PySpark app (spark-submit, or SparkSession.builder.master(...)) to have its "
+    "streaming queries scaled.")
 _connect_warned = False
+_ENABLED = "spark.adaptive.enabled"
 _HEARTBEAT = "spark.executor.heartbeatInterval"
 HEARTBEAT_INTERVAL = "3s"
+#: The Spark plugin that runs a Spark Connect server inside a SparkContext.
+CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
+# The context each thread's wrapped __init__ is building (None when it was given a jsc).
+_building = _thread._local()
 
 
-def _conf_enables(conf):
+def _get(conf, key):
     try:
-        return conf.get("spark.adaptive.enabled", "false").strip().lower() == "true"
-    except Exception:
+        value = conf.get(key, None)
+    except Exception:  # not a SparkConf
+        return None
+    return None if value is None else str(value)
+
+
+def _enabled_value(conf):
+    """``spark.adaptive.enabled`` as Spark reads a boolean (trimmed, any case); None when
+    the key is not set."""
+    value = None if conf is None else _get(conf, _ENABLED)
+    return None if value is None else value.strip().lower()
+
+
+def _connect_server(conf):
+    """Whether this context runs a Spark Connect server for this process (a local Connect
+    session): PySpark marks it with ``SPARK_LOCAL_REMOTE`` and gives it the Connect plugin."""
+    if "SPARK_LOCAL_REMOTE" in os.environ:
+        return True
+    if conf is None:
         return False
+    plugins = (_get(conf, "spark.plugins") or "").split(",")
+    return (CONNECT_PLUGIN in (p.strip() for p in plugins)
+            or (_get(conf, "spark.api.mode") or "").strip().lower() == "connect")
 
 
-def _enabled(sc):
-    return _conf_enables(getattr(sc, "_conf", None))
+def _prepare(cls, conf):
+    """Set what spark-adaptive needs before the context starts (only when it is enabled),
+    right after PySpark has connected to the driver JVM. Returns the JVM's ``System`` when
+    the heartbeat was set as a system property (to be cleared once the context has read
+    it, so no later context of the process inherits it), else None.
 
-
-def _submitted(cls, conf, gateway):
-    """The driver JVM's system properties, where ``spark-submit`` puts its ``--conf`` keys
-    and ``spark-defaults.conf`` (PySpark's SparkConf reads them when the context starts, so
-    a session builder's conf does not hold them yet); None when they cannot be read.
-
-    It connects to (or launches) the JVM the way ``SparkContext.__init__`` does first
-    (``_ensure_initialized``), with the same gateway and conf, so nothing starts
-    differently; a context that would refuse to start (Spark Connect mode) is left alone."""
-    if gateway is not None or "SPARK_CONNECT_MODE_ENABLED" in os.environ:
+    The context's conf is ``conf`` itself when it was made with the JVM up (PySpark then
+    uses it as it is), else the JVM's system properties overlaid with ``conf``."""
+    if _connect_server(conf):
         return None
-    ensure = getattr(cls, "_ensure_initialized", None)
-    if ensure is None:
+    system = None
+    if conf is None or getattr(conf, "_jconf", None) is None:
+        system = cls._jvm.java.lang.System
+
+    def value(key):
+        if conf is not None and conf.contains(key):
+            return _get(conf, key)
+        return None if system is None else system.getProperty(key)
+
+    if str(value(_ENABLED)).strip().lower() != "true" or value(_HEARTBEAT) is not None:
         return None
-    try:
-        ensure(None, None, conf)
-        return cls._jvm.java.lang.System
-    except Exception:
-        return None  # __init__ meets the same problem next and raises it as Spark does
+    if conf is not None:
+        conf.set(_HEARTBEAT, HEARTBEAT_INTERVAL)
+        return None
+    system.setProperty(_HEARTBEAT, HEARTBEAT_INTERVAL)
+    return system
 
 
-def _prepare(cls, args, kwargs):
-    """Settings spark-adaptive needs before the context starts (only when it is enabled)."""
-    conf = kwargs.get("conf", args[7] if len(args) > 7 else None)
-    props = None
-    try:
-        if conf is None or not _conf_enables(conf):
-            props = _submitted(cls, conf, kwargs.get("gateway", args[8] if len(args) > 8
-                                                     else None))
-            value = props.getProperty("spark.adaptive.enabled") if props is not None else None
-            if str(value).strip().lower() != "true":
-                return
-        if conf is not None and conf.contains(_HEARTBEAT):
+def _ensure_initialized_then_prepare(original):
+    """``SparkContext._ensure_initialized`` (PySpark's connection to the driver JVM, the
+    first step of ``__init__``), followed by :func:`_prepare` when it is called for the
+    context a wrapped ``__init__`` is building."""
+
+    def _ensure_initialized(klass, instance=None, gateway=None, conf=None):
+        original.__get__(None, klass)(instance, gateway, conf)
+        building = getattr(_building, "context", None)
+        if instance is None or instance is not building:
             return
-        if props is not None and props.getProperty(_HEARTBEAT) is not None:
-            return
-        if conf is not None:
-            conf.set(_HEARTBEAT, HEARTBEAT_INTERVAL)
-        elif props is not None:
-            props.setProperty(_HEARTBEAT, HEARTBEAT_INTERVAL)
-    except Exception:
-        pass  # a conf without these methods: leave it as it is
+        _building.context = None
+        try:
+            _building.system = _prepare(klass, conf)
+        except Exception:
+            pass  # a conf without these methods, or a JVM going away: leave it as it is
+
+    _ensure_initialized._spark_adaptive = True
+    _ensure_initialized.__wrapped__ = original.__func__
+    _ensure_initialized.__doc__ = original.__func__.__doc__
+    return classmethod(_ensure_initialized)
 
 
-def _warn_connect(options):
+def _warn_connect_once():
     global _connect_warned
-    try:
-        enabled = str(options.get("spark.adaptive.enabled", "false")).strip().lower() == "true"
-    except Exception:
-        enabled = False
-    if enabled and not _connect_warned:
+    if not _connect_warned:
         _connect_warned = True
         when = time.strftime("%y/%m/%d %H:%M:%S")
         sys.stderr.write(f"{when} WARN SparkAdaptive: {CONNECT_MESSAGE}\n")
+
+
+def _warn_connect(options):
+    try:
+        enabled = str(options.get(_ENABLED, "false")).strip().lower() == "true"
+    except Exception:
+        enabled = False
+    if enabled:
+        _warn_connect_once()
 
 
 def _patch_connect(module):
@@ -137,24 +182,42 @@ def _patch(module):
     original = cls.__init__
 
     def __init__(self, *args, **kwargs):
-        _prepare(cls, args, kwargs)
-        original(self, *args, **kwargs)
-        if _enabled(self):
-            from spark_adaptive.activation import activate_context
-
-            try:
-                activate_context(self)
-            except Exception:
-                # A bad spark.adaptive.* setting: the app must not run unmanaged.
+        # A context wrapping a running JVM one (jsc) has its conf already: nothing to set.
+        given_jsc = kwargs.get("jsc", args[9] if len(args) > 9 else None) is not None
+        _building.context, _building.system = (None if given_jsc else self), None
+        try:
+            original(self, *args, **kwargs)
+        finally:
+            system, _building.context, _building.system = _building.system, None, None
+            if system is not None:
                 try:
-                    self.stop()
-                finally:
-                    raise
+                    system.clearProperty(_HEARTBEAT)
+                except Exception:
+                    pass  # the JVM is gone with the failed start
+        value = _enabled_value(getattr(self, "_conf", None))
+        if value is None or value == "false":
+            return
+        if value == "true" and _connect_server(self._conf):
+            _warn_connect_once()
+            return
+        from spark_adaptive.activation import activate_context
+
+        try:
+            activate_context(self)  # also refuses a value of the key other than true/false
+        except Exception:
+            # A bad spark.adaptive.* setting: the app must not run unmanaged.
+            try:
+                self.stop()
+            finally:
+                raise
 
     __init__._spark_adaptive = True
     __init__.__wrapped__ = original
     __init__.__doc__ = original.__doc__
     cls.__init__ = __init__
+    ensure = cls.__dict__.get("_ensure_initialized")
+    if isinstance(ensure, classmethod):
+        cls._ensure_initialized = _ensure_initialized_then_prepare(ensure)
 
 
 class _Finder:

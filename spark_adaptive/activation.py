@@ -9,9 +9,11 @@ Two ways in, one code path:
   and it loads the tiny module :mod:`_spark_adaptive_startup`, which imports
   nothing of this package. That module waits for PySpark's ``SparkContext`` to
   be imported and wraps its ``__init__``: right after a SparkContext starts, it
-  reads ``spark.adaptive.enabled`` and only when it is ``true`` imports this
-  module and calls :func:`activate_context`. This runs before the app gets its
-  SparkContext back, hence before its first job.
+  reads ``spark.adaptive.enabled`` and, unless it is absent or ``false``, imports
+  this module and calls :func:`activate_context` (which refuses any value but
+  ``true``). This runs before the app gets its SparkContext back, hence before
+  its first job. A SparkContext that runs a local Spark Connect server is left
+  alone: its sessions' queries never pass through PySpark.
 
 Activation validates every ``spark.adaptive.*`` key once
 (:meth:`Settings.from_conf`); a bad key or value raises
@@ -25,9 +27,11 @@ unmanaged. A pyspark or Spark outside the supported range does the same with
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from spark_adaptive.batch.wiring import start_batch
+from spark_adaptive.core.options import PREFIX, Option, options_of
 from spark_adaptive.errors import ConfigurationError
 from spark_adaptive.settings import Settings
 from spark_adaptive.spark import logs
@@ -41,6 +45,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+
 def conf_dict(sc: SparkContext) -> dict[str, str]:
     return spark_conf(sc)
 
@@ -51,23 +56,70 @@ def settings_for(sc: SparkContext, overrides: dict[str, str] | None = None) -> S
     return Settings.from_conf(conf)
 
 
-def activate_context(sc: SparkContext, overrides: dict[str, str] | None = None,
-                     force: bool = False) -> AdaptiveRuntime | None:
-    """Validate the settings of ``sc`` and start spark-adaptive if it is enabled."""
-    existing = runtime_for(sc)
-    if existing is not None:
-        return existing
+def _wanted(sc: SparkContext, overrides: dict[str, str] | None, force: bool) -> Settings:
+    """The settings of ``sc`` with ``overrides``, validated; enabled when ``force``."""
     settings = settings_for(sc, overrides)
     if force and not settings.enabled:
         settings = Settings.from_conf({**conf_dict(sc), **(overrides or {}),
                                        "spark.adaptive.enabled": "true"})
+    return settings
+
+
+def _refuse_other_settings(running: Settings, wanted: Settings, keys: Iterable[str]) -> None:
+    """:class:`ConfigurationError` naming each of ``keys`` whose value in ``wanted`` is not
+    the one ``running`` has."""
+    by_key: dict[str, tuple[tuple[str, ...], Option]] = {}
+    for path, o in options_of(Settings):
+        for key in (o.key, *o.aliases):
+            by_key[PREFIX + key] = (path, o)
+    differ = []
+    for key in sorted(keys):
+        path, o = by_key[key]  # from_conf has refused every other key
+        have, want = _value_at(running, path), _value_at(wanted, path)
+        if have != want:
+            differ.append(key if o.secret else
+                          f"{key}={o.format(want)} (running: {o.format(have)})")
+    if differ:
+        raise ConfigurationError([
+            "spark-adaptive is already running for this SparkContext with other settings: "
+            + "; ".join(differ) + ". A running spark-adaptive is not reconfigured: set these "
+            "keys before the context starts (spark-submit --conf, the session builder), or "
+            "stop the SparkContext and start it again with them"])
+
+
+def _value_at(settings: Settings, path: tuple[str, ...]) -> Any:
+    value: Any = settings
+    for name in path:
+        value = getattr(value, name)
+    return value
+
+
+def activate_context(sc: SparkContext, overrides: dict[str, str] | None = None,
+                     force: bool = False) -> AdaptiveRuntime | None:
+    """Validate the settings of ``sc`` and start spark-adaptive if it is enabled.
+
+    When spark-adaptive already runs for ``sc`` (the zero-code hook started it, or an
+    earlier call), that runtime is returned; ``overrides`` are then validated, and
+    :class:`ConfigurationError` names those that differ from the settings it runs with
+    (a running runtime is not reconfigured)."""
+    existing = runtime_for(sc)
+    if existing is not None:
+        if overrides:
+            _refuse_other_settings(existing.settings, _wanted(sc, overrides, force),
+                                   overrides)
+        return existing
+    settings = _wanted(sc, overrides, force)
     if not settings.enabled:
         return None
     check_versions(sc)
     logs.configure(sc)
     rt = start_runtime(sc, settings)
     _install_context_hooks()
-    start_batch(rt)
+    try:
+        start_batch(rt)
+    except BaseException:
+        rt.shutdown()
+        raise
     if rt.local_slots is not None:
         log.info("spark-adaptive enabled in local mode (%s): a fixed pool of %d task slot(s). "
                  "Streaming queries start at once and keep their partitions; no executor is "
@@ -82,10 +134,15 @@ def activate_context(sc: SparkContext, overrides: dict[str, str] | None = None,
 def enable(spark: SparkSession | SparkContext, **conf: str) -> AdaptiveRuntime:
     """Turn spark-adaptive on for a running session, as ``spark.adaptive.enabled=true`` would.
 
-    ``conf`` may give ``spark.adaptive.*`` keys (with or without the prefix, dots
-    or underscores) that override the session's configuration for spark-adaptive.
-    Raises :class:`ConfigurationError` for a Spark Connect session: it has no driver in
-    this process.
+    ``conf`` may give ``spark.adaptive.*`` keys, with or without the prefix, that override
+    the session's configuration for spark-adaptive. A keyword argument without a dot has
+    its underscores read as dashes (``max_parallelism=64`` is ``max-parallelism``); a key
+    with dots is passed as a dict: ``enable(spark, **{"scheduler.mode": "reactive"})``.
+    When spark-adaptive already runs for the session's SparkContext (the zero-code hook
+    started it), that runtime is returned, and :class:`ConfigurationError` names the keys
+    of ``conf`` whose values differ from the ones it runs with.
+    Raises :class:`ConfigurationError` for a bad key or value, and for a Spark Connect
+    session: it has no driver in this process.
     """
     if _is_connect(spark):
         raise ConfigurationError([CONNECT_UNSUPPORTED])

@@ -36,17 +36,38 @@ drifts from the code). Set them like any Spark key: `spark-submit --conf
 key=value`, `spark-defaults.conf` (`conf/spark-defaults.conf.template` lists
 them all with their defaults), the session builder, or as keyword arguments of
 `spark_adaptive.enable(spark, ...)` (with or without the `spark.adaptive.`
-prefix). Durations and sizes are written as in Spark (`500ms`, `30s`, `5min`;
-`16m`, `1g`). An unknown key or a bad value stops the app at start with an
-error naming the key and what it accepts.
+prefix; a keyword without a dot has its underscores read as dashes, and a key
+with dots is passed as a dict: `enable(spark, **{{"rest.port": "0"}})`).
+Durations and sizes are written as in Spark (`500ms`, `30s`, `5min`; `16m`,
+`1g`).
+{bare}
+An unknown key or a bad value stops the app at start with an error naming the
+key and what it accepts.
 """
+
+_UNIT_NAMES = {"ms": "milliseconds", "s": "seconds", "min": "minutes", "h": "hours"}
+
+
+def _unit(o: Option) -> str:
+    return o.unit or "s"
+
+
+def _bare_durations() -> str:
+    """What a duration written as a bare number means, from the declarations."""
+    units = sorted({_unit(o) for o in all_options() if o.type == "duration"})
+    if len(units) == 1:
+        name = _UNIT_NAMES.get(units[0], units[0])
+        return (f"A bare number is {name} for a duration (`30` is `30{units[0]}`, where Flink "
+                "reads milliseconds)\nand bytes for a size.")
+    return ("A bare number is in the unit the Type column shows for a duration, and bytes for"
+            "\na size.")
 
 
 def _kind(o: Option) -> str:
     if o.type == "enum":
         return " \\| ".join(o.choices)
     if o.type == "duration":
-        return "duration" + (", -1 = forever" if o.forever else "")
+        return f"duration ({_unit(o)})" + (", -1 = forever" if o.forever else "")
     return o.type
 
 
@@ -59,7 +80,7 @@ def _section(o: Option) -> str:
 
 def reference() -> str:
     """``docs/configuration.md``: one table per section, every key with its default."""
-    out = [INTRO]
+    out = [INTRO.format(bare=_bare_durations())]
     by_section: dict[str, list[Option]] = {}
     for o in all_options():
         by_section.setdefault(_section(o), []).append(o)
@@ -83,6 +104,7 @@ def template() -> str:
         "# spark-adaptive: every option, with its default. Generated from the option",
         "# declarations (python -m spark_adaptive.configdocs template).",
         "# Copy the lines you need into $SPARK_HOME/conf/spark-defaults.conf and uncomment them.",
+        *(f"# {line}" for line in _bare_durations().replace("`", "").splitlines()),
         "",
     ]
     for o in all_options():

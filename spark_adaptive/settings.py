@@ -85,8 +85,7 @@ class Settings:
                      f"{PREFIX}scheduler.mode=reactive: reactive mode gives every query every "
                      "executor, the autoscaler gives each the executors its load needs. Use "
                      "the adaptive mode (the default) with the autoscaler, or switch it off")
-        if self.enabled and conf.get("spark.dynamicAllocation.enabled", "false").strip().lower() \
-                == "true":
+        if self.enabled and dynamic_allocation_on(conf):
             p.append("spark.dynamicAllocation.enabled=true cannot be combined with "
                      f"{PREFIX}enabled=true: Spark refuses killExecutors while dynamic "
                      "allocation is on, and both would fight over the executor count. Set "
@@ -97,6 +96,25 @@ class Settings:
     def as_conf(self) -> dict[str, str]:
         """The settings that differ from the defaults, as ``spark.adaptive.*`` entries."""
         return changed_options(self)
+
+
+def is_local_master(master: str) -> bool:
+    """Whether Spark runs ``master`` in local mode, by Spark's own test
+    (``Utils.isLocalMaster``): ``local`` and ``local[...]``; ``local-cluster[...]`` has
+    executors and is not."""
+    return master == "local" or master.startswith("local[")
+
+
+def dynamic_allocation_on(conf: Mapping[str, str]) -> bool:
+    """Whether Spark runs dynamic allocation with ``conf`` (``Utils.
+    isDynamicAllocationEnabled``): enabled, and not in local mode (which Spark ignores it in)
+    unless ``spark.dynamicAllocation.testing`` is set."""
+    def flag(key: str) -> bool:
+        return conf.get(key, "false").strip().lower() == "true"
+
+    return flag("spark.dynamicAllocation.enabled") and (
+        not is_local_master(conf.get("spark.master", "")) or
+        flag("spark.dynamicAllocation.testing"))
 
 
 def _reactive_defaults(explicit: dict[tuple[str, ...], Any]) -> dict[tuple[str, ...], Any]:
@@ -112,4 +130,4 @@ def all_options() -> list[Option]:
     return [o for _, o in _options_of(Settings)]
 
 
-__all__ = ["Settings", "all_options"]
+__all__ = ["Settings", "all_options", "dynamic_allocation_on", "is_local_master"]

@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spark_adaptive.core.options import PREFIX
 from spark_adaptive.errors import ShimNotAvailableError
 
 if TYPE_CHECKING:
@@ -39,25 +40,27 @@ def ensure_callback_server(sc: SparkContext) -> None:
     ensure_callback_server_started(gateway(sc))  # type: ignore[no-untyped-call]
 
 
+#: The keys outside ``spark.adaptive.*`` that spark-adaptive's settings are checked against
+#: (:meth:`spark_adaptive.settings.Settings.from_conf`).
+OTHER_KEYS = ("spark.master", "spark.dynamicAllocation.enabled",
+              "spark.dynamicAllocation.testing")
+
+
 def spark_conf(sc: SparkContext) -> dict[str, str]:
-    """The SparkContext's whole configuration in one py4j call (``getConf().getAll()``
-    costs three calls per entry)."""
-    return parse_conf_dump(str(sc._jsc.sc().conf().toDebugString()))
+    """The SparkContext's ``spark.adaptive.*`` keys and the :data:`OTHER_KEYS` it sets, with
+    their values as set.
 
-
-def parse_conf_dump(text: str) -> dict[str, str]:
-    """``SparkConf.toDebugString``'s ``key=value`` lines as a dict. A value spanning lines
-    stays whole: a line that does not start with a key (no blank before its ``=``)
-    continues the value before it."""
-    conf: dict[str, str] = {}
-    last: str | None = None
-    for line in text.split("\n"):
-        key, sep, value = line.partition("=")
-        if sep and key and not any(c.isspace() for c in key):
-            conf[key] = value
-            last = key
-        elif last is not None:
-            conf[last] += "\n" + line
+    Read from the JVM's ``SparkConf`` itself, never from a rendering of it: Spark's own
+    dumps (``toDebugString``, the UI, event logs) replace every value whose key or value
+    matches ``spark.redaction.regex`` with ``*********(redacted)``, which would turn
+    ``rest.token`` (and any path or class name containing "secret" or "token") into that
+    mask."""
+    jconf = sc._jsc.sc().conf()
+    conf = {PREFIX + str(pair._1()): str(pair._2()) for pair in jconf.getAllWithPrefix(PREFIX)}
+    for key in OTHER_KEYS:
+        value = jconf.get(key, None)
+        if value is not None:
+            conf[key] = str(value)
     return conf
 
 

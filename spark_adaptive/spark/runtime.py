@@ -35,7 +35,12 @@ from spark_adaptive.settings import Settings
 from spark_adaptive.spark.actuator import SparkExecutorActuator
 from spark_adaptive.spark.checkpoint import CheckpointOffsetLog
 from spark_adaptive.spark.history_writer import BackgroundHistoryWriter
-from spark_adaptive.spark.listener import ShimListener, attach_spark_listener, live_executors
+from spark_adaptive.spark.listener import (
+    Py4jListener,
+    ShimListener,
+    attach_spark_listener,
+    live_executors,
+)
 from spark_adaptive.spark.metrics_source import PUSH_INTERVAL, SparkMetricsSource
 from spark_adaptive.spark.shim_check import usable_shim
 from spark_adaptive.spark.store import HadoopHistoryStore, HadoopRequirementsStore
@@ -50,6 +55,7 @@ log = logging.getLogger(__name__)
 
 _lock = threading.RLock()
 _runtimes: dict[int, AdaptiveRuntime] = {}
+_exit_hook_registered = False
 
 
 class AdaptiveRuntime:
@@ -116,8 +122,21 @@ class AdaptiveRuntime:
                 offsets=self.offset_log, post=self.loop.submit)
             self.bus.subscribe(self.autoscaling.on_event, "autoscaler")
         self.streaming = StreamingManager(self, self.scheduler)
+        self.listener: ShimListener | Py4jListener | None = None
         # Every subscriber above exists before the first event is posted.
         self.loop.start()
+        try:
+            self._start(sc, settings)
+        except BaseException:
+            # Nothing started so far outlives a start that fails: the scheduler thread, the
+            # listener, the REST server (py4j's callback server is PySpark's, shared by the
+            # process, and stays, as after any shutdown).
+            self.shutdown()
+            raise
+
+    def _start(self, sc: SparkContext, settings: Settings) -> None:
+        """What follows the scheduler thread's start: the listener, the REST API, Spark's
+        metrics source."""
         jar = usable_shim(sc, settings)  # None after one WARNING naming what is lost
         self.listener, self.listener_path = attach_spark_listener(
             sc, self.bus.post, settings.listener, jar, settings.listener_queue_capacity)
@@ -249,7 +268,8 @@ class AdaptiveRuntime:
             if self._closed:
                 return
             self._closed = True
-            _runtimes.pop(id(self.sc), None)
+            if _runtimes.get(id(self.sc)) is self:
+                del _runtimes[id(self.sc)]
         for fn in reversed(self._closers):
             _quietly(fn, "a shutdown hook")
         _quietly(self.streaming.close, "the managed queries")
@@ -259,7 +279,8 @@ class AdaptiveRuntime:
         if self.offset_log is not None:
             _quietly(self.offset_log.close, "the offset-log reader")
         _quietly(lambda: self.loop.call_sync(self.scheduler.close), "the scheduler")
-        _quietly(self.listener.close, "the Spark listener")
+        if self.listener is not None:
+            _quietly(self.listener.close, "the Spark listener")
         _quietly(self.actuator.close, "the executor actuator")
         _quietly(self.loop.stop, "the scheduler thread")
         # The histories' last changes are in; save them while the JVM is still there.
@@ -319,13 +340,19 @@ def streaming_manager_for(sc: SparkContext) -> StreamingManager | None:
 
 
 def start_runtime(sc: SparkContext, settings: Settings) -> AdaptiveRuntime:
-    """The runtime of ``sc``, created on first use."""
+    """The runtime of ``sc``, created on first use.
+
+    The runtimes still running when the interpreter exits are shut down then, through one
+    exit hook for all (so a runtime that has shut down is referenced by nothing)."""
+    global _exit_hook_registered
     with _lock:
         rt = _runtimes.get(id(sc))
         if rt is None:
             rt = AdaptiveRuntime(sc, settings)
             _runtimes[id(sc)] = rt
-            atexit.register(rt.shutdown)
+            if not _exit_hook_registered:
+                atexit.register(shutdown_all)
+                _exit_hook_registered = True
         return rt
 
 

@@ -1,19 +1,39 @@
 """Hand-written stand-ins for the driver JVM objects the batch wing's Spark side talks to.
 
 Only what the code under test calls, shaped as py4j shows it: a ``SparkConf`` with
-``contains``/``get``/``set``/``toDebugString``, ``JavaSparkContext.getPersistentRDDs``
-as a Java map, the default session's runtime and shared-state confs, and JVM RDDs with
-``partitions``/``dependencies``/``preferredLocations``. No Spark is started.
+``contains``/``get``/``set``/``getAllWithPrefix``/``toDebugString``,
+``JavaSparkContext.getPersistentRDDs`` as a Java map, the default session's runtime and
+shared-state confs, and JVM RDDs with ``partitions``/``dependencies``/
+``preferredLocations``. No Spark is started.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 
+class Tuple2:
+    """A Scala pair as py4j shows it."""
+
+    def __init__(self, first: str, second: str) -> None:
+        self.first, self.second = first, second
+
+    def _1(self) -> str:
+        return self.first
+
+    def _2(self) -> str:
+        return self.second
+
+
+#: Spark's default ``spark.redaction.regex``.
+REDACTION = re.compile(r"(?i)secret|password|token|access[.]?key")
+
+
 class LiveConf:
-    """The SparkContext's own ``SparkConf`` (``sc._jsc.sc().conf()``)."""
+    """The SparkContext's own ``SparkConf`` (``sc._jsc.sc().conf()``); its debug string masks
+    what ``spark.redaction.regex`` matches, as Spark's does."""
 
     def __init__(self, entries: Mapping[str, str] | None = None) -> None:
         self.entries = dict(entries or {})
@@ -28,8 +48,13 @@ class LiveConf:
         self.entries[key] = value
         return self
 
+    def getAllWithPrefix(self, prefix: str) -> list[Tuple2]:
+        return [Tuple2(k[len(prefix):], v) for k, v in self.entries.items()
+                if k.startswith(prefix)]
+
     def toDebugString(self) -> str:
-        return "\n".join(f"{k}={v}" for k, v in self.entries.items())
+        return "\n".join(f"{k}=*********(redacted)" if REDACTION.search(k) or
+                         REDACTION.search(v) else f"{k}={v}" for k, v in self.entries.items())
 
 
 class JavaMap:

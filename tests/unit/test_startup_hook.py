@@ -27,16 +27,9 @@ class _Conf:
 
 
 def _module(values: dict[str, str]) -> Any:
-    class SparkContext:
-        stopped = False
-
-        def __init__(self, conf: Any = None) -> None:
-            self._conf = conf or _Conf(values)
-
-        def stop(self) -> None:
-            self.stopped = True
-
-    return types.SimpleNamespace(SparkContext=SparkContext)
+    """A SparkContext that connects to a JVM without system properties first, as PySpark's
+    does (``_ensure_initialized``), then starts with ``conf`` or one holding ``values``."""
+    return _submitted_module({}, values)
 
 
 def test_absent_key_never_imports_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -118,31 +111,41 @@ class _System:
     def setProperty(self, key: str, value: str) -> None:  # noqa: N802 - Java's name
         self.props[key] = value
 
+    def clearProperty(self, key: str) -> None:  # noqa: N802 - Java's name
+        self.props.pop(key, None)
 
-def _submitted_module(props: dict[str, str]) -> Any:
-    """A SparkContext whose JVM (connected in ``_ensure_initialized``) holds ``props``; the
-    conf it starts with is the one given plus those properties, as PySpark's is."""
+
+def _submitted_module(props: dict[str, str], values: dict[str, str] | None = None,
+                      launch: Any = None) -> Any:
+    """A SparkContext whose JVM (connected in ``_ensure_initialized``, as PySpark's
+    ``__init__`` does first) holds ``props``; the conf it starts with is those properties
+    overlaid with the conf given (else ``values``), as PySpark's is. ``launch`` stands in
+    for launching the JVM (it may raise, as without Java)."""
     system = _System(props)
 
     class SparkContext:
         _jvm: Any = None
         initialized: list[Any] = []
+        stopped = False
 
         @classmethod
         def _ensure_initialized(cls, instance: Any = None, gateway: Any = None,
                                 conf: Any = None) -> None:
             cls.initialized.append(instance)
+            if launch is not None:
+                launch()
             cls._jvm = types.SimpleNamespace(java=types.SimpleNamespace(
                 lang=types.SimpleNamespace(System=system)))
 
         def __init__(self, conf: Any = None) -> None:
-            self._ensure_initialized(self, None, conf)
-            self._conf = _Conf({**system.props, **(conf.values if conf else {})})
+            SparkContext._ensure_initialized(self, None, conf)
+            given = conf.values if conf is not None else dict(values or {})
+            self._conf = _Conf({**system.props, **given})
 
         def stop(self) -> None:
-            pass
+            self.stopped = True
 
-    return types.SimpleNamespace(SparkContext=SparkContext)
+    return types.SimpleNamespace(SparkContext=SparkContext, system=system)
 
 
 def test_heartbeat_interval_is_set_when_spark_submit_enabled_it(
@@ -211,3 +214,128 @@ def test_enable_on_a_connect_session_says_why_it_cannot() -> None:
     connect_session = type("SparkSession", (), {"__module__": "pyspark.sql.connect.session"})()
     with pytest.raises(ConfigurationError, match="Spark Connect session"):
         spark_adaptive.enable(connect_session)
+
+
+def _fake_activation(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    calls: list[Any] = []
+    fake = types.ModuleType("spark_adaptive.activation")
+    fake.activate_context = calls.append  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "spark_adaptive.activation", fake)
+    return calls
+
+
+def test_a_builder_that_enables_it_keeps_the_heartbeat_spark_submit_set(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # spark-submit --conf spark.executor.heartbeatInterval=5s, and the app's builder sets
+    # spark.adaptive.enabled=true: the builder's conf does not hold the 5s, the JVM does.
+    calls = _fake_activation(monkeypatch)
+    mod = _submitted_module({"spark.executor.heartbeatInterval": "5s"})
+    hook._patch(mod)
+    conf = _Conf({"spark.adaptive.enabled": "true"})
+    sc = mod.SparkContext(conf=conf)
+    assert "spark.executor.heartbeatInterval" not in conf.values
+    assert sc._conf.values["spark.executor.heartbeatInterval"] == "5s"
+    assert calls == [sc]
+
+
+def test_the_conf_given_decides_over_the_submitted_properties(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_activation(monkeypatch)
+    # The app switches it off in its conf, over spark-submit's true: nothing is set.
+    mod = _submitted_module({"spark.adaptive.enabled": "true"})
+    hook._patch(mod)
+    off = _Conf({"spark.adaptive.enabled": "false"})
+    assert "spark.executor.heartbeatInterval" not in mod.SparkContext(conf=off)._conf.values
+    # A conf made with the JVM up is the context's whole conf (PySpark uses it as it is):
+    # the system properties are not consulted.
+    mod = _submitted_module({"spark.executor.heartbeatInterval": "5s"})
+    hook._patch(mod)
+    whole = _Conf({"spark.adaptive.enabled": "true"})
+    whole._jconf = object()  # type: ignore[attr-defined]
+    mod.SparkContext(conf=whole)
+    assert whole.values["spark.executor.heartbeatInterval"] == "3s"
+
+
+def test_the_heartbeat_set_as_a_system_property_is_gone_after_the_start(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_activation(monkeypatch)
+    mod = _submitted_module({"spark.adaptive.enabled": "true"})
+    hook._patch(mod)
+    sc = mod.SparkContext()
+    assert sc._conf.values["spark.executor.heartbeatInterval"] == "3s"
+    # A later context of the process, with spark-adaptive off, does not inherit it.
+    assert "spark.executor.heartbeatInterval" not in mod.system.props
+
+
+def test_the_hook_never_launches_the_jvm_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without Java, PySpark's one launch fails, once; an executor's SparkContext() is
+    refused before any launch (PySpark checks that before connecting)."""
+    _fake_activation(monkeypatch)
+    launches: list[int] = []
+
+    def no_java() -> None:
+        launches.append(1)
+        raise RuntimeError("Java gateway process exited before sending its port number")
+
+    for conf in (None, _Conf({}), _Conf({"spark.adaptive.enabled": "true"})):
+        launches.clear()
+        mod = _submitted_module({}, launch=no_java)
+        hook._patch(mod)
+        with pytest.raises(RuntimeError, match="Java gateway"):
+            mod.SparkContext(conf=conf)
+        assert launches == [1]
+
+
+@pytest.mark.parametrize("value", ["yes", "1", "ture", "on", ""])
+def test_a_bad_value_of_the_key_itself_stops_the_context_and_names_it(
+        monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    from spark_adaptive import activation
+    from spark_adaptive.errors import ConfigurationError
+
+    monkeypatch.setattr(activation, "conf_dict", lambda sc: dict(sc._conf.values))
+    mod = _module({"spark.adaptive.enabled": value})
+    stopped: list[Any] = []
+    mod.SparkContext.stop = lambda self: stopped.append(self)
+    hook._patch(mod)
+    with pytest.raises(ConfigurationError, match=f"spark.adaptive.enabled='{value}'"):
+        mod.SparkContext()
+    assert len(stopped) == 1
+    assert "spark.executor.heartbeatInterval" not in mod.system.props
+
+
+@pytest.mark.parametrize("value", ["TRUE", " false ", "False"])
+def test_the_key_is_read_as_spark_reads_a_boolean(monkeypatch: pytest.MonkeyPatch,
+                                                   value: str) -> None:
+    calls = _fake_activation(monkeypatch)
+    mod = _module({"spark.adaptive.enabled": value})
+    hook._patch(mod)
+    sc = mod.SparkContext()
+    assert calls == ([sc] if value.strip().lower() == "true" else [])
+
+
+@pytest.mark.parametrize(("conf", "env"), [
+    ({"spark.plugins": "com.acme.Plugin, org.apache.spark.sql.connect.SparkConnectPlugin"}, {}),
+    ({"spark.api.mode": "Connect"}, {}),
+    ({}, {"SPARK_LOCAL_REMOTE": "1"}),
+])
+def test_a_local_connect_server_is_not_activated_and_one_warning_says_why(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        conf: dict[str, str], env: dict[str, str]) -> None:
+    """builder.remote("local[1]"): PySpark starts a classic SparkContext in this process to
+    run the Connect server; the Connect session's queries never pass through PySpark."""
+    calls = _fake_activation(monkeypatch)
+    monkeypatch.setattr(hook, "_connect_warned", False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    mod = _module({})
+    hook._patch(mod)
+    given = _Conf({"spark.adaptive.enabled": "true", **conf})
+    mod.SparkContext(conf=given)
+    assert calls == []
+    assert "spark.executor.heartbeatInterval" not in given.values
+    # The Connect client session PySpark builds next says nothing more.
+    connect = _connect_module()
+    hook._patch(connect)
+    connect.SparkSession.Builder().config("spark.adaptive.enabled", "true").getOrCreate()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and hook.CONNECT_MESSAGE in err[0]

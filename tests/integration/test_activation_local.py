@@ -1,0 +1,168 @@
+"""Activation on a real driver, each case an app of its own in local mode (local[1]): a
+process keeps the first session's options in its JVM's system properties, so every case
+starts from a fresh interpreter and JVM. No cluster is started."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.timeout(300)
+
+BUILDER = """
+import json, sys, threading
+from pyspark.sql import SparkSession
+
+def builder(**conf):
+    b = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+    for k, v in conf.items():
+        b = b.config(k, v)
+    return b
+
+def report(**values):
+    print("REPORT " + json.dumps(values), flush=True)
+
+def scheduler_threads():
+    return [t.name for t in threading.enumerate() if t.name.startswith("spark-adaptive")]
+"""
+
+
+def _run(body: str, env: dict[str, str] | None = None, ok: bool = True) -> dict[str, Any]:
+    """Run ``body`` after :data:`BUILDER` in a new interpreter (the start-up hook loads as
+    in any app); the values it reported."""
+    script = BUILDER + textwrap.dedent(body)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=240, env={**os.environ, **(env or {})})
+    out = proc.stdout + proc.stderr
+    assert (proc.returncode == 0) == ok, out[-4000:]
+    reports = [json.loads(line[len("REPORT "):]) for line in proc.stdout.splitlines()
+               if line.startswith("REPORT ")]
+    result: dict[str, Any] = {"output": out}
+    for r in reports:
+        result.update(r)
+    return result
+
+
+def test_the_rest_token_is_read_as_set_not_as_spark_masks_it() -> None:
+    """Spark's conf dumps mask every value whose key or value matches
+    spark.redaction.regex; the token (and a path or class name with "secret" or "token")
+    must reach spark-adaptive as set."""
+    r = _run("""
+        import urllib.request, urllib.error
+        from spark_adaptive.spark.runtime import runtime_for
+        spark = builder(**{"spark.adaptive.enabled": "true", "spark.adaptive.rest.port": "0",
+                           "spark.adaptive.rest.token": "s3cretvalue",
+                           "spark.adaptive.scheduler.non-replayable-sources":
+                               "com.acme.TokenStreamSource"}).getOrCreate()
+        rt = runtime_for(spark.sparkContext)
+        codes = {}
+        for token in ("s3cretvalue", "*********(redacted)"):
+            req = urllib.request.Request(rt.rest.url + "/queries",
+                                         headers={"Authorization": "Bearer " + token})
+            try:
+                codes[token] = urllib.request.urlopen(req, timeout=30).status
+            except urllib.error.HTTPError as e:
+                codes[token] = e.code
+        report(codes=codes,
+               sources=rt.settings.scheduler.non_replayable_sources)
+        spark.stop()
+    """)
+    assert r["codes"] == {"s3cretvalue": 200, "*********(redacted)": 401}
+    assert r["sources"] == "com.acme.TokenStreamSource"
+
+
+@pytest.mark.internals
+def test_a_builder_that_enables_it_keeps_the_heartbeat_spark_submit_set() -> None:
+    body = """
+        spark = builder(**{"spark.adaptive.enabled": "true",
+                           "spark.adaptive.rest.enabled": "false"}).getOrCreate()
+        heartbeat = spark.sparkContext.getConf().get("spark.executor.heartbeatInterval")
+        spark.stop()
+        # A later context of the process, with spark-adaptive off, gets Spark's default.
+        spark = builder(**{"spark.adaptive.enabled": "false"}).getOrCreate()
+        later = spark.sparkContext.getConf().get("spark.executor.heartbeatInterval", None)
+        report(heartbeat=heartbeat, later=later)
+        spark.stop()
+    """
+    submitted = _run(body, {"PYSPARK_SUBMIT_ARGS":
+                            "--conf spark.executor.heartbeatInterval=5s pyspark-shell"})
+    assert submitted["heartbeat"] == "5s"
+    own = _run(body)
+    assert (own["heartbeat"], own["later"]) == ("3s", None)
+    # Enabled by spark-submit alone: the hook sets it through the JVM's system properties,
+    # which it clears once the context has read them.
+    r = _run("""
+        from pyspark import SparkContext
+        sc = SparkContext(master="local[1]")
+        report(heartbeat=sc.getConf().get("spark.executor.heartbeatInterval"),
+               left=sc._jvm.java.lang.System.getProperty("spark.executor.heartbeatInterval"))
+        sc.stop()
+    """, {"PYSPARK_SUBMIT_ARGS": "--conf spark.adaptive.enabled=true "
+                                 "--conf spark.adaptive.rest.enabled=false pyspark-shell"})
+    assert (r["heartbeat"], r["left"]) == ("3s", None)
+
+
+@pytest.mark.parametrize("value", ["yes", "1", "ture"])
+def test_a_bad_value_of_the_key_itself_stops_the_app(value: str) -> None:
+    r = _run(f"""
+        spark = builder(**{{"spark.adaptive.enabled": "{value}"}}).getOrCreate()
+        report(started=True)
+    """, ok=False)
+    assert "started" not in r
+    assert f"spark.adaptive.enabled='{value}' is not valid: accepted values: true, false" \
+        in r["output"]
+
+
+def test_a_start_that_fails_partway_leaves_nothing_running() -> None:
+    r = _run("""
+        from pyspark import SparkContext
+        try:
+            builder(**{"spark.adaptive.enabled": "true", "spark.adaptive.rest.enabled": "false",
+                       "spark.adaptive.listener": "shim",
+                       "spark.adaptive.shim.jar": "/nonexistent.jar"}).getOrCreate()
+        except Exception as e:
+            error = type(e).__name__
+        from spark_adaptive.spark import runtime
+        report(error=error, threads=scheduler_threads(), runtimes=len(runtime._runtimes),
+               context=SparkContext._active_spark_context is not None)
+    """)
+    assert r["error"] == "ShimNotAvailableError"
+    assert (r["threads"], r["runtimes"], r["context"]) == ([], 0, False)
+
+
+@pytest.mark.internals
+def test_without_java_the_jvm_is_launched_once() -> None:
+    r = _run("""
+        try:
+            builder().getOrCreate()
+        except Exception as e:
+            report(error=type(e).__name__)
+    """, {"JAVA_HOME": "/nonexistent-java"})
+    assert r["error"] == "PySparkRuntimeError"
+    assert r["output"].count("/nonexistent-java/bin/java") == 1, r["output"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("grpc") is None
+                    or importlib.util.find_spec("google.rpc") is None,
+                    reason="Spark Connect's client libraries (pyspark[connect]) are not installed")
+def test_a_local_connect_session_is_not_managed_and_one_warning_says_so() -> None:
+    r = _run("""
+        spark = (SparkSession.builder.remote("local[1]")
+                 .config("spark.adaptive.enabled", "true")
+                 .config("spark.adaptive.rest.port", "0").getOrCreate())
+        count = spark.range(5).count()
+        report(session=type(spark).__module__, count=count, threads=scheduler_threads(),
+               imported="spark_adaptive.activation" in sys.modules)
+        spark.stop()
+    """)
+    assert r["session"] == "pyspark.sql.connect.session" and r["count"] == 5
+    assert (r["threads"], r["imported"]) == ([], False)
+    assert r["output"].count("WARN SparkAdaptive: spark.adaptive.enabled=true is set for a "
+                             "Spark Connect session") == 1
