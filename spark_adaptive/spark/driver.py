@@ -41,6 +41,16 @@ unfinished (a trigger that passed its ACTIVE check an instant before), it
 finishes that one batch by running the query once more with a one-shot
 trigger, and puts the app's trigger back.
 
+A cancel (``stop(clean=False)``) does not wait for a clean stop in progress:
+the clean stop gives up waiting for its micro-batch and stops the query at
+once, as the cancel would, so ``stop()`` returns as fast as Spark's own.
+
+**Failed starts.** An error Spark's ``start()`` raised is kept as it was
+(:attr:`SparkQueryDriver.start_error`, for the app's handle to raise as
+``start()`` would have) and reported with its error class; an
+``AnalysisException`` or an unreadable checkpoint metadata file is reported
+as unrecoverable (``FailedStart.recoverable``): starting again meets it again.
+
 Operations run on a thread of their own and report through ``on_done``; the
 scheduler routes those back to its own thread.
 """
@@ -55,6 +65,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from spark_adaptive.core.ports import QueryInfo, RepartitionSupport, StartResult, StopResult
+from spark_adaptive.core.streaming.restart import FailedStart
 from spark_adaptive.spark.checkpoint import (
     PROVIDER_KEY,
     ROCKSDB_PROVIDER,
@@ -76,6 +87,9 @@ _START_LOCK = threading.Lock()
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 #: Longest wait of a restart for executors being warmed up (seconds).
 WARM_UP_WAIT_LIMIT = 10.0
+#: Longest single wait of the shim for a batch boundary (seconds): a clean stop looks for a
+#: cancel between two.
+HOLD_SLICE = 0.2
 
 
 class SparkQueryDriver:
@@ -112,6 +126,11 @@ class SparkQueryDriver:
         self.earlier_progress: list[Any] = []
         """Progress updates of the runs before the current one (newest last, bounded)."""
         self._lock = threading.Lock()
+        self._cancels = 0
+        """Cancels asked for so far: a clean stop asked for before the latest one gives up
+        waiting for its micro-batch."""
+        self.start_error: BaseException | None = None
+        """The error Spark's ``start()`` raised at the last start, if it failed there."""
         self.current: StreamingQuery | None = None
         """The PySpark handle of the run going on now (or of the last one)."""
         self.previous: StreamingQuery | None = None
@@ -202,14 +221,23 @@ class SparkQueryDriver:
 
     def start(self, parallelism: int, on_done: Callable[[StartResult], None]) -> None:
         self._run_async(f"start at {parallelism}", lambda: self._start_now(parallelism), on_done,
-                        lambda e: StartResult(ok=False, error=e))
+                        self._failed_start)
 
     def stop(self, clean: bool, on_done: Callable[[StopResult], None]) -> None:
-        self._run_async("clean stop" if clean else "stop", lambda: self._stop_now(clean),
-                        on_done, lambda e: StopResult(clean=False, error=e))
+        # Called on the scheduler thread. A cancel counts itself at once, before its turn
+        # comes: a clean stop asked for earlier sees the count change while it waits.
+        asked = self._cancels
+        if not clean:
+            self._cancels += 1
+
+        def op() -> StopResult:
+            return self._stop_now(clean, lambda: self._cancels != asked)
+
+        self._run_async("clean stop" if clean else "stop", op, on_done,
+                        lambda e: StopResult(clean=False, error=_text(e)))
 
     def _run_async(self, what: str, op: Callable[[], Any], on_done: Callable[[Any], None],
-                   on_error: Callable[[str], Any]) -> None:
+                   on_error: Callable[[str | BaseException], Any]) -> None:
         def run() -> None:
             with self._lock:  # one operation of this query at a time, in order
                 if self._spark.sparkContext._jsc is None:
@@ -219,13 +247,26 @@ class SparkQueryDriver:
                     result = op()
                 except Exception as e:  # the scheduler logs what it does about it
                     log.debug("%s of query %s failed", what, self._info.key, exc_info=True)
-                    result = on_error(error_text(e))
+                    result = on_error(e)
             on_done(result)
 
         threading.Thread(target=run, name=f"spark-adaptive-{self._info.key}-{what}",
                          daemon=True).start()
 
+    def _failed_start(self, error: str | BaseException) -> StartResult:
+        """A start that failed: with Spark's error class, and recoverable unless starting
+        again cannot succeed (an error of Spark's ``start()`` itself, see
+        :func:`unrecoverable_start_error`)."""
+        if isinstance(error, _StartRefused):
+            spark_error = error.error
+            self.start_error = spark_error
+            return FailedStart(error=error_text(spark_error), error_class=_error_class(spark_error),
+                               recoverable=not unrecoverable_start_error(spark_error))
+        self.start_error = None
+        return FailedStart(error=_text(error))
+
     def _start_now(self, parallelism: int) -> StartResult:
+        self.start_error = None
         timings: list[tuple[str, float]] = []
         repartitioned = False
         if self.runs and self._warm_up_wait is not None and parallelism > self._last_parallelism:
@@ -252,7 +293,10 @@ class SparkQueryDriver:
                 else:  # the checkpoint is back at its last committed batch: start there
                     parallelism = cp.shuffle_partitions or parallelism
         t0 = time.monotonic()
-        jquery = self._start_with_partitions(parallelism)
+        try:
+            jquery = self._start_with_partitions(parallelism)
+        except Exception as e:
+            raise _StartRefused(e) from e
         timings.append(("start", time.monotonic() - t0))
         self._took_run(jquery, parallelism)
         if self.on_new_run is not None and self.current is not None:
@@ -327,26 +371,31 @@ class SparkQueryDriver:
     def _label(self) -> str:
         return self._info.name or self._info.key or "(starting)"
 
-    def _stop_now(self, clean: bool) -> StopResult:
+    def _stop_now(self, clean: bool, canceled: Callable[[], bool] = lambda: False) -> StopResult:
+        """Stop the current run; ``clean``: between two micro-batches, unless ``canceled()``
+        turns true meanwhile (a cancel came: the run is stopped at once, as the cancel
+        would, and its unfinished batch is left for a later run to replay)."""
         q = self.current
         timings: list[tuple[str, float]] = []
         if q is None or not q.isActive:
             return StopResult(clean=self._checkpoint_complete(), error=_failure_of(q))
         t0 = time.monotonic()
         if clean:
-            self._let_current_batch_finish(q)
+            self._let_current_batch_finish(q, canceled)
         q._jsq.stop()
         timings.append(("stop", time.monotonic() - t0))
         error = _failure_of(q)
         loc = self._info.checkpoint_location
-        if clean and loc is not None and error is None:
+        if clean and loc is not None and error is None and not canceled():
             cp = inspect_checkpoint(self._spark, loc)
             if not cp.complete:
                 timings.append(("finish-batch", self._finish_unfinished_batch(cp)))
         return StopResult(clean=self._checkpoint_complete(), error=error, timings=tuple(timings))
 
-    def _let_current_batch_finish(self, q: StreamingQuery) -> None:
-        """Stop new batches from starting; return once the running one has finished.
+    def _let_current_batch_finish(self, q: StreamingQuery,
+                                  canceled: Callable[[], bool] = lambda: False) -> None:
+        """Stop new batches from starting; return once the running one has finished, or
+        at once when ``canceled()`` turns true (checked while waiting).
 
         With the JVM shim, :class:`BatchBoundary` holds the batches back at the exact
         boundary (see its doc). Without it, the state is set to TERMINATED at once: a
@@ -355,7 +404,7 @@ class SparkQueryDriver:
         follows interrupts the batch, and the checkpoint check finishes it afterwards.
         """
         jquery = q._jsq
-        if self._hold_at_boundary(jquery):
+        if self._hold_at_boundary(jquery, canceled):
             return
         try:
             execution = jquery.streamingQuery()  # the StreamExecution behind the wrapper
@@ -368,23 +417,32 @@ class SparkQueryDriver:
                       self._info.key, e)
         deadline = time.monotonic() + self._clean_stop_timeout
         while time.monotonic() < deadline:
-            if not jquery.status().isTriggerActive():
+            if canceled() or not jquery.status().isTriggerActive():
                 return
             time.sleep(self._poll)
         log.warning("query %s kept a micro-batch running for %.0fs; stopping it anyway and "
                     "finishing that batch afterwards", self._info.key, self._clean_stop_timeout)
 
-    def _hold_at_boundary(self, jquery: Any) -> bool:
+    def _hold_at_boundary(self, jquery: Any, canceled: Callable[[], bool]) -> bool:
         """Hold back new batches at the next batch boundary through the shim; False when
-        the shim is missing or could not (the caller falls back)."""
+        the shim is missing or could not (the caller falls back). The shim waits in
+        slices of ``HOLD_SLICE`` seconds, so that a cancel is seen between two."""
         jar = shim_jar_path(self._shim_jar)
         if jar is None:
             return False
+        deadline = time.monotonic() + self._clean_stop_timeout
         try:
             if self._boundary is None:
                 self._boundary = new_shim_object(self._spark.sparkContext, "BatchBoundary", jar)
-            held = bool(self._boundary.holdNewBatches(
-                jquery.streamingQuery(), int(self._clean_stop_timeout * 1000)))
+            execution = jquery.streamingQuery()
+            while True:
+                left = deadline - time.monotonic()
+                held = bool(self._boundary.holdNewBatches(
+                    execution, max(1, int(min(left, HOLD_SLICE) * 1000))))
+                if held or canceled():
+                    return True
+                if time.monotonic() >= deadline:
+                    break
         except Exception as e:  # an older shim jar, or a Spark without these internals
             log.debug("the shim cannot hold back micro-batches of %s (%s); falling back",
                       self._info.key, error_text(e))
@@ -440,6 +498,72 @@ def _set_private_field(obj: Any, name: str, value: Any) -> None:
     field = obj.getClass().getDeclaredField(name)
     field.setAccessible(True)
     field.set(obj, value)
+
+
+class _StartRefused(Exception):
+    """Spark's ``start()`` raised ``error`` (as opposed to a step before it)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _text(error: str | BaseException) -> str:
+    return error if isinstance(error, str) else error_text(error)
+
+
+def _java_chain(error: BaseException) -> list[Any]:
+    """The JVM exception behind a PySpark or py4j error, and its causes (none when the
+    error did not come from the JVM, or the JVM is gone)."""
+    java = getattr(error, "_origin", None) or getattr(error, "java_exception", None)
+    chain: list[Any] = []
+    try:
+        while java is not None and len(chain) < 20:
+            chain.append(java)
+            java = java.getCause()
+    except Exception:  # the JVM is going down: what was read so far
+        pass
+    return chain
+
+
+#: JVM exceptions from ``DataStreamWriter.start()`` that starting again meets again: Spark's
+#: analysis of the query, and a checkpoint metadata file that is not JSON.
+UNRECOVERABLE_START_ERRORS = ("org.apache.spark.sql.AnalysisException",
+                              "com.fasterxml.jackson.core.JsonProcessingException")
+
+
+def unrecoverable_start_error(error: BaseException) -> bool:
+    """Whether an error that Spark's ``start()`` raised comes back at every start: an
+    ``AnalysisException`` (the path is missing, the query is not supported, ...) or a
+    checkpoint metadata file that cannot be parsed. Other errors (the file system, a
+    concurrent run still stopping) may pass."""
+    from pyspark.errors import AnalysisException
+
+    if isinstance(error, AnalysisException):
+        return True
+    for java in _java_chain(error):
+        try:
+            cls = java.getClass()
+            while cls is not None:
+                if str(cls.getName()) in UNRECOVERABLE_START_ERRORS:
+                    return True
+                cls = cls.getSuperclass()
+        except Exception:  # the JVM is going down: nothing says it cannot recover
+            return False
+    return False
+
+
+def _error_class(error: BaseException) -> str | None:
+    """Spark's error class (condition) of an error, if it has one: PySpark's, else the
+    JVM exception's."""
+    for source in (error, *_java_chain(error)[:1]):
+        try:
+            value = source.getCondition()
+        except Exception:  # not a SparkThrowable, or the JVM is gone
+            continue
+        if value:
+            return str(value)
+    return None
 
 
 def _failure_of(q: StreamingQuery | None) -> str | None:

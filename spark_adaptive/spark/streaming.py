@@ -14,8 +14,10 @@ restarts of rescales and failures. ``awaitTermination()`` returns only when the
 query really ends (and raises the query's own error if it failed);
 ``stop()`` cancels it through the scheduler (Canceling, then
 Finished(CANCELED)); ``stop_with_savepoint()`` stops it between two
-micro-batches for good (StopWithSavepoint, then Finished(FINISHED));
-``recentProgress`` spans its runs.
+micro-batches for good (StopWithSavepoint, then Finished(FINISHED)), and raises
+if the query failed meanwhile; ``recentProgress`` spans its runs. When the
+SparkContext stops before the query ended, the handle speaks for the run going
+on then, which the SparkContext's end ends as it would on plain Spark.
 
 When spark-adaptive cannot take a query over (a Spark without an internal it
 reads, a failure of its own), the query runs as Spark runs it, with one
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -73,10 +76,19 @@ def _managed_query_class() -> type:
             self._key = key
             self._driver = driver
             self._finished = threading.Event()
+            self._changed = threading.Condition()
+            """Notified when the query finishes, or a stop with savepoint is given up."""
             self._final: tuple[str | None, str | None] | None = None
             """The query's (status, error) once it finished for good."""
             self._run_failed = False
             """The error that ended it is its current run's own (Spark's exception)."""
+            self._start_failed = False
+            """The error that ended it is a failed start's."""
+            self._stop_failure: str | None = None
+            """Why the stop with savepoint asked for last was given up (the query goes on)."""
+            self._closed_run: Any = None
+            """The run that speaks for the query once spark-adaptive stopped with the
+            SparkContext while the query was not finished (Spark ends that run)."""
 
         # Every inherited method talks to the run going on now.
         @property
@@ -102,6 +114,8 @@ def _managed_query_class() -> type:
 
         @property
         def isActive(self) -> bool:  # noqa: N802 - PySpark's name
+            if self._closed_run is not None:
+                return bool(self._closed_run.isActive)
             return not self._finished.is_set()
 
         def awaitTermination(self, timeout: int | None = None) -> bool | None:  # noqa: N802
@@ -110,21 +124,43 @@ def _managed_query_class() -> type:
                 if not isinstance(timeout, (int, float)) or timeout < 0:
                     # Spark's own check and message (PySparkValueError).
                     return super().awaitTermination(timeout)
+                deadline = time.monotonic() + timeout
                 if not self._finished.wait(timeout):
                     return False
+                if self._closed_run is not None:
+                    left = max(0.0, deadline - time.monotonic())
+                    return bool(self._closed_run.awaitTermination(left))
             else:
                 while not self._finished.wait(1.0):
                     pass
+                if self._closed_run is not None:
+                    self._closed_run.awaitTermination()
+                    return None
             self._raise_if_failed()
             return True if timeout is not None else None
 
         def processAllAvailable(self) -> None:  # noqa: N802
-            """Spark's, on the current run; a run that a restart ends hands over to the next."""
+            """Spark's, on the current run; a run that a restart ends hands over to the next.
+            A run's failure is raised only when it ended the query: one the scheduler
+            restarts from is waited out."""
             while True:
+                if self._closed_run is not None:
+                    self._closed_run.processAllAvailable()
+                    return
                 run = self._driver.current
                 if run is None:
                     return
-                run.processAllAvailable()
+                try:
+                    run.processAllAvailable()
+                except Exception:
+                    if not self._finished.is_set():
+                        # The run failed: the scheduler restarts the query or fails it.
+                        self._driver.wait_for_run_after(run, 1.0)
+                        continue
+                    if self._closed_run is not None:
+                        raise
+                    self._raise_if_failed()
+                    return
                 if self._finished.is_set() or run is self._driver.current and run.isActive:
                     self._raise_if_failed()
                     return
@@ -140,12 +176,22 @@ def _managed_query_class() -> type:
                 return None
             return run if run._jsq.exception().isDefined() else None
 
+        def _start_error(self) -> BaseException | None:
+            """The error Spark's ``start()`` raised, when a failed start ended the query."""
+            status, _ = self._final or (None, None)
+            if status != "FAILED" or not self._start_failed:
+                return None
+            return self._driver.start_error
+
         def _raise_if_failed(self) -> None:
             status, error = self._final or (None, None)
             if status == "FAILED":
                 run = self._failed_run()
                 if run is not None:
                     run.awaitTermination()  # raises Spark's own StreamingQueryException
+                start_error = self._start_error()
+                if start_error is not None:
+                    raise start_error  # what start() raised, as an app's own restart gets it
                 raise QueryFailedError(f"query {self._key} failed: {error}")
 
         def stop(self) -> None:
@@ -159,12 +205,28 @@ def _managed_query_class() -> type:
         def stop_with_savepoint(self) -> None:
             """Stop for good, exactly between two micro-batches, leaving the checkpoint
             complete (Flink's stop-with-savepoint): StopWithSavepoint, then
-            Finished(FINISHED). Raises ``ConflictError`` unless the query is Executing."""
+            Finished(FINISHED). Raises ``ConflictError`` unless the query is Executing.
+
+            Should the query fail while stopping, the restart strategy decides, as for
+            any failure: when it restarts the query, the stop is given up and this raises
+            ``QueryFailedError`` saying why, while the query goes on (Flink's
+            stop-with-savepoint completes exceptionally); when it does not, the query
+            ends FAILED and this raises its error, as ``awaitTermination()`` does."""
             if self._finished.is_set():
                 return
+            with self._changed:
+                self._stop_failure = None
             self._manager.stop_with_savepoint(self._key)
-            while not self._finished.wait(1.0):
-                pass
+            with self._changed:
+                while not self._changed.wait_for(
+                        lambda: self._finished.is_set() or self._stop_failure is not None, 1.0):
+                    pass
+                failure = None if self._finished.is_set() else self._stop_failure
+            if failure is not None:
+                raise QueryFailedError(f"stop with savepoint of query {self._key} failed: "
+                                       f"{failure}; the query goes on")
+            if self._closed_run is None:
+                self._raise_if_failed()
 
         @property
         def status(self) -> dict[str, Any]:
@@ -190,24 +252,55 @@ def _managed_query_class() -> type:
             return (earlier + current)[-max(RECENT_PROGRESS, len(current)):]
 
         def exception(self) -> Any:
-            """Spark's exception of the run that ended the query; the error that ended it
-            as a ``QueryFailedError`` when no run's own did (a start that failed); None
-            unless it failed."""
+            """Spark's exception of the run that ended the query; the error Spark's
+            ``start()`` raised when a failed start ended it; the error that ended it as
+            a ``QueryFailedError`` when neither did; None unless it failed."""
+            if self._closed_run is not None:
+                return self._closed_run.exception()
             status, error = self._final or (None, None)
             if status != "FAILED":
                 return None
             run = self._failed_run()
             if run is not None:
                 return run.exception()
+            start_error = self._start_error()
+            if start_error is not None:
+                return start_error
             return QueryFailedError(f"query {self._key} failed: {error}")
 
         def _on_finished(self, status: str | None, error: str | None,
                          origin: str | None = None) -> None:
             """The query ended for good; ``origin``: where its error came from
             (``QuerySnapshot.error_origin``; ``query`` and ``stop`` are its run's own)."""
-            self._final = (status, error)
-            self._run_failed = origin in RUN_FAILURES
-            self._finished.set()
+            with self._changed:
+                if self._finished.is_set():
+                    return
+                self._final = (status, error)
+                self._run_failed = origin in RUN_FAILURES
+                self._start_failed = origin == "start"
+                self._finished.set()
+                self._changed.notify_all()
+
+        def _on_stop_given_up(self, reason: str) -> None:
+            """The stop with savepoint asked for failed; the query goes on (``reason``)."""
+            with self._changed:
+                self._stop_failure = reason
+                self._changed.notify_all()
+
+        def _on_context_stopping(self) -> None:
+            """spark-adaptive stops with the SparkContext before the query finished: its
+            current run, which the SparkContext's end ends, speaks for it from now on, as
+            the query would on plain Spark. Without a run it ends CANCELED."""
+            run = self._driver.current
+            if run is None:
+                self._on_finished("CANCELED", "the SparkContext stopped")
+                return
+            with self._changed:
+                if self._finished.is_set():
+                    return
+                self._closed_run = run
+                self._finished.set()
+                self._changed.notify_all()
 
         def __repr__(self) -> str:
             return f"<ManagedStreamingQuery {self._key} {self.scheduler_state}>"
@@ -335,18 +428,25 @@ class StreamingManager:
         return result
 
     def close(self) -> None:
-        """The SparkContext is stopping: every handle still waiting is released."""
-        for handle in self._handles.values():
+        """The SparkContext is stopping: no handle waits for the scheduler any more. One
+        whose query runs (or ran) defers to that run, which the SparkContext's end ends
+        as on plain Spark; one without any run ends CANCELED."""
+        for handle in list(self._handles.values()):
             if not handle._finished.is_set():
-                handle._on_finished("CANCELED", "the SparkContext stopped")
+                handle._on_context_stopping()
 
     # -- on the scheduler thread ---------------------------------------------------------
     def _on_state_change(self, change: StateChange) -> None:
+        handle = self._handles.get(change.key)
+        if handle is None:
+            return
         if change.new is StateName.FINISHED:
-            handle = self._handles.get(change.key)
-            if handle is not None:
-                snap = self._sched.query(change.key).snapshot()
-                handle._on_finished(snap.status, snap.error, snap.error_origin)
+            snap = self._sched.query(change.key).snapshot()
+            handle._on_finished(snap.status, snap.error, snap.error_origin)
+        elif change.old is StateName.STOP_WITH_SAVEPOINT and change.new not in (
+                StateName.FAILING, StateName.CANCELING):
+            # The query failed while stopping and is restarted: the stop is given up.
+            handle._on_stop_given_up(f"{change.reason} (now {change.new})")
 
 
 # -- reading the app's JVM DataStreamWriter ------------------------------------------------

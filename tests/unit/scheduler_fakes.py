@@ -36,7 +36,7 @@ from spark_adaptive.core.ports import (
 from spark_adaptive.core.streaming.allocator import RescaleDecision
 from spark_adaptive.core.streaming.history import RescaleHistory, Trigger
 from spark_adaptive.core.streaming.requirements import ResourceRequirements, ScalingTarget
-from spark_adaptive.core.streaming.restart import Failure, FailureResult
+from spark_adaptive.core.streaming.restart import FailedStart, Failure, FailureResult
 from spark_adaptive.core.streaming.scheduler import AdaptiveScheduler
 from spark_adaptive.core.streaming.states import SchedulingParams, State
 from spark_adaptive.settings import Settings
@@ -90,6 +90,8 @@ class StateContext:
         self.warming = False
         self.handled_failures: list[Failure] = []
         self.repartition_failures: list[tuple[int, str]] = []
+        self.start_failures: list[tuple[int, str]] = []
+        self.rescaled_from: int | None = None
         self._history = RescaleHistory(vt)
         self.decisions: list[tuple[str, str]] = []
         self.live_rescales: list[tuple[RescaleDecision, Trigger]] = []
@@ -245,6 +247,9 @@ class StateContext:
     def repartition_failed(self, target: int, error: str) -> None:
         self.repartition_failures.append((target, error))
 
+    def start_failed(self, target: int, error: str) -> None:
+        self.start_failures.append((target, error))
+
     def handle_failure(self, failure: Failure) -> FailureResult:
         self.handled_failures.append(failure)
         assert self.failure_results, "the test did not say how the restart strategy answers"
@@ -290,9 +295,12 @@ class FakeDriver:
 
     def complete_start(self, ok: bool = True, error: str | None = None,
                        parallelism: int | None = None,
-                       repartition_error: str | None = None) -> StartResult:
+                       repartition_error: str | None = None, error_class: str | None = None,
+                       recoverable: bool = True) -> StartResult:
         """``repartition_error``: the state could not be repartitioned, and the query
-        started at ``parallelism``, the partitions it had."""
+        started at ``parallelism``, the partitions it had. A failed start reports
+        ``error`` with Spark's ``error_class``; ``recoverable=False``: starting again
+        meets it again."""
         asked, on_done = self.pending_starts.pop(0)
         if ok:
             self.run_id = f"{self.info.key}-run-{next(self._runs)}"
@@ -300,7 +308,8 @@ class FakeDriver:
                                  query_id=self.query_id, run_id=self.run_id,
                                  timings=(("start", 0.5),), repartition_error=repartition_error)
         else:
-            result = StartResult(ok=False, error=error or "start failed")
+            result = FailedStart(error=error or "start failed", error_class=error_class,
+                                 recoverable=recoverable)
         on_done(result)
         return result
 
@@ -420,3 +429,13 @@ class App:
 
     def state(self, ident: str) -> str:
         return self.scheduler.query(ident).state.name
+
+
+class ScalaOption:
+    """Stands for a Scala ``Option`` a JVM query handle returns (``exception()``)."""
+
+    def __init__(self, value: str | None) -> None:
+        self.value = value
+
+    def isDefined(self) -> bool:  # noqa: N802 - Scala's name
+        return self.value is not None

@@ -23,6 +23,7 @@ from spark_adaptive.core.streaming.history import (
 from spark_adaptive.core.streaming.history_store import (
     HISTORY_PATH,
     MemoryHistoryStore,
+    UnreadHistory,
     decode,
     encode,
     history_file,
@@ -331,13 +332,16 @@ def test_a_bad_or_unreadable_file_never_stops_the_query(
     info = query_info("q1", partitions=1, name="orders")
     with caplog.at_level(logging.INFO, STORE_LOG):
         saved = restore_history(store, info)
-    assert saved is None
+    assert isinstance(saved, UnreadHistory) and saved.records == ()
+    assert FILE in saved.problem and why in saved.problem
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1
     line = warnings[0].getMessage()
-    assert line.startswith("query orders: ignoring the rescale history persisted beside its "
-                           "checkpoint (")
-    assert FILE in line and why in line and line.endswith("; it starts empty")
+    assert line.startswith("query orders: cannot read the rescale history persisted beside "
+                           "its checkpoint (")
+    assert FILE in line and why in line and line.endswith(
+        "; its history starts empty and is kept in memory only: the file is left as it is "
+        "for the query's next start to read")
     app = App(history_writer=StoreWriter(MemoryHistoryStore()))
     app.add("1")
     driver = FakeDriver(info)
@@ -347,14 +351,75 @@ def test_a_bad_or_unreadable_file_never_stops_the_query(
     assert [r.id for r in app.scheduler.history("q1")] == [1]
 
 
-def test_the_next_write_replaces_a_corrupt_file() -> None:
+def test_a_file_that_cannot_be_decoded_is_never_replaced() -> None:
     store = MemoryHistoryStore()
     store.files[CP] = "garbage"
     info = query_info("q1", partitions=1)
     app = App(history_writer=StoreWriter(store))
     app.add("1")
-    app.register(FakeDriver(info), history=restore_history(store, info))
-    assert [r.id for r in decode(store.files[CP]).records] == [1]
+    driver = FakeDriver(info)
+    app.register(driver, history=restore_history(store, info))
+    app.event(driver.progress())
+    assert [r.id for r in app.scheduler.history("q1")] == [1]  # kept in memory
+    assert store.files[CP] == "garbage"
+
+
+class FlakyStore(MemoryHistoryStore):
+    """A store whose next load fails as an object store that does not answer."""
+
+    fail_next_load = False
+
+    def load(self, checkpoint: str) -> SavedHistory | None:
+        if self.fail_next_load:
+            self.fail_next_load = False
+            raise PersistenceError(f"cannot read {history_file(checkpoint)}: S3 503 SlowDown")
+        return super().load(checkpoint)
+
+
+def _run_a_driver(store: FlakyStore, *, rescale: bool) -> App:
+    """One driver's life of query q1: its history restored from ``store``, one completed
+    batch, and, with ``rescale``, a restart rescale onto a second executor."""
+    app = App(history_writer=StoreWriter(store))
+    app.add("1")
+    driver = FakeDriver(query_info("q1", partitions=2))
+    app.register(driver, history=restore_history(store, driver.info))
+    app.event(driver.progress())
+    if rescale:
+        app.add("2")
+        app.stop(driver)
+        app.start(driver)
+        app.event(driver.progress())
+    return app
+
+
+def test_a_read_error_at_the_start_does_not_lose_the_saved_history() -> None:
+    store = FlakyStore()
+    _run_a_driver(store, rescale=True)
+    saved = decode(store.files[CP])
+    assert saved.counters.restarts == 1 and len(saved.records) == 2
+    store.fail_next_load = True  # the store does not answer as the next driver starts
+    second = _run_a_driver(store, rescale=False)
+    assert len(second.scheduler.query("q1").history.records()) == 1
+    assert decode(store.files[CP]) == saved  # its changes stayed in memory
+    third = _run_a_driver(store, rescale=False)  # reads the file again
+    history = third.scheduler.query("q1").history
+    assert history.counters.restarts == 1
+    assert [r.id for r in history.records()] == [1, 2, 3]
+
+
+def test_a_query_started_again_in_the_same_driver_keeps_an_unread_file() -> None:
+    store = FlakyStore()
+    store.files[CP] = "garbage"
+    app = App(history_writer=StoreWriter(store))
+    app.add("1")
+    driver = FakeDriver(query_info("q1", partitions=2))
+    app.register(driver, history=restore_history(store, driver.info))
+    app.event(driver.progress())
+    app.event(driver.terminated())  # ended by itself; the app starts it again
+    app.register(driver, history=restore_history(store, driver.info))
+    app.event(driver.progress())
+    assert store.files[CP] == "garbage"
+    assert len(app.scheduler.query("q1").history.records()) == 2
 
 
 class FailingStore(MemoryHistoryStore):

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import pytest
 
+from spark_adaptive.core.ports import StartResult
 from spark_adaptive.core.streaming.restart import (
     ExponentialDelay,
+    FailedStart,
     Failure,
     FailureRate,
     FailureResult,
     FixedDelay,
     NoRestart,
     handle_failure,
+    start_failure,
     strategy_from_settings,
 )
 from spark_adaptive.core.streaming.settings import RestartStrategySettings
+from spark_adaptive.errors import ConfigurationError
 from spark_adaptive.settings import Settings
 
 BOOM = Failure("java.lang.RuntimeException: boom", "RUNTIME")
@@ -96,8 +100,18 @@ def test_exponential_delay_jitter_uses_the_injected_random() -> None:
                             jitter=0.1, random=lambda: 0.999999)
     low.notify_failure(0)
     high.notify_failure(0)
-    assert low.backoff() == pytest.approx(9.0)
     assert high.backoff() == pytest.approx(11.0, abs=1e-4)
+    low.notify_failure(1)
+    high.notify_failure(1)
+    assert low.backoff() == pytest.approx(13.5)  # the second wait, 15, less 10 %
+    assert high.backoff() == pytest.approx(16.5, abs=1e-4)
+
+
+def test_exponential_delay_jitter_never_waits_less_than_the_initial_backoff() -> None:
+    s = ExponentialDelay(initial=1.0, max_backoff=60.0, multiplier=1.5, reset_threshold=3600,
+                         jitter=0.1, random=lambda: 0.0)
+    s.notify_failure(0)
+    assert s.backoff() == 1.0  # Flink: max(initialBackoff, min(backoff + jitter, max))
 
 
 def test_exponential_delay_jitter_never_exceeds_max_backoff() -> None:
@@ -168,3 +182,32 @@ def test_handle_failure_cannot_restart_has_no_backoff() -> None:
     assert result.failure is BOOM
     with pytest.raises(ValueError, match="no backoff"):
         _ = result.backoff
+
+
+def test_an_unrecoverable_failure_fails_without_asking_the_strategy() -> None:
+    strategy = FixedDelay(attempts=3, delay=1)
+    unrecoverable = Failure("[PATH_NOT_FOUND] Path does not exist: /in", "PATH_NOT_FOUND",
+                            origin="start", recoverable=False)
+    result = handle_failure(strategy, unrecoverable, now=0)
+    assert not result.can_restart and result.failure is unrecoverable
+    assert strategy.can_restart() and handle_failure(strategy, BOOM, now=1).can_restart
+    assert handle_failure(strategy, BOOM, now=2).backoff == 1  # 2 of its 3 attempts used
+
+
+def test_a_failed_start_keeps_sparks_error_class_and_whether_it_can_recover() -> None:
+    failed = FailedStart(error="org.apache.spark.sql.AnalysisException: [PATH_NOT_FOUND] ...",
+                         error_class="PATH_NOT_FOUND", recoverable=False)
+    assert not failed.ok
+    assert start_failure(failed) == Failure(failed.error or "", "PATH_NOT_FOUND",
+                                            origin="start", recoverable=False)
+    plain = StartResult(ok=False, error="java.io.IOException: hiccup")
+    assert start_failure(plain) == Failure("java.io.IOException: hiccup", origin="start")
+
+
+@pytest.mark.parametrize("interval", ["0s", "0"])
+def test_an_empty_failure_rate_interval_is_refused_at_start_up(interval: str) -> None:
+    key = "spark.adaptive.restart-strategy.failure-rate.failure-rate-interval"
+    with pytest.raises(ConfigurationError) as err:
+        Settings.from_conf({"spark.adaptive.restart-strategy.type": "failure-rate",
+                            key: interval})
+    assert key in str(err.value) and "must be > 0" in str(err.value)

@@ -8,8 +8,9 @@ from scheduler_fakes import StateContext, ok
 from spark_adaptive.core.clock import VirtualTime
 from spark_adaptive.core.ports import StartResult
 from spark_adaptive.core.streaming.history import Trigger
-from spark_adaptive.core.streaming.restart import Failure, FailureResult
+from spark_adaptive.core.streaming.restart import FailedStart, Failure, FailureResult
 from spark_adaptive.core.streaming.states import CreatingExecutionGraph
+from spark_adaptive.core.streaming.states.creating_execution_graph import START_RETRY_DELAY
 from spark_adaptive.errors import ConflictError
 
 FAILED_START = StartResult(ok=False, error="java.io.IOException: checkpoint unreachable")
@@ -151,3 +152,68 @@ def test_ignores_resource_changes_and_refuses_stop_with_savepoint(vt: VirtualTim
             state.stop_with_savepoint()
         vt.advance(100)
     assert ctx.transitions == []
+
+
+# -- the start of a rescale's restart ------------------------------------------------------
+def test_a_rescale_restarts_failed_start_is_retried_at_the_target_then_the_old_partitions(
+        vt: VirtualTime) -> None:
+    with StateContext(vt, share=3) as ctx:
+        ctx.rescaled_from = 2
+        ctx.history.open(Trigger.NEW_RESOURCES, "restart", from_parallelism=2,
+                         to_parallelism=3, from_slots=2, to_slots=3, reason="more")
+        ctx.enter(CreatingExecutionGraph)
+        vt.run_pending()
+        ctx.resolve_start(FAILED_START)
+        vt.advance(START_RETRY_DELAY)
+        ctx.resolve_start(FAILED_START)
+        vt.advance(START_RETRY_DELAY)
+        assert [c.arg for c in ctx.starts] == [2]
+        ctx.expect("Executing")
+        ctx.resolve_start(ok(2))
+        assert "starting it at 3 failed" in ctx.last.args["reason"]
+    assert ctx.handled_failures == []  # not the restart strategy's
+    assert ctx.start_failures == [(3, FAILED_START.error)]
+    assert ctx.history.records()[0].outcome == "failed"
+
+
+def test_a_rescale_restart_that_never_starts_goes_to_the_strategy_once(
+        vt: VirtualTime) -> None:
+    failure = Failure(FAILED_START.error or "", origin="start")
+    with StateContext(vt, share=3, failure_results=[FailureResult.fail(failure, "none")]) as ctx:
+        ctx.rescaled_from = 2
+        ctx.enter(CreatingExecutionGraph)
+        vt.run_pending()
+        for _ in range(2):
+            ctx.resolve_start(FAILED_START)
+            vt.advance(START_RETRY_DELAY)
+        ctx.expect("Failing")
+        ctx.resolve_start(FAILED_START)
+    assert ctx.handled_failures == [failure]
+
+
+def test_an_unrecoverable_failed_start_of_a_rescale_restart_is_not_retried(
+        vt: VirtualTime) -> None:
+    refused = FailedStart(error="org.apache.spark.sql.AnalysisException: [PATH_NOT_FOUND]",
+                          error_class="PATH_NOT_FOUND", recoverable=False)
+    failure = Failure(refused.error or "", "PATH_NOT_FOUND", origin="start", recoverable=False)
+    with StateContext(vt, share=3, failure_results=[FailureResult.fail(failure, "x")]) as ctx:
+        ctx.rescaled_from = 2
+        ctx.enter(CreatingExecutionGraph)
+        vt.run_pending()
+        ctx.expect("Failing")
+        ctx.resolve_start(refused)
+        assert ctx.last.args["failure"] == failure
+    assert ctx.starts == []
+
+
+def test_cancel_while_a_retry_waits_finishes_canceled(vt: VirtualTime) -> None:
+    with StateContext(vt, share=3) as ctx:
+        ctx.rescaled_from = 2
+        state = ctx.enter(CreatingExecutionGraph)
+        vt.run_pending()
+        ctx.resolve_start(FAILED_START)
+        ctx.expect("Finished")
+        state.cancel()
+        assert ctx.last.args["status"] == "CANCELED"
+        vt.advance(10)
+    assert ctx.starts == []

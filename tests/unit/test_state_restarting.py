@@ -8,6 +8,7 @@ from spark_adaptive.core.clock import VirtualTime
 from spark_adaptive.core.ports import StopResult
 from spark_adaptive.core.streaming.history import Trigger
 from spark_adaptive.core.streaming.requirements import ResourceRequirements
+from spark_adaptive.core.streaming.restart import Failure, FailureResult
 from spark_adaptive.core.streaming.states import Restarting
 
 BOUNDS = ResourceRequirements(1, 4)
@@ -69,17 +70,43 @@ def test_no_share_at_all_waits(vt: VirtualTime) -> None:
         vt.run_pending()
 
 
-def test_stop_timings_go_to_the_pending_record_and_stop_errors_are_ignored(
-        vt: VirtualTime) -> None:
+def test_stop_timings_go_to_the_pending_record(vt: VirtualTime) -> None:
     with StateContext(vt, share=3, running=True, requirements=BOUNDS) as ctx:
         ctx.history.open(Trigger.NEW_RESOURCES, "restart", from_parallelism=1, to_parallelism=3,
                          from_slots=1, to_slots=3, reason="x")
         ctx.enter(lambda c: Restarting(c, 0.0, 3))
         ctx.expect("CreatingExecutionGraph")
-        ctx.resolve_stop(StopResult(clean=True, error="late failure", timings=(("stop", 0.7),)))
+        ctx.resolve_stop(StopResult(clean=True, timings=(("stop", 0.7),)))
         vt.run_pending()
     assert dict(ctx.history.records()[0].timings) == {"stop": 0.7}
-    assert ("ignore failure while restarting", "late failure") in ctx.decisions
+
+
+def test_a_run_that_failed_during_the_stop_fails_when_the_strategy_allows_no_restart(
+        vt: VirtualTime) -> None:
+    failure = Failure("org.apache.spark.SparkException: foreachBatch raised", origin="stop")
+    with StateContext(vt, share=3, running=True, requirements=BOUNDS,
+                      failure_results=[FailureResult.fail(failure, "none")]) as ctx:
+        ctx.enter(lambda c: Restarting(c, 0.0, 3))
+        ctx.expect("Failing")
+        ctx.resolve_stop(StopResult(clean=False, error=failure.message))
+        assert ctx.last.args["failure"] == failure
+        assert "failed while stopping for a restart" in ctx.last.args["reason"]
+    assert ctx.handled_failures == [failure]
+
+
+def test_a_run_that_failed_during_the_stop_restarts_after_the_strategys_backoff(
+        vt: VirtualTime) -> None:
+    failure = Failure("boom", origin="stop")
+    with StateContext(vt, share=3, running=True, requirements=BOUNDS,
+                      failure_results=[FailureResult.restart(failure, 2.0, "fixed")]) as ctx:
+        ctx.enter(lambda c: Restarting(c, 0.0, 3))
+        ctx.resolve_stop(StopResult(clean=False, error="boom"))
+        vt.advance(1.9)
+        assert ctx.transitions == []
+        ctx.expect("CreatingExecutionGraph")
+        vt.advance(0.1)
+        assert "target parallelism 3 is still available" in ctx.last.args["reason"]
+    assert ctx.handled_failures == [failure]
 
 
 def test_cancel_while_stopping_goes_canceling_and_the_stale_stop_does_nothing(

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from scheduler_fakes import App, FakeDriver, query_info
+from scheduler_fakes import App, FakeDriver, ScalaOption, query_info
 
 from spark_adaptive.core import events as ev
 from spark_adaptive.errors import QueryFailedError
@@ -25,20 +25,12 @@ from spark_adaptive.spark.streaming import _managed_query_class
 
 
 # -- the query handle ---------------------------------------------------------------------
-class _Option:
-    def __init__(self, value: str | None) -> None:
-        self.value = value
-
-    def isDefined(self) -> bool:  # noqa: N802 - Scala's name
-        return self.value is not None
-
-
 class _JQuery:
     def __init__(self, error: str | None) -> None:
         self.error = error
 
-    def exception(self) -> _Option:
-        return _Option(self.error)
+    def exception(self) -> ScalaOption:
+        return ScalaOption(self.error)
 
 
 class SparkError(Exception):
@@ -63,6 +55,7 @@ class _Driver:
     def __init__(self, run: _Run) -> None:
         self.current: _Run | None = run
         self.previous: _Run | None = None
+        self.start_error: BaseException | None = None
 
 
 def _handle(app: App, key: str, run: _Run) -> Any:

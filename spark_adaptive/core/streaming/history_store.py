@@ -28,6 +28,11 @@ FileSystem in :mod:`spark_adaptive.spark.store`, in memory by
 the scheduler thread hands a history over without waiting for the store, and
 :func:`restore_history`, which reads a query's history as it starts and never
 lets a bad file stop it.
+
+A file that is there but cannot be read (the store did not answer, the file is
+corrupt or of a newer format) is never replaced: the query's history then
+starts empty as an :class:`UnreadHistory`, which its scheduler keeps in memory
+only, so the saved one is still there for the next start of the query to read.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import json
 import logging
 import math
 import time
+from dataclasses import dataclass
 from typing import Any, Protocol, get_args
 
 from spark_adaptive.core.ports import QueryInfo
@@ -247,6 +253,15 @@ def decode(text: str) -> SavedHistory:
     return SavedHistory(records, counters, tallies, next_id)
 
 
+@dataclass(frozen=True)
+class UnreadHistory(SavedHistory):
+    """The history of a query whose saved history file exists but could not be read
+    (``problem`` says why, naming the file). Its scheduler keeps it in memory and never
+    writes it: a write would replace the history the file holds."""
+
+    problem: str = ""
+
+
 # -- the ports ---------------------------------------------------------------------------
 class HistoryStore(Protocol):
     """Reads and writes the history file of a checkpoint location.
@@ -306,8 +321,9 @@ def why(error: Exception, checkpoint: str) -> str:
 
 def restore_history(store: HistoryStore, info: QueryInfo) -> SavedHistory | None:
     """The history persisted beside the query's checkpoint, or ``None`` (it starts empty):
-    there is none, or no checkpoint, or the file cannot be read (one WARNING naming the
-    file and why; the file is replaced at the query's next write). Never raises."""
+    there is none, or no checkpoint. A file that cannot be read (unreachable, corrupt,
+    newer) gives an empty :class:`UnreadHistory`, with one WARNING naming the file and
+    why: the query starts all the same, and the file is left as it is. Never raises."""
     label = info.name or info.key
     location = info.checkpoint_location
     if location is None:
@@ -315,9 +331,12 @@ def restore_history(store: HistoryStore, info: QueryInfo) -> SavedHistory | None
     try:
         saved = store.load(location)
     except Exception as e:  # corrupt, newer, unreachable: the query starts all the same
-        log.warning("query %s: ignoring the rescale history persisted beside its checkpoint "
-                    "(%s); it starts empty", label, why(e, location))
-        return None
+        problem = why(e, location)
+        log.warning("query %s: cannot read the rescale history persisted beside its "
+                    "checkpoint (%s); its history starts empty and is kept in memory only: "
+                    "the file is left as it is for the query's next start to read", label,
+                    problem)
+        return UnreadHistory(problem=problem)
     if saved is None:
         return None
     c = saved.counters

@@ -19,7 +19,9 @@ carries out, and enforces the rules of the state machine (Flink's
 * The query's history continues the one saved beside its checkpoint, if any,
   and each change of it is handed to the
   :class:`~spark_adaptive.core.streaming.history_store.HistoryWriter`, which
-  saves it without holding up this thread.
+  saves it without holding up this thread; one whose saved file could not be
+  read (:class:`~spark_adaptive.core.streaming.history_store.UnreadHistory`) is
+  kept in memory only, so that the file is not replaced.
 
 All methods must be called on the scheduler thread.
 """
@@ -45,7 +47,7 @@ from spark_adaptive.core.streaming.history import (
     Tallies,
     Trigger,
 )
-from spark_adaptive.core.streaming.history_store import HistoryWriter
+from spark_adaptive.core.streaming.history_store import HistoryWriter, UnreadHistory
 from spark_adaptive.core.streaming.load import BatchLoad
 from spark_adaptive.core.streaming.requirements import ResourceRequirements, ScalingTarget
 from spark_adaptive.core.streaming.restart import Failure, FailureResult, RestartBackoffStrategy
@@ -134,6 +136,21 @@ class QuerySnapshot:
     failed: the run the driver holds is an earlier one)."""
 
 
+class _UnsavedHistory(RescaleHistory):
+    """The history of a query whose saved history file could not be read as it started:
+    kept in memory only (never written over that file), and handed on as an
+    :class:`UnreadHistory` (:meth:`saved`) should the app start the query again, so that
+    its next scheduler does not write it either."""
+
+    def __init__(self, timers: Timers, limit: int, unread: UnreadHistory) -> None:
+        super().__init__(timers, limit, saved=unread)
+        self._problem = unread.problem
+
+    def saved(self) -> SavedHistory:
+        h = super().saved()
+        return UnreadHistory(h.records, h.counters, h.tallies, h.next_id, problem=self._problem)
+
+
 class QueryScheduler:
     """One managed query. Create it, then call :meth:`start_scheduling`."""
 
@@ -167,9 +184,12 @@ class QueryScheduler:
         self._post = post
         self._app = app
         self._history_writer = history_writer
-        self.history = RescaleHistory(
-            timers, history_limit, saved=history,
-            on_change=None if history_writer is None else self._save_history)
+        if isinstance(history, UnreadHistory):
+            self.history: RescaleHistory = _UnsavedHistory(timers, history_limit, history)
+        else:
+            self.history = RescaleHistory(
+                timers, history_limit, saved=history,
+                on_change=None if history_writer is None else self._save_history)
         self._decisions = DecisionLog(timers, lambda: self.name or self.query_id or self.key)
         self._listeners: list[Callable[[StateChange], None]] = []
         self._transitioning = False
@@ -189,8 +209,10 @@ class QueryScheduler:
         """What the stages of its last completed micro-batch cost."""
         self._stateful = driver.info.stateful or driver.info.state_partitions is not None
         self._support: tuple[tuple[str | None, bool], RepartitionSupport] | None = None
-        self._repartition_failure: tuple[int | None, int, str] | None = None
-        """(slot share then, target, error) of the last repartition that failed."""
+        self._repartition_failure: tuple[int | None, str] | None = None
+        """(slot share then, why) of the last restart onto other partitions that came up
+        at the old ones (its state could not be repartitioned, or its start failed)."""
+        self._rescaled_from: int | None = None
         self._last_progress: QueryProgress | None = None
         self._state: State = Created(self)
 
@@ -431,6 +453,9 @@ class QueryScheduler:
         if failure is not None:
             self.history.fail_pending()
         current = self._partitions or 0
+        # A rescale's start that fails is retried outside the restart strategy (see
+        # CreatingExecutionGraph); a failure's restart is the strategy's.
+        self._rescaled_from = (current or None) if failure is None else None
         self.history.open(
             trigger, "restart", from_parallelism=current,
             to_parallelism=target_parallelism if target_parallelism is not None else current,
@@ -518,10 +543,21 @@ class QueryScheduler:
             self._post(lambda: started(failed))
 
     def repartition_failed(self, target: int, error: str) -> None:
-        self._repartition_failure = (self.slot_share(), target, error)
+        self._repartition_failure = (
+            self.slot_share(), f"repartitioning its state to {target} partitions failed "
+                               f"({error})")
+
+    def start_failed(self, target: int, error: str) -> None:
+        self._repartition_failure = (
+            self.slot_share(), f"starting it at {target} partitions failed ({error})")
+
+    @property
+    def rescaled_from(self) -> int | None:
+        return self._rescaled_from
 
     def _took_run(self, result: StartResult) -> None:
         self._running = True
+        self._rescaled_from = None
         self._partitions = result.parallelism
         self.run_id = result.run_id
         if result.query_id:
@@ -590,12 +626,11 @@ class QueryScheduler:
                        "partition count, so a restart would change nothing")
         failure = self._repartition_failure
         if failure is not None:
-            share, target, error = failure
+            share, why = failure
             if self.slot_share() == share:
                 return RepartitionSupport(
-                    False, f"repartitioning its state to {target} partitions failed ({error}); "
-                           "it keeps its partitions until its bounds, the autoscaler's target "
-                           "or its slots change")
+                    False, f"{why}; it keeps its partitions until its bounds, the "
+                           "autoscaler's target or its slots change")
             self._repartition_failure = None
         key = (self.run_id, self._stateful)
         if self._support is None or self._support[0] != key:
@@ -639,6 +674,7 @@ class QueryScheduler:
         return share >= (fixed[0] if fixed is not None else self.allocation.upper)
 
     def handle_failure(self, failure: Failure) -> FailureResult:
+        self._rescaled_from = None  # whatever restart follows is this failure's
         self.history.count_failure()
         return restart.handle_failure(self._strategy, failure, self._timers.now())
 

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from spark_adaptive.core.ports import StartResult
 from spark_adaptive.core.streaming.settings import RestartStrategySettings
 
 
@@ -121,8 +122,8 @@ class ExponentialDelay:
     * A query that ran ``reset_threshold`` seconds since its last restart
       without failing starts over at ``initial`` (and its attempt count at 0).
     * ``jitter`` spreads each wait uniformly by ± that fraction of it, using
-      ``random`` (a source of floats in [0, 1), injected for tests); the result
-      never exceeds ``max_backoff``.
+      ``random`` (a source of floats in [0, 1), injected for tests); as in Flink,
+      the result stays within [``initial``, ``max_backoff``].
     * ``attempts_before_reset``: restarts allowed between two resets; None is
       unlimited (Flink's default).
     """
@@ -161,7 +162,7 @@ class ExponentialDelay:
             self._base = min(self._base * self.multiplier, self.max_backoff)
         self._attempts += 1
         spread = self._base * self.jitter * (2.0 * self._random() - 1.0)
-        self._backoff = min(max(0.0, self._base + spread), self.max_backoff)
+        self._backoff = min(max(self.initial, self._base + spread), self.max_backoff)
         self._restart_at = time + self._backoff
 
     def can_restart(self) -> bool:
@@ -211,11 +212,36 @@ class Failure:
     ``origin``: ``query`` (the running query terminated with an exception),
     ``start`` (starting it failed), ``stop`` (it failed while being stopped) or
     ``resources`` (there were never enough slots to start it).
+
+    ``recoverable`` is False for an error that every retry would meet again (Spark's
+    analysis refused the query, its checkpoint's metadata cannot be read): the query
+    then fails without asking the restart strategy, as Flink fails a job on an
+    unrecoverable error.
     """
 
     message: str
     error_class: str | None = None
     origin: str = "query"
+    recoverable: bool = True
+
+
+@dataclass(frozen=True)
+class FailedStart(StartResult):
+    """A start that failed, with what the driver knows of Spark's error: its error class,
+    and whether starting again can succeed at all (see :attr:`Failure.recoverable`)."""
+
+    ok: bool = False
+    error_class: str | None = None
+    recoverable: bool = True
+
+
+def start_failure(result: StartResult) -> Failure:
+    """The failure a start that failed (``result.ok`` False) reported."""
+    message = result.error or "the query failed to start"
+    if isinstance(result, FailedStart):
+        return Failure(message, result.error_class, origin="start",
+                       recoverable=result.recoverable)
+    return Failure(message, origin="start")
 
 
 @dataclass(frozen=True)
@@ -242,8 +268,15 @@ class FailureResult:
         return self.backoff_time
 
 
+UNRECOVERABLE = "no restart can get past this error"
+"""The verdict's ``strategy`` for an unrecoverable failure (the strategy was not asked)."""
+
+
 def handle_failure(strategy: RestartBackoffStrategy, failure: Failure, now: float) -> FailureResult:
-    """Tell ``strategy`` of ``failure`` and return its verdict."""
+    """Tell ``strategy`` of ``failure`` and return its verdict. An unrecoverable failure
+    fails without the strategy hearing of it (Flink's ``howToHandleFailure``)."""
+    if not failure.recoverable:
+        return FailureResult.fail(failure, UNRECOVERABLE)
     strategy.notify_failure(now)
     if strategy.can_restart():
         return FailureResult.restart(failure, strategy.backoff(), str(strategy))

@@ -177,10 +177,17 @@ class RestartStrategySettings:
         minimum=1, default_text="unlimited")
 
     def problems(self) -> list[str]:
+        """Rules between this group's keys, and bounds a duration's own check cannot say
+        (it accepts any duration >= 0), each broken one naming its keys."""
+        p: list[str] = []
         if self.exp_max_backoff < self.exp_initial_backoff:
             # Both keys, full: either may be the one the user set (the fuzz test found a
             # message that named only the one left at its default).
             key = f"{PREFIX}restart-strategy.exponential-delay."
-            return [f"{key}max-backoff={format_duration(self.exp_max_backoff)} is below "
-                    f"{key}initial-backoff={format_duration(self.exp_initial_backoff)}"]
-        return []
+            p.append(f"{key}max-backoff={format_duration(self.exp_max_backoff)} is below "
+                     f"{key}initial-backoff={format_duration(self.exp_initial_backoff)}")
+        if self.failure_rate_interval <= 0:
+            # No failure can fall within an empty interval: the rate is undefined.
+            p.append(f"{PREFIX}restart-strategy.failure-rate.failure-rate-interval="
+                     f"{format_duration(self.failure_rate_interval)} must be > 0")
+        return p

@@ -208,6 +208,18 @@ class StartsQuery(Protocol):
         target or its slot share change."""
         ...
 
+    def start_failed(self, target: int, error: str) -> None:
+        """Starting the query at ``target`` partitions failed and it started again at
+        those it had: it keeps them until its bounds, the autoscaler's target or its slot
+        share change."""
+        ...
+
+    @property
+    def rescaled_from(self) -> int | None:
+        """The partitions of the run a restart rescale stopped, while that rescale's start
+        is under way; None when no rescale is (a failure's restart, or none)."""
+        ...
+
 
 class StopsQuery(Protocol):
     @property
@@ -287,6 +299,8 @@ def restart_or_fail(ctx: _RestartOrFail, failure: Failure, what: str) -> None:
             f"{what}: {failure.message}; {result.strategy} allows a restart after "
             f"{result.backoff:g}s", backoff=result.backoff, trigger=Trigger.FAILURE,
             failure=failure)
+    elif not failure.recoverable:
+        ctx.go_to_failing(failure, f"{what}: {failure.message}; {result.strategy}")
     else:
         ctx.go_to_failing(failure, f"{what}: {failure.message}; {result.strategy} allows no "
                                    "further restart")

@@ -10,9 +10,15 @@ CreatingExecutionGraph when the parallelism available now is still the
 target, or the desired resources are there (FLINK-37232 / FLINK-38748);
 otherwise to WaitingForResources, which waits for the resources to settle.
 
-A failure reported by the stop itself is ignored, as Flink ignores failures
-while restarting: the query is being restarted anyway. Resource changes are
-ignored: they are looked at when the backoff ends. ``cancel`` → Canceling.
+A run that failed by itself while it was being stopped (the stop reports its
+error: a rescale's clean stop waits for the micro-batch in flight, and that
+batch failed) is a failure as any other, handed to the restart strategy once:
+on plain Spark the query would have failed, so with ``none`` it fails
+(Failing), and a strategy counts it; a restart it allows keeps the target and
+waits the strategy's backoff. (Flink ignores failures while restarting because
+its graph is already being cancelled; here the run's own error would be lost.)
+Resource changes are ignored: they are looked at when the backoff ends.
+``cancel`` → Canceling.
 """
 
 from __future__ import annotations
@@ -20,7 +26,9 @@ from __future__ import annotations
 from typing import Protocol
 
 from spark_adaptive.core.ports import StopResult
+from spark_adaptive.core.streaming.restart import Failure
 from spark_adaptive.core.streaming.states.base import (
+    HandlesFailures,
     HasHistory,
     RunsIfState,
     SeesResources,
@@ -29,12 +37,13 @@ from spark_adaptive.core.streaming.states.base import (
     StopsQuery,
     ToCanceling,
     ToCreatingExecutionGraph,
+    ToFailing,
     ToWaitingForResources,
 )
 
 
-class Context(ToCreatingExecutionGraph, ToWaitingForResources, ToCanceling, RunsIfState,
-              StopsQuery, SeesResources, HasHistory, Protocol):
+class Context(ToCreatingExecutionGraph, ToWaitingForResources, ToCanceling, ToFailing,
+              RunsIfState, StopsQuery, SeesResources, HasHistory, HandlesFailures, Protocol):
     pass
 
 
@@ -56,7 +65,17 @@ class Restarting(State):
         self.stopped = True
         self._ctx.history.update_pending(timings=result.timings)
         if result.error is not None:
-            self._ctx.decide("ignore failure while restarting", result.error)
+            failure = Failure(result.error, origin="stop")
+            verdict = self._ctx.handle_failure(failure)
+            what = "the query failed while stopping for a restart"
+            if not verdict.can_restart:
+                self._ctx.go_to_failing(failure, f"{what}: {failure.message}; "
+                                                 f"{verdict.strategy} allows no further restart")
+                return
+            self.backoff = max(self.backoff, verdict.backoff)
+            self._ctx.decide("restart after a failure", (
+                f"{what}: {failure.message}; {verdict.strategy} allows a restart after "
+                f"{verdict.backoff:g}s"))
         self._ctx.run_if_state(self, self._go_on, self.backoff)
 
     def _go_on(self) -> None:

@@ -4,7 +4,9 @@ Spark's equivalent of Flink's stop-with-savepoint: the query is stopped
 between two micro-batches, so its checkpoint is complete and another run can
 resume from it. Clean stop → Finished(FINISHED). If the query failed while
 being stopped, the failure goes to the restart strategy (Restarting or
-Failing), as Flink does with a task failure during stop-with-savepoint.
+Failing), as Flink does with a task failure during stop-with-savepoint: a
+restart gives the stop up, and whoever asked for it hears that it failed
+(the app's ``stop_with_savepoint()`` raises) while the query goes on.
 ``cancel`` → Canceling.
 """
 
