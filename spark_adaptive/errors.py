@@ -19,7 +19,9 @@
     ├── QueryFailedError        awaitTermination() of a query that spark-adaptive failed for
     │                           a reason of its own: after a restart, no resources within
     │                           scheduler.submission.resource-wait-timeout. A query Spark
-    │                           failed raises Spark's own exception instead.
+    │                           failed raises Spark's own exception instead. Also raised by
+    │                           stop_with_savepoint() when the stop is given up (the query
+    │                           failed while stopping and its restart strategy restarts it).
     ├── ShimNotAvailableError   spark.adaptive.listener=shim but the jar is missing or does
     │                           not load, or a batch helper that needs the shim has none.
     ├── UnsupportedSparkError   at activation: the driver runs a pyspark or Spark outside
