@@ -23,8 +23,9 @@ server accepted exits 0 even if reading the bounds back after it fails (that
 failure is printed).
 
 ``spark-adaptive install-hook`` places ``spark_adaptive_startup.pth`` in this
-interpreter's site-packages. A regular ``pip install`` does that by itself; an
-editable install (``pip install -e``) does not, so the set-up runs this.
+interpreter's site-packages (``--remove`` deletes it). A regular ``pip install``
+does that by itself; an editable install (``pip install -e``) does not, so the
+set-up runs this.
 """
 
 from __future__ import annotations
@@ -51,17 +52,41 @@ from spark_adaptive.rest.client import (
 )
 
 PTH_NAME = "spark_adaptive_startup.pth"
-PTH_LINE = "import _spark_adaptive_startup\n"
+#: The line Python's site module runs at every start (a .pth line that begins with
+#: ``import``). It tolerates the module's absence: ``pip uninstall`` of an editable install
+#: leaves a .pth that ``install-hook`` wrote, which must not break every later start.
+PTH_LINE = ('import sys; exec("try:\\n import _spark_adaptive_startup\\n'
+            'except ModuleNotFoundError:\\n pass")\n')
 T = TypeVar("T")
 #: What reading JSON of another shape than the API's raises in the tables.
 _NOT_ITS_SHAPE = (TypeError, ValueError, KeyError, AttributeError, IndexError)
 
 
-def install_hook(site_packages: str | None = None) -> Path:
+def install_hook(site_packages: str | None = None, remove: bool = False) -> Path:
+    """Write (or with ``remove``, delete) the start-up hook's .pth in ``site_packages``
+    (default: this interpreter's). Raises OSError when the directory cannot be written."""
     target = Path(site_packages or sysconfig.get_paths()["purelib"]) / PTH_NAME
-    if not target.exists() or target.read_text() != PTH_LINE:
+    if remove:
+        target.unlink(missing_ok=True)
+    elif not target.exists() or target.read_text() != PTH_LINE:
         target.write_text(PTH_LINE)
     return target
+
+
+def _install_hook_command(site_packages: str | None, remove: bool) -> int:
+    try:
+        target = install_hook(site_packages, remove)
+    except OSError as e:
+        print(f"spark-adaptive: cannot {'remove' if remove else 'write'} the start-up hook "
+              f"in {site_packages or 'site-packages'}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    print(f"{'removed' if remove else 'installed'} {target}")
+    if not remove and str(target.parent.resolve()) not in {
+            str(Path(p).resolve()) for p in sys.path if p}:
+        print(f"spark-adaptive: warning: {target.parent} is not on this interpreter's "
+              "sys.path; Python runs the hook only from a site-packages directory it reads",
+              file=sys.stderr)
+    return 0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -81,6 +106,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="cmd", required=True)
     hook = sub.add_parser("install-hook", help="enable zero-code activation in this environment")
     hook.add_argument("--site-packages", default=None)
+    hook.add_argument("--remove", action="store_true",
+                      help="delete the hook (before 'pip uninstall' of an editable install)")
     sub.add_parser("status", parents=[common], help="the managed queries, as a table")
     history = sub.add_parser("history", parents=[common],
                              help="a query's rescales and restarts")
@@ -218,8 +245,7 @@ _COMMANDS: dict[str, Callable[[RestClient, argparse.Namespace], int]] = {
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.cmd == "install-hook":
-        print(f"installed {install_hook(args.site_packages)}")
-        return 0
+        return _install_hook_command(args.site_packages, args.remove)
     url = getattr(args, "url", None) or os.environ.get("SPARK_ADAPTIVE_URL") or DEFAULT_URL
     token = getattr(args, "token", None) or os.environ.get("SPARK_ADAPTIVE_TOKEN") or None
     args.json = getattr(args, "json", False)

@@ -32,13 +32,15 @@ last micro-batch, the rescale history) and counts every error while a driver is 
 the end it stops the app through its stop file and checks the last committed
 aggregate key by key: every value counted once, none lost, none twice
 (:func:`check_counts`). It writes ``soak.json`` (the actions, samples, rescales and the
-result) and ``soak.png`` (the timeline) into ``--out``, and prints the summary.
+result) and, with matplotlib installed, ``soak.png`` (the timeline) into ``--out``, and
+prints the summary.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import random
@@ -521,6 +523,10 @@ class Soak:
                 "rescales": list(self.watch.rescales.values()),
                 "rest_errors": self.watch.errors}
         (self.out / "soak.json").write_text(json.dumps(data, indent=1))
+        if importlib.util.find_spec("matplotlib") is None:
+            self.say("no timeline picture: matplotlib is not installed (pip install "
+                      f"'spark-adaptive[plot]'); the run is in {self.out / 'soak.json'}")
+            return
         plot(self.mode, data, self.out / "soak.png")
 
 
