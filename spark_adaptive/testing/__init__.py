@@ -5,7 +5,9 @@
 * pytest fixtures, opt-in (``pytest_plugins = ["spark_adaptive.testing.pytest_plugin"]``
   in a ``conftest.py``, or ``pytest -p spark_adaptive.testing.pytest_plugin``):
   ``local_cluster`` (a fresh cluster per test, one worker by default),
-  ``local_cluster_factory`` and ``cluster_spark_factory``.
+  ``local_cluster_factory`` and ``cluster_spark_factory``; and, for a run that also uses
+  pytest-spark's ``spark_session``, ``spark_adaptive.testing.pytest_spark_session``,
+  which makes that session again after a cluster test stopped it.
 
 Install with the extra ``spark-adaptive[testing]`` (psutil, pytest).
 

@@ -14,6 +14,13 @@ it needs beyond the package (pytest, psutil) comes with the extra
 * ``local_cluster``: a fresh cluster with one one-core worker;
 * ``cluster_spark_factory(cluster, **conf)``: a SparkSession on a cluster,
   stopped at the end of the test.
+
+A process has one SparkContext: ``cluster_spark_factory`` stops the one running
+when it makes a session, also pytest-spark's session-scoped ``spark_session``.
+It stops nothing when the test does not call it, and at the end of the test it
+stops only the sessions it made. The opt-in plugin
+:mod:`spark_adaptive.testing.pytest_spark_session` gives the tests after it a
+``spark_session`` made again with pytest-spark's options.
 """
 
 from __future__ import annotations
@@ -49,7 +56,16 @@ def local_cluster(local_cluster_factory: Callable[..., LocalCluster]) -> LocalCl
 
 @pytest.fixture
 def cluster_spark_factory() -> Iterator[Callable[..., Any]]:
-    from spark_adaptive.testing.session import cluster_session, stop_active_session
+    from spark_adaptive.testing import session
 
-    yield cluster_session
-    stop_active_session()
+    made: list[Any] = []
+
+    def make(cluster: LocalCluster, app_name: str = "spark-adaptive-test",
+             **conf: str | None) -> Any:
+        spark = session.cluster_session(cluster, app_name, **conf)
+        made.append(spark)
+        return spark
+
+    yield make
+    for spark in made:
+        session.stop_session(spark)

@@ -1,7 +1,13 @@
-"""SparkSessions on a :class:`~spark_adaptive.testing.cluster.LocalCluster`."""
+"""SparkSessions on a :class:`~spark_adaptive.testing.cluster.LocalCluster`.
+
+A Python process has one SparkContext at a time: a session on a cluster is made
+after the one running is stopped, whoever made it (a local session of
+pytest-spark's ``spark_session`` fixture too).
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -13,6 +19,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from spark_adaptive.testing.cluster import LocalCluster
+
+log = logging.getLogger(__name__)
 
 #: Settings that keep a test app small and quick on a laptop-sized machine.
 TEST_CONF = {
@@ -41,12 +49,26 @@ def stop_active_session() -> None:
         SparkContext._active_spark_context.stop()
 
 
+def stop_session(spark: SparkSession) -> None:
+    """Stop ``spark`` if its SparkContext is the one running. One already stopped, or
+    replaced by another, is left alone: stopping its session again would clear the
+    session now active in the JVM."""
+    from pyspark import SparkContext
+
+    if SparkContext._active_spark_context is spark.sparkContext:
+        spark.stop()
+
+
 def cluster_session(cluster: LocalCluster, app_name: str = "spark-adaptive-test",
                     **conf: str | None) -> SparkSession:
     """A new SparkSession whose master is ``cluster``; ``conf`` overrides :data:`TEST_CONF`
-    (``None`` leaves a key of it unset)."""
+    (``None`` leaves a key of it unset). The SparkContext running, if any, is stopped first."""
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
+    if SparkContext._active_spark_context is not None:
+        log.info("stopping the SparkContext running in this process to start one on %s",
+                 cluster.master_url)
     stop_active_session()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(cluster.master_url).appName(app_name)

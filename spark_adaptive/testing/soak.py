@@ -57,7 +57,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from spark_adaptive.testing.cluster import LocalCluster
+from spark_adaptive.testing.cluster import LocalCluster, loopback_urlopen
 from spark_adaptive.testing.submit import SubmittedApp, submit
 
 APP = Path(__file__).resolve().with_name("soak_app.py")
@@ -392,7 +392,7 @@ class Soak:
         req = urllib.request.Request(
             f"{self.app.rest_url}/queries/{QUERY}/resource-requirements", body.encode(),
             method="PUT", headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=30) as r:
+        with loopback_urlopen(req, timeout=30) as r:
             assert r.status == 200
         return f"[1, {upper}]"
 

@@ -30,6 +30,7 @@ import os
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
+from urllib.parse import unquote, urlparse
 
 from spark_adaptive.rest.wire import query_json, record_json
 
@@ -40,7 +41,8 @@ def file_sink_files(out: str | os.PathLike[str]) -> list[str]:
     """Paths of the files the file sink writing to ``out`` committed. Spark's log holds one
     file per batch and, every ``spark.sql.streaming.fileSink.log.compactInterval`` batches,
     a ``.compact`` file with everything before it: reading from the newest one on sees
-    each committed file once."""
+    each committed file once. The log holds URIs (``file:///my%20out/part-0...``); a
+    ``file:`` one is given as the local path it names."""
     log_dir = os.path.join(os.fspath(out), "_spark_metadata")
     entries = sorted((n for n in os.listdir(log_dir) if not n.startswith(".")),
                      key=lambda n: int(n.split(".")[0]))
@@ -52,8 +54,13 @@ def file_sink_files(out: str | os.PathLike[str]) -> list[str]:
         for line in lines:
             entry = json.loads(line)
             if entry.get("action", "add") == "add":
-                files.append(entry["path"].removeprefix("file://").removeprefix("file:"))
+                files.append(_local_path(entry["path"]))
     return files
+
+
+def _local_path(uri: str) -> str:
+    parsed = urlparse(uri)
+    return unquote(parsed.path) if parsed.scheme in ("file", "") else uri
 
 
 def wait_until(check: Callable[[], T], timeout: float = 120.0, what: str = "the condition",

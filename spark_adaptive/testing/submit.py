@@ -5,6 +5,17 @@ a child process (its output goes to a log file) and returns a
 :class:`SubmittedApp`, which reads the app's spark-adaptive REST API: the
 queries, their state, parallelism and rescale history. This is how an
 operator sees a production app, and it needs nothing inside the app.
+
+``spark-submit`` is the pyspark install's (``bin/spark-submit`` of
+:func:`~spark_adaptive.testing.cluster.spark_home`), as the cluster's daemons are.
+The driver runs in a process group of its own, which :meth:`SubmittedApp.kill`
+ends; use the app as a context manager so that a failing test ends it too::
+
+    with submit(cluster, "app.py", conf={...}) as app:
+        query = app.wait_for_query()
+
+On Linux the driver is also sent SIGTERM when the Python process that submitted
+it ends, however it ends.
 """
 
 from __future__ import annotations
@@ -16,24 +27,36 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from spark_adaptive.errors import ClusterError
-from spark_adaptive.testing.cluster import LocalCluster, free_port
+from spark_adaptive.testing.cluster import (
+    LocalCluster,
+    free_port,
+    loopback_urlopen,
+    popen,
+    spark_home,
+)
 
 
 @dataclass
 class SubmittedApp:
+    """A driver started by :func:`submit`; as a context manager, it is killed on leaving."""
+
     process: subprocess.Popen[bytes]
     log_path: Path
     rest_url: str
 
+    def __enter__(self) -> SubmittedApp:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+
     def get(self, path: str) -> Any:
-        with urllib.request.urlopen(self.rest_url + path, timeout=5) as r:
+        with loopback_urlopen(self.rest_url + path, timeout=5) as r:
             return json.load(r)
 
     def queries(self) -> list[dict[str, Any]]:
@@ -82,6 +105,7 @@ class SubmittedApp:
                                ) from None
 
     def kill(self) -> None:
+        """SIGKILL the driver's process group (the driver, and the Python app it runs)."""
         if self.running():
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(10)
@@ -105,15 +129,16 @@ def submit(cluster: LocalCluster, app: str | os.PathLike[str], *args: str,
         "spark.adaptive.rest.port": str(port),
         **(conf or {}),
     }
-    spark_submit = str(Path(sys.executable).parent / "spark-submit")
-    cmd = [spark_submit, "--master", cluster.master_url]
+    home = spark_home()
+    cmd = [str(Path(home, "bin", "spark-submit")), "--master", cluster.master_url]
     for key, value in settings.items():
         cmd += ["--conf", f"{key}={value}"]
     cmd += [str(app), *args]
     log = Path(log_path) if log_path else cluster.work_dir / "logs" / f"app-{port}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    env = {**os.environ, "SPARK_HOME": home, "PYSPARK_PYTHON": sys.executable,
+           "PYSPARK_DRIVER_PYTHON": sys.executable}
     with open(log, "wb") as out:
-        process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                   stdin=subprocess.DEVNULL, start_new_session=True)
+        process = popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
+                        stdin=subprocess.DEVNULL, start_new_session=True)
     return SubmittedApp(process, log, f"http://127.0.0.1:{port}")

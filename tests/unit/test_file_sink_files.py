@@ -31,3 +31,18 @@ def test_without_a_compaction_every_batch_is_read(tmp_path: Path) -> None:
     for batch in (2, 0, 1):
         _log(log, str(batch), [f"/out/part-{batch}"])
     assert file_sink_files(tmp_path) == ["/out/part-0", "/out/part-1", "/out/part-2"]
+
+
+def test_paths_are_the_local_files_the_uris_name(tmp_path: Path) -> None:
+    log = tmp_path / "_spark_metadata"
+    log.mkdir()
+    uris = ["file:///tmp/my%20out/part-0.parquet", "file:/tmp/100%25/part-1.parquet",
+            "/tmp/plain/part-2.parquet", "hdfs://nn:8020/out/part-3.parquet"]
+    log.joinpath("0").write_text(
+        "v1\n" + "".join(json.dumps({"path": u, "action": "add"}) + "\n" for u in uris))
+    assert file_sink_files(tmp_path) == [
+        "/tmp/my out/part-0.parquet",
+        "/tmp/100%/part-1.parquet",
+        "/tmp/plain/part-2.parquet",
+        "hdfs://nn:8020/out/part-3.parquet",
+    ]
