@@ -36,6 +36,7 @@ from spark_adaptive.errors import ConfigurationError
 from spark_adaptive.settings import Settings
 from spark_adaptive.spark import logs
 from spark_adaptive.spark.jvm import spark_conf
+from spark_adaptive.spark.listener import active_work
 from spark_adaptive.spark.runtime import AdaptiveRuntime, runtime_for, start_runtime
 from spark_adaptive.spark.versions import check_versions
 
@@ -116,10 +117,14 @@ def activate_context(sc: SparkContext, overrides: dict[str, str] | None = None,
     rt = start_runtime(sc, settings)
     _install_context_hooks()
     try:
-        start_batch(rt)
+        batch = start_batch(rt)
     except BaseException:
         rt.shutdown()
         raise
+    if batch is not None:
+        # A job or stage whose end event was lost on the way is not held as running for
+        # good: the batch executors ask Spark's status store what still runs.
+        batch.follower.spark_active = lambda: active_work(sc)
     if rt.local_slots is not None:
         log.info("spark-adaptive enabled in local mode (%s): a fixed pool of %d task slot(s). "
                  "Streaming queries start at once and keep their partitions; no executor is "

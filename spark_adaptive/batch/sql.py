@@ -67,6 +67,23 @@ and into the shared state and session conf of a session that already exists
 at planning, so a query planned after activation is steered. An app that
 sets one of these keys on a session afterwards overrides it for that session.
 
+``spark.sql.shuffle.partitions`` set on a session after activation (the
+zero-code path activates before any app code runs, so this is where most apps
+set it: ``spark.conf.set``, SQL ``SET``). With AQE, Spark writes shuffles in
+``initialPartitionNum`` partitions in its place, so the context-wide
+``initialPartitionNum`` set here would silently override it, where plain Spark
+writes the app's count. With the JVM shim, its query-stage rule is told
+(:func:`~spark_adaptive.spark.sqlconf.mark_own_initial_partition_num`) that
+``initialPartitionNum`` is spark-adaptive's, and in a session that sets
+``spark.sql.shuffle.partitions`` itself it writes the shuffles Spark sized
+from the conf in the app's count (or fewer, from the estimate below): the
+app's count is the upper bound, as for one set before activation. The rule is
+registered for this whenever spark-adaptive sets ``initialPartitionNum``,
+also with ``batch.shuffle-partitions-from-estimate=false`` (which it then
+gets as ``false``). Without the shim, and in a session that existed before
+activation (it keeps the extensions it was created with), the app's later
+count is not honoured: activation says so in one WARNING.
+
 The app's own settings win (do no harm): a key it set itself before activation
 (its SparkConf or session builder, ``spark-submit --conf``,
 ``spark-defaults.conf``, or ``spark.conf.set`` on the session ``enable()`` is
@@ -125,7 +142,9 @@ from spark_adaptive.spark.sqlconf import (
     append_to_list_conf,
     byte_string_as_bytes,
     explicit_confs,
+    mark_own_initial_partition_num,
     set_everywhere,
+    set_live,
 )
 
 if TYPE_CHECKING:
@@ -138,6 +157,10 @@ FILES = "spark.sql.files."
 EXTENSIONS = "spark.sql.extensions"
 #: The shim's Spark SQL extensions (its query-stage rule ShufflePartitionsFromEstimate).
 SHIM_EXTENSIONS = "io.sparkadaptive.shim.AdaptiveExtensions"
+#: The shim's query-stage rule, which the extensions inject.
+SHIM_RULE = "io.sparkadaptive.shim.ShufflePartitionsFromEstimate"
+#: The session conf the rule reads to size shuffles from Spark's estimate (a settings key).
+ESTIMATE_KEY = "spark.adaptive.batch.shuffle-partitions-from-estimate"
 #: Shuffle partitions written per planned task (the shim's ShufflePartitionsFromEstimate).
 PARTITIONS_PER_TASK = 8
 #: Spark's default ``spark.sql.files.maxPartitionBytes``.
@@ -266,10 +289,29 @@ def apply_sql_confs(sc: SparkContext, settings: Settings) -> SqlSteering:
              source_upper_bound(settings), ", ".join(f"{k}={v}" for k, v in confs.items()),
              f"; kept as the app set them (its own Spark SQL settings win over "
              f"spark.adaptive.batch.*): {kept_text}" if kept else "")
-    if settings.batch.shuffle_partitions_from_estimate:
-        # Its count never exceeds Spark's numShufflePartitions (initialPartitionNum, else the
-        # app's shuffle.partitions): the app's own count stays the upper bound.
-        register_extensions(sc, settings, applied.session_exists)
+    own_initial = INITIAL_PARTITION_NUM in confs and INITIAL_PARTITION_NUM not in applied.kept
+    honoured = False
+    if settings.batch.shuffle_partitions_from_estimate or own_initial:
+        # Its count never exceeds the app's own: Spark's numShufflePartitions (initialPartitionNum,
+        # else the app's shuffle.partitions), or the shuffle.partitions a session sets itself
+        # where initialPartitionNum is spark-adaptive's.
+        if not settings.batch.shuffle_partitions_from_estimate:
+            set_live(sc, ESTIMATE_KEY, "false")  # sessions read it (enable() may have set it)
+        if register_extensions(sc, settings, applied.session_exists) and own_initial:
+            why = mark_own_initial_partition_num(sc, SHIM_RULE, int(confs[INITIAL_PARTITION_NUM]))
+            honoured = why is None
+            if why is not None:
+                log.debug("batch: the shim's rule cannot tell initialPartitionNum is "
+                          "spark-adaptive's: %s", why)
+    if own_initial and (not honoured or applied.session_exists):
+        where = ("in the session that already exists (it keeps the extensions it was created "
+                 "with)" if honoured else "in any session (it needs the JVM shim's rule)")
+        log.warning("batch: spark.sql.shuffle.partitions set on a session from now on is not "
+                    "honoured %s: with adaptive execution Spark writes shuffles in %s=%s, "
+                    "which spark-adaptive set, in its place. To keep an app's own count, set "
+                    "spark.sql.shuffle.partitions before the SparkContext starts (spark-submit "
+                    "--conf, the session builder), or set %s with it.", where,
+                    INITIAL_PARTITION_NUM, confs[INITIAL_PARTITION_NUM], INITIAL_PARTITION_NUM)
     if not applied.aqe_on:
         log.warning("batch: spark.sql.adaptive.enabled=false, so shuffle stages of DataFrame jobs "
                     "run spark.sql.shuffle.partitions tasks; only source splits follow "
@@ -289,9 +331,12 @@ def register_extensions(sc: SparkContext, settings: Settings, session_exists: bo
                  "whatever their size: %s", settings.batch.max_parallelism, why)
         return False
     append_to_list_conf(sc, EXTENSIONS, SHIM_EXTENSIONS)
-    log.info("batch: %s added to %s: DataFrame shuffles are written in %d partitions per planned "
-             "task, at most %d%s", SHIM_EXTENSIONS, EXTENSIONS, PARTITIONS_PER_TASK,
-             settings.batch.max_parallelism,
+    what = (f"DataFrame shuffles are written in {PARTITIONS_PER_TASK} partitions per planned "
+            f"task, at most {settings.batch.max_parallelism} (or a session's own "
+            "spark.sql.shuffle.partitions)" if settings.batch.shuffle_partitions_from_estimate
+            else "a session's own spark.sql.shuffle.partitions is the partition count of its "
+                 "DataFrame shuffles")
+    log.info("batch: %s added to %s: %s%s", SHIM_EXTENSIONS, EXTENSIONS, what,
              "; the session that already exists keeps the extensions it was created with"
              if session_exists else "")
     return True

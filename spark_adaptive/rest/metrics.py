@@ -115,7 +115,8 @@ def _app(view: MetricsView) -> Iterator[Metric]:
     yield CounterMetricFamily(P + "events_received", "Spark events the scheduler received.",
                               value=a.events_received)
     yield CounterMetricFamily(P + "events_dropped", "Spark events dropped before the scheduler "
-                              "saw them (the listener's queue was full).",
+                              "saw them (the listener's queue was full, or a delivery to "
+                              "Python failed).",
                               value=a.events_dropped)
     yield GaugeMetricFamily(P + "listener_queued_events", "Spark events waiting to be handled.",
                             value=a.events_queued)

@@ -311,7 +311,7 @@ class SparkQueryDriver:
         the app's session and writer are left as the app made them."""
         conf = self._spark.conf
         with _START_LOCK:
-            before = conf.get(SHUFFLE_PARTITIONS)
+            before = conf.get(SHUFFLE_PARTITIONS, None)  # None: the session never set it
             options = None
             checkpoint = self._info.checkpoint_location
             if self.runs and checkpoint is not None and self._session_checkpoint_root:
@@ -321,7 +321,10 @@ class SparkQueryDriver:
             try:
                 return self._start(self._jwriter)
             finally:
-                conf.set(SHUFFLE_PARTITIONS, str(before))
+                if before is None:
+                    conf.unset(SHUFFLE_PARTITIONS)  # as it was: unset, not set to the default
+                else:
+                    conf.set(SHUFFLE_PARTITIONS, str(before))
                 if options is not None:
                     _set_private_field(self._jwriter, "extraOptions", options)
 

@@ -18,6 +18,11 @@ Every callback converts and hands the event to ``sink`` and returns; ``sink``
 only queues it for the scheduler thread. A callback that fails logs the failure
 with the event type and returns normally, so Spark's listener bus never sees
 an exception from us.
+
+The application's end (Spark's ``onApplicationEnd``, posted when the SparkContext
+stops, also when Spark stops it itself) is not an event for the scheduler: it
+calls ``on_application_end``, which must return at once (it runs on the thread
+that delivers Spark's events).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Sink = Callable[[ev.Event], None]
+Callback = Callable[[], None]
 
 _SHIM_TYPES: dict[str, type[ev.Event]] = {
     t.__name__: t
@@ -98,8 +104,9 @@ class Py4jSparkListener:
     class Java:
         implements = ["org.apache.spark.scheduler.SparkListenerInterface"]
 
-    def __init__(self, sink: Sink) -> None:
+    def __init__(self, sink: Sink, on_application_end: Callback | None = None) -> None:
         self._sink = sink
+        self._on_application_end = on_application_end
         self.errors = 0
         self.calls = 0
 
@@ -200,6 +207,11 @@ class Py4jSparkListener:
         self._sink(ev.JobEnded(e.time() / 1000.0, e.jobId(), not failed,
                                str(result.exception().toString()) if failed else None))
 
+    @_guard("ApplicationEnd")
+    def onApplicationEnd(self, _e: Any) -> None:  # noqa: N802
+        if self._on_application_end is not None:
+            self._on_application_end()
+
 
 class _ShimSink:
     """The Python end of the shim: ``java.util.function.Consumer<String>``."""
@@ -207,14 +219,20 @@ class _ShimSink:
     class Java:
         implements = ["java.util.function.Consumer"]
 
-    def __init__(self, sink: Sink) -> None:
+    def __init__(self, sink: Sink, on_application_end: Callback | None = None) -> None:
         self._sink = sink
+        self._on_application_end = on_application_end
         self.errors = 0
 
     def accept(self, batch: str) -> None:
         for line in batch.split("\n"):
             try:
-                self._sink(event_from_shim(json.loads(line)))
+                obj = json.loads(line)
+                if obj.get("type") == APPLICATION_ENDED:
+                    if self._on_application_end is not None:
+                        self._on_application_end()
+                    continue
+                self._sink(event_from_shim(obj))
             except Exception:
                 self.errors += 1
                 log.exception("bad event from the JVM shim: %.200s", line)
@@ -223,24 +241,32 @@ class _ShimSink:
         raise NotImplementedError
 
 
+#: The shim's line for Spark's ``onApplicationEnd``.
+APPLICATION_ENDED = "ApplicationEnded"
+
+
 class ShimListener:
     """The JVM shim's listener, registered on the SparkContext."""
 
     def __init__(self, sc: SparkContext, jar: Path, sink: Sink,
-                 queue_capacity: int = 10_000) -> None:
+                 queue_capacity: int = 10_000,
+                 on_application_end: Callback | None = None) -> None:
         """``queue_capacity``: stage and job events that may wait for Python; more are
         dropped and counted (executor and query events never are)."""
         self._sc = sc
         self._jlistener = new_shim_object(sc, "AdaptiveListener", jar)
         self._jlistener.setCapacity(queue_capacity)
-        self._python_sink = _ShimSink(sink)
+        self._python_sink = _ShimSink(sink, on_application_end)
         self._jlistener.start(self._python_sink)
         sc._jsc.sc().addSparkListener(self._jlistener)
 
     def stats(self) -> dict[str, int]:
+        """The shim's counts: events ``delivered`` to Python in ``batches``; ``failures``,
+        deliveries that failed, and the events they ``lost``; events ``queued`` now; stage
+        and job events ``dropped`` while the queue was full."""
         j = self._jlistener
         return {"delivered": j.delivered(), "batches": j.batches(), "failures": j.failures(),
-                "queued": j.queued(), "dropped": j.dropped()}
+                "lost": j.lost(), "queued": j.queued(), "dropped": j.dropped()}
 
     def close(self) -> None:
         self._sc._jsc.sc().removeSparkListener(self._jlistener)
@@ -250,9 +276,10 @@ class ShimListener:
 class Py4jListener:
     """The fallback: :class:`Py4jSparkListener` registered on the SparkContext."""
 
-    def __init__(self, sc: SparkContext, sink: Sink) -> None:
+    def __init__(self, sc: SparkContext, sink: Sink,
+                 on_application_end: Callback | None = None) -> None:
         self._sc = sc
-        self._listener = Py4jSparkListener(sink)
+        self._listener = Py4jSparkListener(sink, on_application_end)
         # py4j proxies a Python object afresh each time it is passed to Java, and Spark
         # removes a listener by equality: add and remove must pass one and the same JVM
         # proxy, so take it once (through a JVM list) and keep it, as PySpark keeps its
@@ -328,13 +355,15 @@ def _safe(fn: Callable[[], None], what: str) -> None:
 
 
 def attach_spark_listener(
-    sc: SparkContext, sink: Sink, mode: str, jar: Path | None, queue_capacity: int = 10_000
+    sc: SparkContext, sink: Sink, mode: str, jar: Path | None, queue_capacity: int = 10_000,
+    on_application_end: Callback | None = None,
 ) -> tuple[ShimListener | Py4jListener, str]:
-    """Register the listener for ``mode`` (auto|shim|py4j); returns it and the path used."""
+    """Register the listener for ``mode`` (auto|shim|py4j); returns it and the path used.
+    ``on_application_end`` is called when Spark ends the application (see the module doc)."""
     ensure_callback_server(sc)
     if mode in ("auto", "shim") and jar is not None:
         try:
-            return ShimListener(sc, jar, sink, queue_capacity), "shim"
+            return ShimListener(sc, jar, sink, queue_capacity, on_application_end), "shim"
         except Exception as e:
             if mode == "shim":
                 raise
@@ -343,7 +372,15 @@ def attach_spark_listener(
         raise ShimNotAvailableError(
             "spark.adaptive.listener=shim but no shim jar was found; build it with "
             "jvm-shim/build.sh or set spark.adaptive.shim.jar")
-    return Py4jListener(sc, sink), "py4j"
+    return Py4jListener(sc, sink, on_application_end), "py4j"
+
+
+def active_work(sc: SparkContext) -> tuple[list[int], list[int]]:
+    """The ids of the jobs and of the stages that run now, by Spark's status store
+    (``SparkStatusTracker``): two py4j calls to the driver JVM, no cluster RPC."""
+    tracker = sc._jsc.sc().statusTracker()
+    return ([int(i) for i in tracker.getActiveJobIds()],
+            [int(i) for i in tracker.getActiveStageIds()])
 
 
 def live_executors(sc: SparkContext) -> list[ev.ExecutorAdded]:

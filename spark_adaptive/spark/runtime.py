@@ -4,7 +4,9 @@ There is one :class:`AdaptiveRuntime` per SparkContext. It is created by
 activation (:func:`spark_adaptive.enable` or the zero-code startup hook) and
 ends before the SparkContext stops, removing its listeners first so Spark never
 calls into a Python process that is going away (which Spark would log as
-"Listener threw an exception").
+"Listener threw an exception"). A SparkContext that Spark stops itself (the
+cluster manager ended the app, a fatal scheduler error) ends it too: on Spark's
+application end, on a thread of its own.
 """
 
 from __future__ import annotations
@@ -139,7 +141,8 @@ class AdaptiveRuntime:
         metrics source."""
         jar = usable_shim(sc, settings)  # None after one WARNING naming what is lost
         self.listener, self.listener_path = attach_spark_listener(
-            sc, self.bus.post, settings.listener, jar, settings.listener_queue_capacity)
+            sc, self.bus.post, settings.listener, jar, settings.listener_queue_capacity,
+            self._application_ended)
         for event in live_executors(sc):
             self.bus.post(event)
         install_writer_hooks(streaming_manager_for)
@@ -202,8 +205,22 @@ class AdaptiveRuntime:
             log.debug("pushing figures to Spark's metrics system failed", exc_info=True)
         self._push_timer = self.loop.call_later(PUSH_INTERVAL, self._push_metrics)
 
+    def _application_ended(self) -> None:
+        """Spark ended the application: the SparkContext stops or has stopped, perhaps not
+        through Python's ``stop()`` (which shuts the runtime down first, so this does not
+        come then). Shuts down on a thread of its own: this runs on the thread that delivers
+        Spark's events (with the py4j listener, Spark's listener bus), which shutting down
+        waits for."""
+        if self._closed:
+            return
+        log.info("the SparkContext stopped: spark-adaptive stops")
+        threading.Thread(target=self.shutdown, name="spark-adaptive-shutdown",
+                         daemon=True).start()
+
     def _figures(self) -> AppFigures:
-        """The application's figures for ``/metrics`` (on the scheduler thread)."""
+        """The application's figures for ``/metrics`` (on the scheduler thread). Events the
+        shim lost in a failed delivery to Python count as dropped: the scheduler never saw
+        them either."""
         stats = self.listener.stats() if isinstance(self.listener, ShimListener) else {}
         sched = self.scheduler.app_snapshot()
         return AppFigures(
@@ -211,7 +228,7 @@ class AdaptiveRuntime:
             executors_declared=sched["declaredExecutors"],
             executors_alive=sched["executors"],
             events_received=sum(self.bus.counts.values()),
-            events_dropped=stats.get("dropped", 0),
+            events_dropped=stats.get("dropped", 0) + stats.get("lost", 0),
             events_queued=stats.get("queued", 0) + self.loop.queued(),
             listener_lag=self.loop.lag,
             samples_held=0 if self.sampler is None else self.sampler.held())

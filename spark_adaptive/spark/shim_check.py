@@ -4,10 +4,19 @@ spark-adaptive runs without the shim, on pure-py4j paths, but it then loses
 
 * per-task event filtering in the JVM: Spark's listener bus calls into Python
   through py4j for every task, which slows jobs of many tasks;
+* the task figures of completed stages, which only the shim's listener keeps
+  (``AdaptiveListener``): the busy time of each micro-batch, from which the
+  autoscaler measures the processing rate per slot and a batch's fixed and
+  per-row cost (without it, only Spark's processedRowsPerSecond), and the
+  slowest and median task of each stage that batch reports give for skew;
 * clean stops exactly at a micro-batch boundary (``BatchBoundary``);
 * fast removal of hung executors (``ExecutorControl``);
 * the byte-balanced range reads of the RDD helpers (``ShuffleSizes``,
-  ``RangeShuffleRDD``, ``InputSizes``, ``LineChunksRDD``).
+  ``RangeShuffleRDD``, ``InputSizes``, ``LineChunksRDD``);
+* DataFrame shuffles sized by the query (``ShufflePartitionsFromEstimate``,
+  through ``AdaptiveExtensions``): fewer partitions for small queries, and a
+  session's own ``spark.sql.shuffle.partitions`` set after activation;
+* spark-adaptive's figures in Spark's metrics system (``AdaptiveMetricsSource``).
 
 So a missing jar, or one whose classes do not load on the running Spark, is one
 WARNING when spark-adaptive starts, naming what is lost and how to get the
@@ -33,12 +42,18 @@ log = logging.getLogger(__name__)
 #: The shim classes the Python side loads by name. Each is loaded and initialized at
 #: activation, so the JVM links it against the running Spark's classes.
 SHIM_CLASSES = ("AdaptiveListener", "BatchBoundary", "ExecutorControl", "ShuffleSizes",
-                "RangeShuffleRDD", "InputSizes", "LineChunksRDD")
+                "RangeShuffleRDD", "InputSizes", "LineChunksRDD", "ShufflePartitionsFromEstimate",
+                "AdaptiveExtensions", "AdaptiveMetricsSource")
 
 LOST = ("per-task event filtering in the JVM (Spark's listener bus now makes a py4j call "
-        "into Python for every task, which slows jobs of many tasks), clean stops at "
-        "micro-batch boundaries, fast removal of hung executors, and the byte-balanced "
-        "range reads of the RDD helpers")
+        "into Python for every task, which slows jobs of many tasks), the task figures of "
+        "completed stages (the autoscaler loses each micro-batch's busy time, so it measures "
+        "the rate per slot from Spark's processedRowsPerSecond and fits no per-batch cost, and "
+        "the batch stage reports lose the slowest and median task they give for skew), clean "
+        "stops at micro-batch boundaries, fast removal of hung executors, the byte-balanced "
+        "range reads of the RDD helpers, DataFrame shuffles sized by the query (fewer "
+        "partitions for small queries, and a session's own spark.sql.shuffle.partitions set "
+        "after activation), and spark-adaptive's figures in Spark's metrics system")
 HOW = ("install spark-adaptive from a wheel (pip builds one with the shim when a JDK 17+ "
        "is present), or build the jar from a checkout with jvm-shim/build.sh or make setup, "
        "or point spark.adaptive.shim.jar at one")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,8 +40,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
-_jars_added: set[tuple[int, str]] = set()
-_instances: dict[tuple[str, str], ShimShuffles] = {}
+#: Each SparkContext's instances, by jar. Held weakly by the context, and a stopped context's
+#: are dropped at the next look-up: a context that is gone keeps nothing alive here.
+_instances: weakref.WeakKeyDictionary[SparkContext, dict[str, ShimShuffles]] = (
+    weakref.WeakKeyDictionary())
 
 
 def shuffle_dependency(rdd: RDD[Any]) -> Any:
@@ -86,13 +89,21 @@ class ShimShuffles:
     """Shuffle sizes and range reads through the JVM shim."""
 
     def __init__(self, sc: SparkContext, jar: Path) -> None:
-        self._sc = sc
+        self._sc_ref = weakref.ref(sc)  # the instances of a context are kept by the context
         self._jsizes = shim_class(sc, "ShuffleSizes", jar)
         self._jranges = shim_class(sc, "RangeShuffleRDD", jar)
         self._jinputs = shim_class(sc, "InputSizes", jar)
         self._jchunks = shim_class(sc, "LineChunksRDD", jar)
         self._jar = jar
+        self._jar_shipped = False
         self._methods: dict[tuple[str, str, int], Any] = {}
+
+    @property
+    def _sc(self) -> SparkContext:
+        sc = self._sc_ref()
+        if sc is None:
+            raise ShimNotAvailableError("the SparkContext of these shim shuffles is gone")
+        return sc
 
     def run_map_stage(self, jdep: Any) -> int:
         """Run the map side of ``jdep`` (Spark skips it if done); returns the bytes written."""
@@ -159,12 +170,12 @@ class ShimShuffles:
         return arr
 
     def _ship_jar(self) -> None:
-        # Executors deserialize RangeShuffleRDD in every task: they need the jar too.
-        key = (id(self._sc), str(self._jar))
+        # Executors deserialize RangeShuffleRDD in every task: they need the jar too (once per
+        # context: this instance is the context's for this jar).
         with _lock:
-            if key not in _jars_added:
+            if not self._jar_shipped:
                 self._sc._jsc.sc().addJar(str(self._jar))
-                _jars_added.add(key)
+                self._jar_shipped = True
 
     def _static(self, jcls: Any, name: str, *args: Any) -> Any:
         # Classes from the shim's own class loader are not visible to py4j by name, so
@@ -203,12 +214,15 @@ def shim_shuffles(sc: SparkContext, jar: Path | None) -> ShimShuffles | None:
 
     One instance per SparkContext and jar: it keeps the reflected Java methods, whose
     look-up over py4j is a sizeable part of a small helper call (measurements:
-    docs/benchmarks.md, RDD helpers: partitions per map task and task sizes)."""
+    docs/benchmarks.md, RDD helpers: partitions per map task and task sizes). It lives
+    as long as its context runs: a stopped context's are dropped here, and a context
+    that is gone takes its own along."""
     if jar is None:
         return None
-    key = (str(sc.applicationId), str(jar))  # an id() could be reused by a later context
     with _lock:
-        cached = _instances.get(key)
+        for stopped in [c for c in _instances if c is not sc and _stopped(c)]:
+            del _instances[stopped]
+        cached = _instances.get(sc, {}).get(str(jar))
     if cached is not None:
         return cached
     try:
@@ -217,4 +231,9 @@ def shim_shuffles(sc: SparkContext, jar: Path | None) -> ShimShuffles | None:
         log.debug("shim shuffles unavailable: %s", e)
         return None
     with _lock:
-        return _instances.setdefault(key, made)
+        return _instances.setdefault(sc, {}).setdefault(str(jar), made)
+
+
+def _stopped(sc: SparkContext) -> bool:
+    """Whether ``sc`` has stopped (PySpark lets go of its JVM context then)."""
+    return getattr(sc, "_jsc", None) is None

@@ -83,6 +83,34 @@ def set_everywhere(sc: SparkContext, confs: Mapping[str, str]) -> Applied:
     return Applied(kept, aqe_on, session is not None)
 
 
+def set_live(sc: SparkContext, key: str, value: str) -> None:
+    """Set ``key`` in the SparkContext's live conf, which sessions created from now on copy."""
+    sc._jsc.sc().conf().set(key, value)
+
+
+def mark_own_initial_partition_num(sc: SparkContext, rule_class: str, n: int) -> str | None:
+    """Tell the shim's query-stage rule (``rule_class``, as Spark's class loader loads it for
+    ``spark.sql.extensions``) that spark-adaptive, not the app, set ``initialPartitionNum``
+    to ``n`` for the sessions of ``sc`` (its static ``setOwnInitialPartitionNum``). None when
+    done, else why not."""
+    j: Any = sc._jvm
+    gw: Any = sc._gateway
+    try:
+        loader = j.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
+        rule = j.java.lang.Class.forName(rule_class, True, loader)
+        types = gw.new_array(j.java.lang.Class, 2)
+        types[0] = j.java.lang.Class.forName("org.apache.spark.SparkContext")
+        types[1] = j.java.lang.Integer.TYPE
+        args = gw.new_array(j.java.lang.Object, 2)
+        args[0] = sc._jsc.sc()
+        args[1] = j.java.lang.Integer.valueOf(n)
+        rule.getMethod("setOwnInitialPartitionNum", types).invoke(None, args)
+    except Exception as e:  # py4j errors carry the Java trace
+        text = str(e).strip()
+        return f"{rule_class}.setOwnInitialPartitionNum: {text.splitlines()[0] if text else e!r}"
+    return None
+
+
 def append_to_list_conf(sc: SparkContext, key: str, value: str) -> None:
     """Add ``value`` to the comma-separated list ``key`` of the live conf, once."""
     live = sc._jsc.sc().conf()

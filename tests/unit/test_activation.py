@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import threading
+import time
 import types
 import weakref
 from typing import Any
@@ -145,6 +146,87 @@ def test_a_runtime_that_shut_down_is_not_kept_for_the_exit(
     assert [r() for r in refs] == [None, None]
     assert listener.closed
     assert quiet_runtime == [runtime.shutdown_all]  # one exit hook, for those still running
+
+
+def _shutdown_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "spark-adaptive-shutdown"]
+
+
+def test_spark_ending_the_application_shuts_the_runtime_down_on_a_thread_of_its_own(
+        monkeypatch: pytest.MonkeyPatch, quiet_runtime: list[Any]) -> None:
+    # Spark stopped the SparkContext itself (the master killed the app, a fatal scheduler
+    # error): Python's stop() never ran, and onApplicationEnd is the only word of it. The
+    # callback runs on the thread that delivers Spark's events, which shutting down waits for.
+    release = threading.Event()
+    closed_on: list[str] = []
+
+    class BlockingListener:
+        def close(self) -> None:
+            closed_on.append(threading.current_thread().name)
+            release.wait(30)
+
+    attached: list[tuple[Any, ...]] = []
+
+    def attach(*args: Any) -> Any:
+        attached.append(args)
+        return BlockingListener(), "py4j"
+
+    monkeypatch.setattr(runtime, "attach_spark_listener", attach)
+    sc = _context()
+    rt = runtime.start_runtime(sc, SETTINGS)
+    application_ended = attached[0][5]
+    application_ended()  # returns at once, while the shutdown waits on the listener's close
+    try:
+        deadline = time.monotonic() + 30
+        while not closed_on and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert closed_on == ["spark-adaptive-shutdown"]
+        assert runtime.runtime_for(sc) is None
+        [thread] = _shutdown_threads()
+    finally:
+        release.set()
+    thread.join(30)
+    assert closed_on == ["spark-adaptive-shutdown"]
+    assert _scheduler_threads() == []
+    application_ended()  # again, or Python's stop() after it: nothing more happens
+    rt.shutdown()
+    assert _shutdown_threads() == [] and closed_on == ["spark-adaptive-shutdown"]
+
+
+def test_events_the_shim_lost_in_a_failed_delivery_count_as_dropped(
+        monkeypatch: pytest.MonkeyPatch, quiet_runtime: list[Any]) -> None:
+    from spark_adaptive.spark.listener import ShimListener
+
+    class JvmListener:
+        def delivered(self) -> int:
+            return 100
+
+        def batches(self) -> int:
+            return 4
+
+        def failures(self) -> int:
+            return 1
+
+        def lost(self) -> int:
+            return 7
+
+        def queued(self) -> int:
+            return 3
+
+        def dropped(self) -> int:
+            return 5
+
+    shim = object.__new__(ShimListener)
+    shim._jlistener = JvmListener()
+    shim.close = lambda: None  # type: ignore[method-assign]
+    monkeypatch.setattr(runtime, "attach_spark_listener", lambda *a: (shim, "shim"))
+    rt = runtime.start_runtime(_context(), SETTINGS)
+    try:
+        assert shim.stats()["lost"] == 7
+        figures = rt.loop.call_sync(rt._figures)
+        assert figures.events_dropped == 5 + 7
+    finally:
+        rt.shutdown()
 
 
 def test_a_batch_wing_that_fails_to_start_shuts_the_runtime_down(

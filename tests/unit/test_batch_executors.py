@@ -7,7 +7,11 @@ from collections.abc import Sequence
 
 import pytest
 
-from spark_adaptive.core.batch.executors import ExecutorFollower, executors_for_tasks
+from spark_adaptive.core.batch.executors import (
+    STALE_RECHECK,
+    ExecutorFollower,
+    executors_for_tasks,
+)
 from spark_adaptive.core.clock import VirtualTime
 
 
@@ -154,3 +158,89 @@ def test_a_zero_timeout_never_releases_between_the_stages_of_a_running_job() -> 
     w.follower.job_ended(7)
     w.time.advance(0)
     assert w.actuator.requested == [1]
+
+
+# -- ends that never came ------------------------------------------------------------------
+class SparkRuns:
+    """What Spark's status store says runs: job ids and stage ids (None: cannot be read)."""
+
+    def __init__(self) -> None:
+        self.jobs: set[int] = set()
+        self.stages: set[int] = set()
+        self.readable = True
+        self.asked = 0
+
+    def __call__(self) -> tuple[set[int], set[int]] | None:
+        self.asked += 1
+        return (set(self.jobs), set(self.stages)) if self.readable else None
+
+
+def _watched(spark: SparkRuns, idle_timeout: float = 60.0) -> World:
+    w = World(alive=1, slots=2, idle_timeout=idle_timeout)
+    w.follower.spark_active = spark
+    return w
+
+
+def test_a_job_whose_end_was_lost_releases_the_executors_once_spark_no_longer_runs_it(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # The shim's queue or Spark's own listener bus dropped JobEnded(1): without a look at
+    # what Spark runs, job 1 would count as running for good and the 20 executors stay.
+    spark = SparkRuns()
+    spark.jobs, spark.stages = {1}, {0}
+    w = _watched(spark)
+    w.follower.job_started(1)
+    w.follower.stage_submitted((0, 0), 40)
+    assert w.actuator.requested == [20]
+    w.alive = 20
+    w.follower.stage_completed((0, 0))
+    spark.jobs, spark.stages = set(), set()  # the job ended; its end never came
+    with caplog.at_level(logging.INFO, logger="spark_adaptive.batch"):
+        w.time.advance(STALE_RECHECK)
+        assert w.follower.idle, "job 1 no longer counts as running"
+        w.time.advance(60)
+    assert w.actuator.requested == [20, 1]
+    lost = [r for r in caplog.records if "never reached spark-adaptive" in r.getMessage()]
+    assert len(lost) == 1 and lost[0].levelno == logging.WARNING
+    assert "job(s) 1 and stage(s) none" in lost[0].getMessage()
+
+
+def test_what_spark_still_runs_or_only_just_started_keeps_counting() -> None:
+    spark = SparkRuns()
+    spark.jobs = {1}
+    w = _watched(spark)
+    w.follower.job_started(1)  # t=0: a long job Spark still runs
+    w.time.advance(30)
+    w.follower.stage_submitted((4, 0), 8)  # t=30: not in Spark's store yet (it lags)
+    w.time.advance(30)  # t=60: the first look
+    assert not w.follower.idle and w.follower.running_tasks == 8
+    w.time.advance(600)  # held as long as Spark runs job 1; stage 4 went at t=120
+    assert w.follower.running_tasks == 0 and not w.follower.idle
+    assert w.actuator.requested == [4]
+    spark.jobs = set()
+    w.time.advance(STALE_RECHECK + 60)
+    assert w.actuator.requested == [4, 1]
+
+
+def test_unreadable_spark_status_keeps_what_runs_and_a_late_end_is_harmless() -> None:
+    spark = SparkRuns()
+    spark.readable = False
+    w = _watched(spark)
+    w.follower.job_started(1)
+    w.time.advance(600)
+    assert not w.follower.idle and spark.asked == 10
+    w.follower.job_ended(1)
+    w.time.advance(60)
+    assert w.actuator.requested == [] and w.follower.idle  # 1 alive: nothing to release
+    asked = spark.asked
+    w.time.advance(600)
+    assert spark.asked == asked, "no look at Spark while nothing runs"
+
+
+def test_without_a_view_of_spark_the_ends_are_trusted() -> None:
+    w = World(alive=1, slots=2)
+    w.follower.job_started(1)
+    w.follower.stage_submitted((0, 0), 40)
+    w.alive = 20
+    w.follower.stage_completed((0, 0))
+    w.time.advance(10_000)
+    assert w.actuator.requested == [20] and not w.follower.idle

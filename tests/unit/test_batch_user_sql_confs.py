@@ -8,6 +8,7 @@ import logging
 import pytest
 from batch_fakes import FakeSC, FakeSession
 
+from spark_adaptive.batch import sql
 from spark_adaptive.batch.sql import apply_sql_confs, kept_confs, sql_confs
 from spark_adaptive.settings import Settings
 from spark_adaptive.spark.sqlconf import set_everywhere
@@ -113,3 +114,77 @@ def test_the_writer_itself_never_overwrites_a_key_the_app_set() -> None:
     assert sc.live.entries[AQE + "coalescePartitions.enabled"] == "false"
     assert applied.kept == {AQE + "coalescePartitions.enabled": "false"}
     assert sc.live.entries[AQE + "advisoryPartitionSizeInBytes"] == str(64 << 20)
+
+
+# -- spark.sql.shuffle.partitions set on a session after activation ------------------------
+class Shim:
+    """The shim's SQL extension as activation sees it: registered or not, and told which
+    initialPartitionNum is spark-adaptive's."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, loads: bool = True) -> None:
+        self.registered = 0
+        self.marked: list[tuple[str, int]] = []
+        self.loads = loads
+        monkeypatch.setattr(sql, "register_extensions", self.register)
+        monkeypatch.setattr(sql, "mark_own_initial_partition_num", self.mark)
+
+    def register(self, sc: object, settings: Settings, session_exists: bool) -> bool:
+        self.registered += 1
+        return self.loads
+
+    def mark(self, sc: object, rule: str, n: int) -> str | None:
+        self.marked.append((rule, n))
+        return None
+
+
+def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_the_shims_rule_learns_that_initial_partition_num_is_spark_adaptives(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # The zero-code path activates before the app's code runs: an app's later
+    # spark.conf.set("spark.sql.shuffle.partitions", n) must stay the count its shuffles
+    # are written in, which only the rule can tell from spark-adaptive's initialPartitionNum.
+    # It is registered for that also where the estimate is off, which it then reads as off.
+    shim = Shim(monkeypatch)
+    sc = FakeSC()
+    with caplog.at_level(logging.INFO, logger="spark_adaptive.batch.sql"):
+        apply_sql_confs(sc, settings())  # type: ignore[arg-type]
+    assert sc.live.entries[INITIAL] == "128"
+    assert shim.registered == 1 and shim.marked == [(sql.SHIM_RULE, 128)]
+    assert sc.live.entries[sql.ESTIMATE_KEY] == "false"
+    assert _warnings(caplog) == []
+
+
+def test_without_the_rule_an_app_is_told_its_later_shuffle_partitions_is_not_honoured(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    shim = Shim(monkeypatch, loads=False)
+    with caplog.at_level(logging.INFO, logger="spark_adaptive.batch.sql"):
+        apply_sql_confs(FakeSC(), settings())  # type: ignore[arg-type]
+    assert shim.marked == []
+    [warning] = _warnings(caplog)
+    assert "spark.sql.shuffle.partitions set on a session from now on is not honoured in " \
+           "any session" in warning
+    assert f"{INITIAL}=128" in warning and "before the SparkContext starts" in warning
+
+
+def test_a_session_that_existed_before_keeps_its_extensions_and_is_warned_about(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    shim = Shim(monkeypatch)
+    with caplog.at_level(logging.INFO, logger="spark_adaptive.batch.sql"):
+        apply_sql_confs(FakeSC(session=FakeSession()), settings())  # type: ignore[arg-type]
+    assert shim.marked == [(sql.SHIM_RULE, 128)]
+    [warning] = _warnings(caplog)
+    assert "not honoured in the session that already exists" in warning
+
+
+def test_an_app_count_set_before_activation_needs_no_rule_and_no_warning(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    shim = Shim(monkeypatch)
+    sc = FakeSC({"spark.sql.shuffle.partitions": "400"})
+    with caplog.at_level(logging.INFO, logger="spark_adaptive.batch.sql"):
+        apply_sql_confs(sc, settings())  # type: ignore[arg-type]
+    assert INITIAL not in sc.live.entries
+    assert shim.registered == 0 and shim.marked == [] and _warnings(caplog) == []
+    assert sql.ESTIMATE_KEY not in sc.live.entries

@@ -32,6 +32,9 @@ class _Conf:
     def set(self, key: str, value: str) -> None:
         self.values[key] = value
 
+    def unset(self, key: str) -> None:
+        self.values.pop(key, None)
+
 
 class _SparkContext:
     _jsc = object()
@@ -148,6 +151,24 @@ def test_other_start_errors_may_pass(error: Exception) -> None:
 def test_a_parse_error_caused_deeper_down_is_found() -> None:
     wrapped = Py4JJavaError(_JavaError(IO_ERROR, cause=_JavaError(JSON_PARSE)))
     assert unrecoverable_start_error(wrapped)
+
+
+# -- the session's shuffle partitions around a start ------------------------------------------
+@pytest.mark.parametrize("app_set", [None, "4"])
+def test_a_start_leaves_the_session_s_shuffle_partitions_as_the_app_left_them(
+        app_set: str | None) -> None:
+    # Spark reads the setting when the query starts; an app that never set it must not find
+    # it set afterwards (to the default), which would read as its own choice.
+    seen: list[str | None] = []
+    driver = _driver()
+    conf = driver._spark.conf  # type: ignore[attr-defined]
+    conf.values.clear()
+    if app_set is not None:
+        conf.values["spark.sql.shuffle.partitions"] = app_set
+    driver._start = lambda jw: seen.append(conf.get("spark.sql.shuffle.partitions"))  # type: ignore[method-assign]
+    driver._start_with_partitions(2)
+    assert seen == ["2"]
+    assert conf.values.get("spark.sql.shuffle.partitions") == app_set
 
 
 # -- a cancel during a clean stop ------------------------------------------------------------

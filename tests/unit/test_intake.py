@@ -12,7 +12,7 @@ from spark_adaptive.core import events as ev
 from spark_adaptive.core.bus import EventBus
 from spark_adaptive.core.clock import VirtualTime
 from spark_adaptive.core.loop import EventLoop
-from spark_adaptive.spark.listener import _ShimSink, event_from_shim
+from spark_adaptive.spark.listener import Py4jSparkListener, _ShimSink, event_from_shim
 
 
 def test_shim_lines_become_frozen_events() -> None:
@@ -132,3 +132,24 @@ def test_cancelled_timer_does_not_run() -> None:
     t.advance(10)
     assert ran == [2]
     assert t.now() == 10
+
+
+def test_the_application_end_from_the_shim_calls_back_instead_of_posting() -> None:
+    got: list[ev.Event] = []
+    ended: list[str] = []
+    sink = _ShimSink(got.append, lambda: ended.append("ended"))
+    sink.accept('{"type":"JobEnded","time":1000,"job_id":1,"succeeded":true}\n'
+                '{"type":"ApplicationEnded","time":2000}')
+    assert got == [ev.JobEnded(1.0, 1, True)]
+    assert ended == ["ended"] and sink.errors == 0
+    quiet = _ShimSink(got.append)  # nobody to tell: ignored, not an error
+    quiet.accept('{"type":"ApplicationEnded","time":2000}')
+    assert quiet.errors == 0 and len(got) == 1
+
+
+def test_the_application_end_through_py4j_calls_back() -> None:
+    ended: list[str] = []
+    listener = Py4jSparkListener(lambda e: None, lambda: ended.append("ended"))
+    listener.onApplicationEnd(object())
+    assert ended == ["ended"] and listener.errors == 0 and listener.calls == 0
+    Py4jSparkListener(lambda e: None).onApplicationEnd(object())  # none to tell: fine

@@ -26,6 +26,12 @@ for Spark batch stages:
   non-deterministic DataFrame with other values. The reason is logged once;
   the check is repeated every :data:`PERSISTED_RECHECK` seconds (at least the
   idle timeout) while idle, so executors go once the app unpersists.
+* **an end that never came does not keep executors**: a job or stage end can
+  be lost before it gets here (Spark's listener bus drops events when its
+  queue is full; a delivery to Python can fail). With ``spark_active`` (which
+  jobs and stages Spark runs now, from its status store), every
+  :data:`STALE_RECHECK` seconds while something runs, a job or stage held as
+  running for that long that Spark no longer runs is taken as ended (logged).
 
 Coordination with the streaming scheduler (the rule, in one place): batch
 declares executors only while ``controls()`` is true, which the wiring defines
@@ -44,7 +50,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Collection, Hashable, Sequence
 
 from spark_adaptive.core.clock import Cancellable, Timers
 from spark_adaptive.core.ports import ExecutorActuator
@@ -55,6 +61,14 @@ decision_log = logging.getLogger(LOGGER_NAME)
 #: Seconds between two looks at the app's persisted RDDs while they keep idle executors
 #: (or the idle timeout, when longer).
 PERSISTED_RECHECK = 60.0
+
+#: Seconds between two looks at the jobs and stages Spark runs, while some are held as
+#: running; one held for at least this long that Spark no longer runs has lost its end.
+STALE_RECHECK = 60.0
+
+#: What Spark runs now: the ids of its active jobs and of its active stages; None when that
+#: cannot be told.
+ActiveWork = Callable[[], tuple[Collection[int], Collection[int]] | None]
 
 
 def executors_for_tasks(tasks: int, slots_per_executor: int, min_p: int, max_p: int
@@ -93,10 +107,14 @@ class ExecutorFollower:
         executors_alive: Callable[[], int],
         persisted_rdds: Callable[[], int | None],
         on_declared: Callable[[Sequence[str]], None] = lambda released: None,
+        spark_active: ActiveWork | None = None,
     ) -> None:
         """``persisted_rdds()``: how many RDDs the app holds persisted now (cached RDDs and
         DataFrames, local checkpoints), None when that cannot be told; executors are
-        released only at 0."""
+        released only at 0. ``spark_active()``: the jobs and stages Spark runs now (job ids,
+        and stage ids: a stage's key is ``(stage id, attempt)``), for the ends that never
+        came (module doc); None (the default) trusts the ends to come. It may also be set
+        later, as :attr:`spark_active`."""
         self._actuator = actuator
         self._timers = timers
         self._min_p, self._max_p = min_p, max_p
@@ -108,8 +126,12 @@ class ExecutorFollower:
         self._on_declared = on_declared
         self._running: dict[Hashable, int] = {}
         self._jobs: set[Hashable] = set()
+        self._since: dict[tuple[str, Hashable], float] = {}
         self._idle_timer: Cancellable | None = None
+        self._stale_timer: Cancellable | None = None
         self._kept_logged = False
+        self._stale_logged = False
+        self.spark_active = spark_active
         self.declared: int | None = None
         self.decisions: list[tuple[int, str]] = []
 
@@ -125,10 +147,12 @@ class ExecutorFollower:
     def job_started(self, job_id: Hashable) -> None:
         """A job started: the executors are not idle until it ends, between its stages too."""
         self._jobs.add(job_id)
+        self._held(("job", job_id))
         self._cancel_idle()
 
     def job_ended(self, job_id: Hashable) -> None:
         """A job ended (succeeded or failed); when nothing runs, the idle clock starts."""
+        self._since.pop(("job", job_id), None)
         if job_id in self._jobs:
             self._jobs.discard(job_id)
             self._start_idle_clock()
@@ -136,6 +160,7 @@ class ExecutorFollower:
     def stage_submitted(self, key: Hashable, tasks: int) -> None:
         """A stage (``key``: stage id and attempt) with ``tasks`` tasks is about to run."""
         self._running[key] = tasks
+        self._held(("stage", key))
         self._cancel_idle()
         if not self._controls():
             return
@@ -149,10 +174,60 @@ class ExecutorFollower:
     def stage_completed(self, key: Hashable) -> None:
         """A stage ended (succeeded or failed); when nothing runs, the idle clock starts."""
         self._running.pop(key, None)
+        self._since.pop(("stage", key), None)
         self._start_idle_clock()
 
     def close(self) -> None:
         self._cancel_idle()
+        if self._stale_timer is not None:
+            self._stale_timer.cancel()
+            self._stale_timer = None
+
+    def _held(self, what: tuple[str, Hashable]) -> None:
+        """A job or stage is held as running from now: look at what Spark runs in a while."""
+        self._since.setdefault(what, self._timers.now())
+        if self.spark_active is not None and self._stale_timer is None:
+            self._stale_timer = self._timers.call_later(STALE_RECHECK, self._check_stale)
+
+    def _check_stale(self) -> None:
+        """Forget the jobs and stages held as running for :data:`STALE_RECHECK` seconds or
+        more that Spark no longer runs (their end was lost); look again later while any
+        are held."""
+        self._stale_timer = None
+        spark_active = self.spark_active
+        if self.idle or spark_active is None:
+            return
+        try:
+            active = spark_active()
+        except Exception:
+            decision_log.debug("batch: reading the jobs and stages Spark runs failed",
+                               exc_info=True)
+            active = None
+        if active is not None:
+            jobs, stages = set(active[0]), set(active[1])
+            before = self._timers.now() - STALE_RECHECK
+            lost_jobs = [j for j in self._jobs
+                         if j not in jobs and self._since.get(("job", j), before) <= before]
+            lost_stages = [k for k in self._running
+                           if _stage_id(k) not in stages
+                           and self._since.get(("stage", k), before) <= before]
+            for j in lost_jobs:
+                self._jobs.discard(j)
+                self._since.pop(("job", j), None)
+            for k in lost_stages:
+                del self._running[k]
+                self._since.pop(("stage", k), None)
+            if lost_jobs or lost_stages:
+                level = logging.INFO if self._stale_logged else logging.WARNING
+                self._stale_logged = True
+                decision_log.log(
+                    level, "batch: Spark no longer runs job(s) %s and stage(s) %s, whose end "
+                    "never reached spark-adaptive (an event dropped on the way: Spark's "
+                    "listener bus drops events while its queue is full); they no longer count "
+                    "as running", _ids(lost_jobs), _ids(lost_stages))
+                self._start_idle_clock()
+        if not self.idle:
+            self._stale_timer = self._timers.call_later(STALE_RECHECK, self._check_stale)
 
     def _start_idle_clock(self, delay: float | None = None) -> None:
         if self.idle and self._idle_timer is None:
@@ -212,3 +287,15 @@ class ExecutorFollower:
         if self._idle_timer is not None:
             self._idle_timer.cancel()
             self._idle_timer = None
+
+
+def _stage_id(key: Hashable) -> Hashable:
+    """The stage id of a stage key ``(stage id, attempt)``."""
+    return key[0] if isinstance(key, tuple) and key else key
+
+
+def _ids(keys: Sequence[Hashable]) -> str:
+    if not keys:
+        return "none"
+    return ", ".join(".".join(map(str, k)) if isinstance(k, tuple) else str(k)
+                     for k in sorted(keys, key=repr))

@@ -5,16 +5,19 @@ import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
+import java.util.TreeSet;
 import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.Consumer;
 
 import org.apache.spark.executor.TaskMetrics;
 import org.apache.spark.scheduler.JobFailed;
 import org.apache.spark.scheduler.SparkListener;
+import org.apache.spark.scheduler.SparkListenerApplicationEnd;
 import org.apache.spark.scheduler.SparkListenerExecutorAdded;
 import org.apache.spark.scheduler.SparkListenerExecutorMetricsUpdate;
 import org.apache.spark.scheduler.SparkListenerExecutorRemoved;
@@ -27,6 +30,8 @@ import org.apache.spark.scheduler.SparkListenerTaskEnd;
 import org.apache.spark.scheduler.StageInfo;
 import org.apache.spark.sql.streaming.StreamingQueryListener;
 import org.apache.spark.storage.RDDInfo;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * A SparkListener that keeps task-level work inside the JVM.
@@ -37,9 +42,10 @@ import org.apache.spark.storage.RDDInfo;
  * This listener handles task events here (it only keeps each stage's task
  * durations, for skew reports and busy time) and hands Python just the events
  * spark-adaptive acts on: executors added, removed and heartbeating, stages
- * submitted and completed, jobs started and ended, and the streaming query events
+ * submitted and completed, jobs started and ended, the streaming query events
  * Spark posts on the same bus (started, progress, idle, terminated) for every
- * session, so Python needs no StreamingQueryListener of its own.
+ * session, so Python needs no StreamingQueryListener of its own, and the
+ * application's end (also when Spark stops the SparkContext itself).
  *
  * <p>Events are encoded as one JSON object per line and delivered in batches
  * by a daemon thread, one py4j call per batch, to a {@code Consumer<String>}
@@ -52,10 +58,20 @@ import org.apache.spark.storage.RDDInfo;
  *   <li>heartbeats are coalesced: only each executor's latest waits, whatever
  *       the number that arrived;
  *   <li>stage and job events (the task-level detail) are dropped and counted
- *       ({@link #dropped()}) while {@link #capacity()} events wait;
- *   <li>executor and streaming-query events are never dropped: they come at
- *       the pace of executors and micro-batches, not of tasks.
+ *       ({@link #dropped()}) while {@link #capacity()} events wait, in pairs:
+ *       a start is dropped when the queue has no room for it and for the ends
+ *       of the starts already passed on, and an end is dropped exactly when its
+ *       start was. An end whose start reached Python is never dropped, so
+ *       Python never holds a job or stage as running that has ended (which
+ *       would keep batch executors for good);
+ *   <li>executor, streaming-query and application events are never dropped:
+ *       they come at the pace of executors and micro-batches, not of tasks.
  * </ul>
+ * The first drop is one WARN line; every drop is counted.
+ *
+ * <p>Events lost because a delivery to Python failed (Python gone, its handler
+ * threw) are counted too ({@link #lost()}, {@link #failures()}); the first
+ * failure is logged with its error.
  */
 public class AdaptiveListener extends SparkListener {
   private final BlockingQueue<String> queue = new LinkedBlockingQueue<>();
@@ -65,6 +81,17 @@ public class AdaptiveListener extends SparkListener {
   private final AtomicLong batches = new AtomicLong();
   private final AtomicLong failures = new AtomicLong();
   private final AtomicLong dropped = new AtomicLong();
+  private final AtomicLong lost = new AtomicLong();
+  private final AtomicBoolean warnedDrop = new AtomicBoolean();
+  private final AtomicBoolean warnedFailure = new AtomicBoolean();
+  /** Guards the four id sets below (Spark's bus calls from one thread; close() from another). */
+  private final Object idsLock = new Object();
+  /** Jobs and stages whose start was passed on and whose end has not come yet. */
+  private final TreeSet<Long> openJobs = new TreeSet<>();
+  private final TreeSet<Long> openStages = new TreeSet<>();
+  /** Jobs and stages whose start was dropped: their ends are dropped too. */
+  private final TreeSet<Long> droppedJobs = new TreeSet<>();
+  private final TreeSet<Long> droppedStages = new TreeSet<>();
   /** Each executor's latest heartbeat not yet delivered (executor id to epoch millis). */
   private final Map<String, Long> heartbeats = new ConcurrentHashMap<>();
   private volatile int capacity = 10_000;
@@ -73,6 +100,13 @@ public class AdaptiveListener extends SparkListener {
   private volatile boolean running;
   private volatile String lastError = "";
   private int maxBatch = 1000;
+
+  /**
+   * The most ids each of the four sets above keeps. An end Spark's own listener bus dropped
+   * never comes, so its id would stay; beyond this the oldest (lowest) ids are forgotten.
+   */
+  static final int TRACKED_IDS = 10_000;
+  private static final Logger LOG = LoggerFactory.getLogger(AdaptiveListener.class);
 
   /** Start delivering batches to {@code sink}. */
   public synchronized void start(Consumer<String> sink) {
@@ -103,6 +137,17 @@ public class AdaptiveListener extends SparkListener {
     sink = null;
     queue.clear();
     heartbeats.clear();
+    synchronized (idsLock) {
+      openJobs.clear();
+      openStages.clear();
+      droppedJobs.clear();
+      droppedStages.clear();
+    }
+    if (dropped.get() > 0 || lost.get() > 0) {
+      LOG.info("spark-adaptive: the listener dropped {} stage and job event(s) while Python "
+          + "was behind, and lost {} event(s) in {} failed deliveries", dropped.get(),
+          lost.get(), failures.get());
+    }
   }
 
   public long delivered() { return delivered.get(); }
@@ -111,6 +156,8 @@ public class AdaptiveListener extends SparkListener {
   public String lastError() { return lastError; }
   public int queued() { return queue.size() + heartbeats.size(); }
   public long dropped() { return dropped.get(); }
+  /** Events in batches whose delivery to Python failed. */
+  public long lost() { return lost.get(); }
   public int capacity() { return capacity; }
   public void setCapacity(int n) { capacity = Math.max(1, n); }
   public void setMaxBatch(int n) { maxBatch = Math.max(1, n); }
@@ -151,7 +198,13 @@ public class AdaptiveListener extends SparkListener {
         } catch (Throwable t) {
           // Python went away or its handler failed: count it, never propagate.
           failures.incrementAndGet();
+          lost.addAndGet(buf.size());
           lastError = String.valueOf(t);
+          if (running && warnedFailure.compareAndSet(false, true)) {
+            LOG.warn("spark-adaptive: delivering {} Spark event(s) to Python failed; they are "
+                + "lost and counted (spark_adaptive_events_dropped_total), and later failures "
+                + "are only counted", buf.size(), t);
+          }
         }
       }
       buf.clear();
@@ -165,16 +218,58 @@ public class AdaptiveListener extends SparkListener {
     }
   }
 
-  /** A stage or job event: dropped (and counted) while the queue is full. */
-  private void emitDetail(Json j) {
+  /**
+   * A stage or job start ({@code id} in {@code open}): passed on when the queue has room for
+   * it and for the ends of the starts passed on before it (at most half the capacity is kept
+   * for those), else dropped, counted and remembered in {@code droppedIds}, so that its end
+   * is dropped too.
+   */
+  private void emitStart(Json j, long id, TreeSet<Long> open, TreeSet<Long> droppedIds) {
     if (!running) {
       return;
     }
-    if (queue.size() >= capacity) {
+    int c = capacity;
+    synchronized (idsLock) {
+      int reserved = Math.min(openJobs.size() + openStages.size(), c / 2);
+      if (queue.size() + reserved + 2 > c) {
+        track(droppedIds, id);
+      } else {
+        track(open, id);
+        queue.offer(j.close());
+        return;
+      }
+    }
+    dropped.incrementAndGet();
+    if (warnedDrop.compareAndSet(false, true)) {
+      LOG.warn("spark-adaptive: {} events wait for Python (spark.adaptive.listener.queue"
+          + ".capacity {}): stage and job events are dropped, each start with its end, until it "
+          + "catches up, and counted in spark_adaptive_events_dropped_total (said once)",
+          queue.size(), c);
+    }
+  }
+
+  /** A stage or job end: dropped exactly when its start was, else always passed on. */
+  private void emitEnd(Json j, long id, TreeSet<Long> open, TreeSet<Long> droppedIds) {
+    if (!running) {
+      return;
+    }
+    boolean startDropped;
+    synchronized (idsLock) {
+      open.remove(id);
+      startDropped = droppedIds.remove(id);
+    }
+    if (startDropped) {
       dropped.incrementAndGet();
       return;
     }
     queue.offer(j.close());
+  }
+
+  private static void track(TreeSet<Long> set, long id) {
+    set.add(id);
+    while (set.size() > TRACKED_IDS) {
+      set.pollFirst();
+    }
   }
 
   // -- executors --------------------------------------------------------------
@@ -206,10 +301,10 @@ public class AdaptiveListener extends SparkListener {
     StageInfo s = e.stageInfo();
     taskDurations.put(key(s), new long[Math.max(1, s.numTasks())]);
     taskCounts.put(key(s), 0);
-    emitDetail(new Json("StageSubmitted").num("time", optLong(s.submissionTime(), now()))
+    emitStart(new Json("StageSubmitted").num("time", optLong(s.submissionTime(), now()))
         .num("stage_id", s.stageId()).num("attempt", s.attemptNumber())
         .num("num_tasks", s.numTasks()).str("name", s.name())
-        .str("job_group", group(e.properties())));
+        .str("job_group", group(e.properties())), key(s), openStages, droppedStages);
   }
 
   @Override
@@ -261,7 +356,7 @@ public class AdaptiveListener extends SparkListener {
           .dbl("median_task_duration", done[n / 2] / 1000.0)
           .dbl("task_time", total / 1000.0);
     }
-    emitDetail(j);
+    emitEnd(j, k, openStages, droppedStages);
   }
 
   // -- streaming queries ------------------------------------------------------------
@@ -323,10 +418,11 @@ public class AdaptiveListener extends SparkListener {
       }
       ids.append(it.next());
     }
-    emitDetail(new Json("JobStarted").num("time", e.time()).num("job_id", e.jobId())
+    emitStart(new Json("JobStarted").num("time", e.time()).num("job_id", e.jobId())
         .raw("stage_ids", ids.append(']').toString()).str("job_group", group(e.properties()))
         .str("execution_id", e.properties() == null
-            ? null : e.properties().getProperty("spark.sql.execution.id")));
+            ? null : e.properties().getProperty("spark.sql.execution.id")),
+        e.jobId(), openJobs, droppedJobs);
   }
 
   @Override
@@ -337,7 +433,18 @@ public class AdaptiveListener extends SparkListener {
     } else {
       j.bool("succeeded", true);
     }
-    emitDetail(j);
+    emitEnd(j, e.jobId(), openJobs, droppedJobs);
+  }
+
+  // -- the application ----------------------------------------------------------------
+  /**
+   * The application ended: Spark stopped the SparkContext, from Python's {@code stop()} or
+   * on its own (the cluster manager ended the app, a fatal scheduler error). Python shuts
+   * spark-adaptive down when this arrives, after every event before it.
+   */
+  @Override
+  public void onApplicationEnd(SparkListenerApplicationEnd e) {
+    emit(new Json("ApplicationEnded").num("time", e.time()));
   }
 
   // -- helpers --------------------------------------------------------------------

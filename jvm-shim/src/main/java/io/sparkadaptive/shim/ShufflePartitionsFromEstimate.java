@@ -2,18 +2,27 @@ package io.sparkadaptive.shim;
 
 import java.math.BigInteger;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.List;
+import java.util.Map;
+import java.util.WeakHashMap;
+import java.util.concurrent.atomic.AtomicBoolean;
 
+import org.apache.spark.SparkContext;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.plans.physical.HashPartitioning;
 import org.apache.spark.sql.catalyst.plans.physical.Partitioning;
 import org.apache.spark.sql.catalyst.plans.physical.RangePartitioning;
+import org.apache.spark.sql.catalyst.plans.physical.RoundRobinPartitioning;
 import org.apache.spark.sql.catalyst.rules.Rule;
 import org.apache.spark.sql.catalyst.trees.TreeNodeTag;
 import org.apache.spark.sql.classic.SparkSession;
 import org.apache.spark.sql.execution.SparkPlan;
 import org.apache.spark.sql.execution.adaptive.ShuffleQueryStageExec;
 import org.apache.spark.sql.execution.exchange.ENSURE_REQUIREMENTS$;
+import org.apache.spark.sql.execution.exchange.REBALANCE_PARTITIONS_BY_COL$;
+import org.apache.spark.sql.execution.exchange.REBALANCE_PARTITIONS_BY_NONE$;
+import org.apache.spark.sql.execution.exchange.REPARTITION_BY_COL$;
 import org.apache.spark.sql.execution.exchange.ShuffleExchangeExec;
 import org.apache.spark.sql.execution.exchange.ShuffleExchangeLike;
 import org.apache.spark.sql.execution.exchange.ValidateRequirements$;
@@ -54,17 +63,42 @@ import scala.runtime.AbstractPartialFunction;
  * {@code initialPartitionNum}); a user's {@code repartition(n)} and bucketed
  * sides are left alone. A resized plan that fails Spark's own
  * {@code ValidateRequirements} is dropped for the plan as Spark made it.
- * Off when AQE or its coalescing is off, or with
- * {@code spark.adaptive.batch.shuffle-partitions-from-estimate=false}.
+ * The estimate is off when AQE or its coalescing is off, with
+ * {@code spark.adaptive.batch.shuffle-partitions-from-estimate=false}, and for
+ * a plan Spark plans with {@code applyFinalStageShuffleOptimizations=false}
+ * (a cached plan, whose output partitioning Spark keeps as planned unless
+ * {@code canChangeCachedPlanOutputPartitioning}).
+ *
+ * <p>The app's own count. With AQE, Spark writes shuffles in
+ * {@code initialPartitionNum} partitions, in place of
+ * {@code spark.sql.shuffle.partitions}. When spark-adaptive set
+ * {@code initialPartitionNum} ({@link #setOwnInitialPartitionNum}) and a
+ * session sets {@code spark.sql.shuffle.partitions} itself (at any time, for
+ * instance {@code spark.conf.set} after activation), that count is what plain
+ * Spark would write: the shuffles Spark sized from the conf (origin
+ * {@code ENSURE_REQUIREMENTS}, {@code REPARTITION_BY_COL} or a rebalance) are
+ * written in it, or in the estimate's count when that is smaller (the app's
+ * count is the upper bound, as for one set before activation). This holds
+ * also where the estimate is off, but not with AQE or its coalescing off (then
+ * Spark writes {@code spark.sql.shuffle.partitions} itself).
+ *
+ * <p>A failure of the rule leaves the query's plan as Spark made it (logged once).
  */
 public final class ShufflePartitionsFromEstimate extends Rule<SparkPlan> {
   /** Partitions written per planned task. */
   public static final int PARTITIONS_PER_TASK = 8;
-  /** Session conf that switches the rule off (read at every planning). */
+  /** Session conf that switches the estimate off (read at every planning). */
   public static final String ENABLED_KEY = "spark.adaptive.batch.shuffle-partitions-from-estimate";
+  /** Spark's key: false where the final stage's output partitioning must stay (a cached plan). */
+  static final String FINAL_STAGE_KEY = "spark.sql.adaptive.applyFinalStageShuffleOptimizations";
+  static final String SHUFFLE_PARTITIONS_KEY = "spark.sql.shuffle.partitions";
 
   static final TreeNodeTag<Object> DECIDED = new TreeNodeTag<>("spark-adaptive.shuffle-partitions");
   private static final Logger LOG = LoggerFactory.getLogger(ShufflePartitionsFromEstimate.class);
+  private static final AtomicBoolean WARNED_FAILURE = new AtomicBoolean();
+  /** The initialPartitionNum spark-adaptive itself set for each SparkContext's sessions. */
+  private static final Map<SparkContext, Integer> OWN_INITIAL =
+      Collections.synchronizedMap(new WeakHashMap<>());
 
   private final SparkSession session;
   private volatile String warnedValue;
@@ -73,17 +107,50 @@ public final class ShufflePartitionsFromEstimate extends Rule<SparkPlan> {
     this.session = session;
   }
 
+  /**
+   * Says that spark-adaptive, not the app, set {@code initialPartitionNum} to {@code n} for
+   * the sessions of {@code sc}: a session whose own {@code spark.sql.shuffle.partitions}
+   * is set then has its shuffles written in that count, as on plain Spark. (An
+   * {@code initialPartitionNum} the app set itself stays Spark's count, as on plain Spark.)
+   */
+  public static void setOwnInitialPartitionNum(SparkContext sc, int n) {
+    OWN_INITIAL.put(sc, n);
+  }
+
   @Override
   public SparkPlan apply(SparkPlan plan) {
+    try {
+      return resize(plan);
+    } catch (Exception | LinkageError e) {
+      if (e instanceof InterruptedException) {
+        Thread.currentThread().interrupt();
+      }
+      if (WARNED_FAILURE.compareAndSet(false, true)) {
+        LOG.warn("spark-adaptive: sizing a query's shuffles failed; the query runs with the "
+            + "plan Spark made (said once, later failures are logged at DEBUG)", e);
+      } else {
+        LOG.debug("spark-adaptive: sizing a query's shuffles failed", e);
+      }
+      return plan;
+    }
+  }
+
+  private SparkPlan resize(SparkPlan plan) {
     SQLConf conf = session.sessionState().conf();
-    if (!conf.adaptiveExecutionEnabled() || !conf.coalesceShufflePartitionsEnabled()
-        || !enabled(conf.getConfString(ENABLED_KEY, "true"))) {
+    if (!conf.adaptiveExecutionEnabled() || !conf.coalesceShufflePartitionsEnabled()) {
       return plan;
     }
     int initial = conf.numShufflePartitions();
+    int cap = appCount(conf, initial);
+    boolean estimating = enabled(conf.getConfString(ENABLED_KEY, "true"))
+        && !"false".equalsIgnoreCase(conf.getConfString(FINAL_STAGE_KEY, "true").trim());
+    if (!estimating && cap == initial) {
+      return plan;
+    }
     List<ShuffleExchangeExec> resizable = new ArrayList<>();
     List<Integer> decided = new ArrayList<>();
-    collect(plan, initial, resizable, decided);
+    boolean capped = cap != initial;
+    collect(plan, initial, capped, resizable, decided);
     if (resizable.isEmpty()) {
       return plan;
     }
@@ -97,26 +164,39 @@ public final class ShufflePartitionsFromEstimate extends Rule<SparkPlan> {
         }
       }
     } else {
-      BigInteger estimate = BigInteger.ZERO;
+      n = cap;
+      boolean onlyAqes = true;  // the estimate sizes only the shuffles AQE itself plans
       for (ShuffleExchangeExec e : resizable) {
-        Option<LogicalPlan> link = e.child().logicalLink();
-        if (link.isEmpty()) {
-          return plan;  // no estimate: keep Spark's count
-        }
-        BigInteger size = link.get().stats().sizeInBytes().bigInteger();
-        estimate = estimate.max(size);
+        onlyAqes &= e.shuffleOrigin() == ENSURE_REQUIREMENTS$.MODULE$;
       }
-      long advisory = (Long) conf.getConf(SQLConf.ADVISORY_PARTITION_SIZE_IN_BYTES());
-      long least = leastTasks(conf);
-      BigInteger tasks = estimate.add(BigInteger.valueOf(advisory - 1))
-          .divide(BigInteger.valueOf(Math.max(1, advisory))).max(BigInteger.valueOf(least));
-      BigInteger want = tasks.multiply(BigInteger.valueOf(PARTITIONS_PER_TASK));
-      if (want.compareTo(BigInteger.valueOf(initial)) >= 0) {
+      if (estimating && onlyAqes) {
+        BigInteger estimate = BigInteger.ZERO;
+        boolean known = true;
+        for (ShuffleExchangeExec e : resizable) {
+          Option<LogicalPlan> link = e.child().logicalLink();
+          if (link.isEmpty()) {
+            known = false;  // no estimate: the count stays
+            break;
+          }
+          BigInteger size = link.get().stats().sizeInBytes().bigInteger();
+          estimate = estimate.max(size);
+        }
+        if (known) {
+          long advisory = (Long) conf.getConf(SQLConf.ADVISORY_PARTITION_SIZE_IN_BYTES());
+          long least = leastTasks(conf);
+          BigInteger tasks = estimate.add(BigInteger.valueOf(advisory - 1))
+              .divide(BigInteger.valueOf(Math.max(1, advisory))).max(BigInteger.valueOf(least));
+          BigInteger want = tasks.multiply(BigInteger.valueOf(PARTITIONS_PER_TASK));
+          if (want.compareTo(BigInteger.valueOf(cap)) < 0) {
+            n = want.intValueExact();
+            why = String.format("Spark estimates at most %d bytes into a shuffle: %s task(s) "
+                + "at %d bytes per task, at least %d", estimate, tasks, advisory, least);
+          }
+        }
+      }
+      if (n == initial) {
         return plan;
       }
-      n = want.intValueExact();
-      why = String.format("Spark estimates at most %d bytes into a shuffle: %s task(s) at %d "
-          + "bytes per task, at least %d", estimate, tasks, advisory, least);
     }
     final int count = n;
     SparkPlan resized = plan.transformUp(new AbstractPartialFunction<SparkPlan, SparkPlan>() {
@@ -124,7 +204,7 @@ public final class ShufflePartitionsFromEstimate extends Rule<SparkPlan> {
       public boolean isDefinedAt(SparkPlan p) {
         // By what the node is, not by membership: an exchange above a resized one is a
         // copy with new children by the time transformUp reaches it.
-        return p instanceof ShuffleExchangeExec e && resizable(e, initial);
+        return p instanceof ShuffleExchangeExec e && resizable(e, initial, capped);
       }
 
       @Override
@@ -150,15 +230,36 @@ public final class ShufflePartitionsFromEstimate extends Rule<SparkPlan> {
       }
     });
     if (!ValidateRequirements$.MODULE$.validate(resized)) {
-      LOG.warn("spark-adaptive: writing this query's shuffles in {} partitions instead of {} "
+      // A side whose partitioning is not the conf's (a bucketed table, a repartition(n)) that
+      // happens to have the same count: a normal case, Spark's plan is right as it is.
+      LOG.debug("spark-adaptive: writing this query's shuffles in {} partitions instead of {} "
           + "breaks its partitioning requirements; Spark's count stands", count, initial);
       return plan;
     }
     if (why != null) {
       LOG.info("spark-adaptive: {} shuffle(s) of this query written in {} partitions instead of "
           + "{} ({} per task): {}", resizable.size(), count, initial, PARTITIONS_PER_TASK, why);
+    } else if (decided.isEmpty()) {
+      LOG.debug("spark-adaptive: {} shuffle(s) of this query written in {} partitions, the "
+          + "session's {}, instead of initialPartitionNum {}", resizable.size(), count,
+          SHUFFLE_PARTITIONS_KEY, initial);
     }
     return resized;
+  }
+
+  /**
+   * The most partitions this session's shuffles are written in: the session's own
+   * {@code spark.sql.shuffle.partitions} when it set one and {@code initial} is the
+   * {@code initialPartitionNum} spark-adaptive set (plain Spark would write that count),
+   * else {@code initial}.
+   */
+  private int appCount(SQLConf conf, int initial) {
+    Integer own = OWN_INITIAL.get(session.sparkContext());
+    if (own == null || own != initial || !conf.contains(SHUFFLE_PARTITIONS_KEY)) {
+      return initial;
+    }
+    int n = conf.defaultNumShufflePartitions();
+    return n > 0 ? n : initial;
   }
 
   /**
@@ -192,25 +293,39 @@ public final class ShufflePartitionsFromEstimate extends Rule<SparkPlan> {
     if (p instanceof HashPartitioning h) {
       return h.copy(h.expressions(), n);
     }
+    if (p instanceof RoundRobinPartitioning) {
+      return new RoundRobinPartitioning(n);
+    }
     RangePartitioning r = (RangePartitioning) p;
     return r.copy(r.ordering(), n);
   }
 
-  /** A shuffle AQE sized at {@code initial} partitions, which this rule has not resized. */
-  private static boolean resizable(ShuffleExchangeExec e, int initial) {
+  /**
+   * A shuffle sized at {@code initial} partitions from the conf, which this rule has not
+   * resized: one AQE plans to meet an operator's requirement, and with {@code capped} (the
+   * app's own count applies) also a repartition by columns or a rebalance, whose count is
+   * the conf's too.
+   */
+  private static boolean resizable(ShuffleExchangeExec e, int initial, boolean capped) {
     Partitioning p = e.outputPartitioning();
-    return e.shuffleOrigin() == ENSURE_REQUIREMENTS$.MODULE$
+    Object origin = e.shuffleOrigin();
+    boolean fromConf = origin == ENSURE_REQUIREMENTS$.MODULE$
+        || (capped && (origin == REPARTITION_BY_COL$.MODULE$
+            || origin == REBALANCE_PARTITIONS_BY_COL$.MODULE$
+            || origin == REBALANCE_PARTITIONS_BY_NONE$.MODULE$));
+    return fromConf
         && p.numPartitions() == initial  // not e.numPartitions(): that samples a range shuffle
         && e.getTagValue(DECIDED).isEmpty()
-        && (p instanceof HashPartitioning || p instanceof RangePartitioning);
+        && (p instanceof HashPartitioning || p instanceof RangePartitioning
+            || (capped && p instanceof RoundRobinPartitioning));
   }
 
   /**
    * Shuffles this rule may resize, and the counts it gave the shuffles of stages
    * already planned for this query.
    */
-  private static void collect(SparkPlan p, int initial, List<ShuffleExchangeExec> resizable,
-                              List<Integer> decided) {
+  private static void collect(SparkPlan p, int initial, boolean capped,
+                              List<ShuffleExchangeExec> resizable, List<Integer> decided) {
     if (p instanceof ShuffleQueryStageExec s) {
       ShuffleExchangeLike shuffle = s.shuffle();
       if (shuffle instanceof ShuffleExchangeExec e) {
@@ -221,12 +336,12 @@ public final class ShufflePartitionsFromEstimate extends Rule<SparkPlan> {
       }
       return;
     }
-    if (p instanceof ShuffleExchangeExec e && resizable(e, initial)) {
+    if (p instanceof ShuffleExchangeExec e && resizable(e, initial, capped)) {
       resizable.add(e);
     }
     scala.collection.Iterator<SparkPlan> it = p.children().iterator();
     while (it.hasNext()) {
-      collect(it.next(), initial, resizable, decided);
+      collect(it.next(), initial, capped, resizable, decided);
     }
   }
 }
