@@ -544,12 +544,19 @@ def test_an_app_s_own_shuffle_partitions_stay_the_upper_bound(cluster: LocalClus
                                                               stop_session: None) -> None:
     """An app that sets spark.sql.shuffle.partitions (as Flink's parallelism.default) gets
     its shuffles written in at most that many partitions, and the answers of plain Spark."""
+    from pyspark import SparkContext
     from pyspark.sql import functions as F
 
+    initial = "spark.sql.adaptive.coalescePartitions.initialPartitionNum"
+    if SparkContext._jvm is not None:
+        # The first session of this process launched the JVM with its options as system
+        # properties, which every later SparkConf loads: one that gave initialPartitionNum
+        # would be read as this app's own setting.
+        SparkContext._jvm.java.lang.System.clearProperty(initial)
     spark = cluster_session(cluster, "batch-own-count", **{"spark.default.parallelism": "2",
                                                            "spark.sql.shuffle.partitions": "3"})
     spark_adaptive.enable(spark, **{"batch.enabled": "true"})
-    assert spark.conf.get("spark.sql.adaptive.coalescePartitions.initialPartitionNum") is None
+    assert spark.conf.get(initial) is None
     assert spark.conf.get("spark.sql.shuffle.partitions") == "3"
     df = (spark.range(0, 400_000, numPartitions=4).groupBy((F.col("id") % 500).alias("k"))
           .agg(F.sum("id").alias("s")).orderBy("k"))
