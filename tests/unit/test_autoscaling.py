@@ -398,12 +398,17 @@ def test_a_batch_is_stuck_only_once_its_first_job_started(started: bool) -> None
         assert decision.inputs.backlog == 0 and decision.outcome != "scale-up"
 
 
-def test_an_executor_lost_while_a_scale_up_waits_is_resources_lost() -> None:
+def _scale_up_waiting() -> tuple[Any, Any, Any, Any, Any]:
+    """Two executors, then a load whose scale-up asks for executors that never come."""
     app, driver, autoscaling, load = _setup(executors=2)
     load.run(40)
     load.rate = 400.0
     load.run(20)
-    q = app.scheduler.query("q")
+    return app, driver, autoscaling, load, app.scheduler.query("q")
+
+
+def test_an_executor_lost_while_a_scale_up_waits_is_resources_lost() -> None:
+    app, driver, autoscaling, load, q = _scale_up_waiting()
     assert q.target is not None and q.target.slots > 2  # its executors never come
     load.run(3)
     app.remove("2", "worker lost")
@@ -418,11 +423,7 @@ def test_an_executor_lost_while_a_scale_up_waits_is_resources_lost() -> None:
 
 
 def test_a_finished_query_waits_for_no_resources() -> None:
-    app, driver, autoscaling, load = _setup(executors=2)
-    load.run(40)
-    load.rate = 400.0
-    load.run(20)
-    q = app.scheduler.query("q")
+    app, driver, autoscaling, load, q = _scale_up_waiting()
     assert autoscaling.status(q).waiting_for_resources
     app.event(driver.terminated())  # the query ends by itself
     assert q.finished and q.target is None
