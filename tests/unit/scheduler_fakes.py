@@ -23,6 +23,7 @@ from spark_adaptive.core.events import (
     ExecutorAdded,
     ExecutorHeartbeat,
     ExecutorRemoved,
+    JobStarted,
     QueryIdle,
     QueryProgress,
     QueryTerminated,
@@ -322,6 +323,11 @@ class FakeDriver:
         assert self.run_id is not None
         return QueryProgress(time, self.query_id, self.run_id, self.info.name,
                              next(self._batches), 10, 1.0, 1.0, 0.1, 0.1)
+
+    def job_started(self, job_id: int = 1, time: float = 0.0) -> JobStarted:
+        """A job of the current run's micro-batch started (its tasks may run anywhere)."""
+        assert self.run_id is not None
+        return JobStarted(time, job_id, (job_id,), job_group=self.run_id)
 
     def idle(self, time: float = 0.0) -> QueryIdle:
         assert self.run_id is not None

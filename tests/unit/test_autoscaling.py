@@ -199,7 +199,8 @@ def test_a_query_started_again_under_its_key_is_watched_afresh() -> None:
     driver2 = FakeDriver(query_info("q", partitions=8))
     app.register(driver2)
     new = app.scheduler.query("q")
-    assert new is not old and autoscaling._watched(new) is None
+    # watched afresh as the scheduler takes it over
+    assert new is not old and autoscaling._watched(new) is not kept
     Load(app, driver2, autoscaling).run(6)
     watched = autoscaling._watch(new)
     assert watched is not kept and watched.query is new
@@ -250,6 +251,37 @@ def test_initial_slots_start_a_query_small_and_its_load_scales_it_up() -> None:
     load.rate = 300.0  # three slots' worth: scaled up from its load as usual
     load.run(30)
     assert q.target.slots >= 4, autoscaling.status(q).decision
+
+
+def test_initial_slots_are_given_as_the_query_is_taken_over_before_its_first_task() -> None:
+    # The autoscaler exists before the app starts its query (as at activation): the query
+    # gets initial-slots as the scheduler takes it over, not at the first evaluation, and
+    # the other executors go at once: its first micro-batch has no job yet, so no task of
+    # it runs on them, and it runs on the one slot instead of being spread over four.
+    app = App(Settings.from_conf({}), autoscaled=True)
+    for e in ("1", "2", "3", "4"):
+        app.add(e)
+    autoscaling = Autoscaling(AutoscalerConfig(**{**QUICK, "initial_slots": 1}),
+                              app.scheduler, app.vt)
+    driver = FakeDriver(query_info("q", partitions=8))
+    q = app.register(driver)
+    assert q.target is not None and q.target.slots == 1 and q.slots_in_use == 1
+    assert app.actuator.requested == [1]  # the actuator releases the three newest
+    assert app.vt.now() < QUICK["evaluation_interval"] and autoscaling._watched(q) is not None
+    assert [(r.kind, r.to_slots) for r in app.scheduler.history("q")] == [("initial", 1)]
+
+    # Once a job of its run has started, a scale-down holds the slots that batch runs on.
+    app2 = App(Settings.from_conf({}), autoscaled=True)
+    for e in ("1", "2", "3", "4"):
+        app2.add(e)
+    driver2 = FakeDriver(query_info("q", partitions=8))
+    q2 = app2.register(driver2)
+    assert driver2.run_id is not None
+    app2.event(JobStarted(0.0, 1, (1,), job_group=driver2.run_id))
+    Autoscaling(AutoscalerConfig(**{**QUICK, "initial_slots": 1}), app2.scheduler,
+                app2.vt).evaluate(q2)
+    assert q2.target is not None and q2.target.slots == 1 and q2.slots_in_use == 4
+    assert app2.actuator.requested == [4]  # the four stay until that batch completes
 
 
 def test_initial_slots_keep_within_the_bounds_and_do_nothing_in_recommend_only_mode() -> None:

@@ -126,3 +126,18 @@ def test_a_started_batch_that_cannot_be_compared_gives_no_rate() -> None:
     files = SourceProgress("files", 4, 1.0, 1.0, (), '{"logOffset": 3}', None, None)
     assert started_batch_rate(_after(1.0, 2, files),
                               StartedBatch(3, 2.0, ('{"logOffset": 4}',))) == 1.0
+
+
+def test_a_run_has_started_work_from_its_first_job_or_progress_until_it_ends() -> None:
+    t = LoadTracker()
+    assert not t.started_work("run-a")  # its first micro-batch is still being planned
+    t.on_event(JobStarted(0.0, 1, (10,), job_group="run-a"))
+    assert t.started_work("run-a") and not t.started_work("run-b")
+    # a progress says a batch ran jobs, even when their starts never came (dropped)
+    t.on_event(QueryProgress(0.0, "q", "run-b", "q", 0, 10, 1.0, 1.0, 0.1, 0.1))
+    assert t.started_work("run-b")
+    t.on_event(QueryTerminated(0.0, "q", "run-a", None))
+    assert not t.started_work("run-a")
+    for n in range(2000):  # job groups of other work do not pile up
+        t.on_event(JobStarted(0.0, 100 + n, (), job_group=f"group-{n}"))
+    assert len(t._working) <= 1024 and t.started_work("group-1999")

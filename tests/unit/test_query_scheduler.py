@@ -26,6 +26,7 @@ class OneQueryApp:
         self.share = share
         self.executor_count = executors
         self.released = 0
+        self.started_work = True  # whether a job of the query's run has started
 
     def slot_share(self, key: str) -> int | None:
         return self.share
@@ -35,6 +36,9 @@ class OneQueryApp:
 
     def warming_up(self) -> bool:
         return False
+
+    def run_started_work(self, run_id: str) -> bool:
+        return self.started_work
 
 
 class Posted:
@@ -282,3 +286,25 @@ def test_slots_in_use_drop_only_when_the_run_lets_go(vt: VirtualTime) -> None:
     driver.complete_stop()
     vt.run_pending()
     assert (q.state.name, q.slots_in_use, app.released) == ("Finished", 0, 2)
+
+
+def test_a_run_with_no_job_started_lets_its_old_slots_go_at_once(vt: VirtualTime) -> None:
+    """Before any job of the run has started (its first micro-batch is being planned), no
+    task runs anywhere: a live rescale onto fewer slots frees the others at once, so that
+    the first micro-batch runs on the slots it was given."""
+    from spark_adaptive.core.ports import RepartitionSupport
+
+    driver = FakeDriver(query_info(), support=RepartitionSupport(False, "HDFS state store"))
+    app = OneQueryApp(share=4)
+    app.started_work = False
+    q = make(vt, driver, app=app)
+    run_to_executing(vt, q, driver)
+    app.share = 2
+    q.on_resources_changed()
+    assert (q.slots_in_use, app.released) == (2, 1)  # let go at once
+    app.started_work = True  # its first job started: from now on a batch may run on them
+    app.share = 4
+    q.on_resources_changed()
+    app.share = 2
+    q.on_resources_changed()
+    assert (q.slots_in_use, app.released) == (4, 1)  # held until a micro-batch boundary

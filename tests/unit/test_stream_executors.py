@@ -42,6 +42,7 @@ def test_a_live_scale_down_during_the_first_batch_waits_for_it_to_complete() -> 
     driver = FakeDriver(query_info("q", partitions=4, checkpoint=None), support=LIVE_ONLY)
     app.register(driver)
     assert app.actuator.requested == [4]
+    app.event(driver.job_started())
     app.actuator.release_next = ["3", "4"]
     app.scheduler.update_requirements("q", 1, 2)  # the first micro-batch runs on 4 slots
     q = app.scheduler.query("q")

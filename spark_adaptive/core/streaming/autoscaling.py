@@ -14,6 +14,9 @@ managed query it keeps a :class:`~spark_adaptive.core.autoscaler.QueryAutoscaler
   the first job of each batch: a jump in load makes the batch that reads it long,
   and its progress would show the jump only once it completes;
 * tells the policy when a rescale completed (its window starts again after it);
+* gives a query ``autoscaler.initial-slots`` as soon as the scheduler takes it
+  over, before its first micro-batch has a task running (the executors beyond go
+  then, and do not run a part of that batch they would hold until it completes);
 * evaluates every query each ``autoscaler.evaluation.interval``, from a
   :class:`~spark_adaptive.core.autoscaler.QueryView` of the query as the
   scheduler has it, and carries an actionable decision out through the same path
@@ -57,7 +60,7 @@ from spark_adaptive.core.events import (
 from spark_adaptive.core.ports import OffsetLog, StartedBatch
 from spark_adaptive.core.streaming.history import LOGGER_NAME, Trigger
 from spark_adaptive.core.streaming.load import BatchLoad, backlog_rows, started_batch_rate
-from spark_adaptive.core.streaming.query import QueryScheduler
+from spark_adaptive.core.streaming.query import QueryScheduler, StateChange
 from spark_adaptive.core.streaming.requirements import ScalingTarget
 from spark_adaptive.core.streaming.scheduler import AdaptiveScheduler
 from spark_adaptive.core.streaming.states import StateName
@@ -128,6 +131,7 @@ class Autoscaling:
         self._outcomes: dict[str, dict[str, int]] = {}
         self._timer: Cancellable | None = None
         self._next_at: float | None = None
+        scheduler.add_listener(self._on_state_change)
         self._schedule()
 
     # -- events ------------------------------------------------------------------------
@@ -154,6 +158,21 @@ class Autoscaling:
             backlog=backlog_rows(event), busy_time=batch.busy_time,
             tasks=batch.task_total or None)
         watched.policy.observe(sample)
+
+    def _on_state_change(self, change: StateChange) -> None:
+        """A query the scheduler has just taken over starts small at once (after the
+        transition, on the scheduler thread), not at the next evaluation."""
+        if change.old is StateName.CREATED and change.new is StateName.EXECUTING:
+            self._timers.call_later(0.0, lambda: self._start_taken_over(change.key))
+
+    def _start_taken_over(self, key: str) -> None:
+        q = next((q for q in self._sched.queries() if q.key == key), None)
+        if q is None or q.finished or q.state.name is not StateName.EXECUTING:
+            return
+        watched = self._watch(q)
+        if not watched.started:
+            watched.started = True
+            self._start_small(q)
 
     def _batch_started(self, event: JobStarted) -> None:
         """The first job of a run's next batch: tell the policy a batch runs, read what
@@ -312,8 +331,9 @@ class Autoscaling:
         return decision
 
     def _start_small(self, q: QueryScheduler) -> bool:
-        """Give a query ``autoscaler.initial-slots`` (within its bounds and partitions) at
-        its first evaluation, before its load is known; True if it set the query's target."""
+        """Give a query ``autoscaler.initial-slots`` (within its bounds and partitions) as
+        the scheduler takes it over (or at its first evaluation), before its load is known;
+        True if it set the query's target."""
         initial = self.config.initial_slots
         if initial is None or not self.config.scaling_enabled or q.target is not None:
             return False

@@ -41,6 +41,9 @@ from spark_adaptive.core.ports import StartedBatch
 
 #: Stages remembered per application (older ones are forgotten first).
 _STAGES = 4096
+#: Job groups remembered as having started a job (a running query's comes back with every
+#: micro-batch; groups not seen for longest are forgotten first).
+_GROUPS = 1024
 
 
 @dataclass(frozen=True)
@@ -66,9 +69,29 @@ class LoadTracker:
         self._stages: dict[str, int] = {}
         self._total: dict[str, int] = {}
         self._timed: set[str] = set()
+        # Job groups (a streaming run's is its run id) that have started a job, newest last.
+        self._working: OrderedDict[str, None] = OrderedDict()
+
+    def started_work(self, run_id: str) -> bool:
+        """Whether a job of the run has started (Spark runs its micro-batches as jobs
+        in the run's job group) or it completed a micro-batch: until then, none of its
+        tasks runs on any executor."""
+        return run_id in self._working
+
+    def _worked(self, group: str) -> None:
+        self._working[group] = None
+        self._working.move_to_end(group)
+        while len(self._working) > _GROUPS:
+            self._working.popitem(last=False)
 
     def on_event(self, event: Event) -> None:
+        if isinstance(event, QueryProgress):
+            # A completed micro-batch ran jobs, whether their starts reached here or not
+            # (an event the listener bus dropped).
+            self._worked(event.run_id)
+            return
         if isinstance(event, JobStarted) and event.job_group:
+            self._worked(event.job_group)
             for stage in event.stage_ids:
                 self._run_of_stage[stage] = event.job_group
                 self._run_of_stage.move_to_end(stage)
@@ -87,6 +110,7 @@ class LoadTracker:
                 self._timed.add(run)
         elif isinstance(event, QueryTerminated):  # a run no one takes from is forgotten
             self.take(event.run_id)
+            self._working.pop(event.run_id, None)
             # ... and so are its stages: one cancelled by the stop may complete after this,
             # and would open the run's sums again, for good.
             for stage in [st for st, run in self._run_of_stage.items() if run == event.run_id]:

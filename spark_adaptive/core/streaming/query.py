@@ -93,6 +93,10 @@ class AppView(Protocol):
         """Executors that joined are being warmed up now."""
         ...
 
+    def run_started_work(self, run_id: str) -> bool:
+        """Whether a job of the run has started, so that its tasks may run on executors."""
+        ...
+
 
 @dataclass(frozen=True)
 class StateChange:
@@ -703,7 +707,16 @@ class QueryScheduler:
         """The run goes on on ``target_slots`` from now. Fewer than it had: the micro-batch
         running now (the first one too) may still use the old ones, so they stay held
         until a micro-batch boundary (see :meth:`on_query_event`), as Flink releases only
-        free slots."""
-        if target_slots < self._running_slots and self._running:
+        free slots. A run none of whose jobs has started yet (a first micro-batch still
+        being planned) has no task anywhere: the old slots go at once, and its first
+        micro-batch runs on the new ones. (A job that started just before, whose start
+        has not reached here yet, loses the tasks it gave the executors that go; Spark
+        runs them again elsewhere, and an executor the driver released does not count
+        as a task failure.)"""
+        fewer = target_slots < self._running_slots and self._running
+        if fewer and (self.run_id is None or self._app.run_started_work(self.run_id)):
             self._slots_held = max(self._slots_held, self._running_slots)
+            fewer = False
         self._running_slots = target_slots
+        if fewer and self._slots_held <= target_slots:
+            self._app.released_slots()

@@ -234,13 +234,16 @@ class AdaptiveScheduler:
     def _active(self) -> dict[str, req.ResourceRequirements]:
         return {k: q.allocation for k, q in self._queries.items() if not q.finished}
 
-    def _reallocate(self, reason: str, *, quiet: str | None = None) -> None:
-        """Recompute every share; tell each query whose share changed (but ``quiet``)."""
+    def _reallocate(self, reason: str, *, quiet: str | None = None,
+                    declare: bool = True) -> None:
+        """Recompute every share; tell each query whose share changed (but ``quiet``);
+        declare the executors wanted (unless the caller does, once ``quiet`` has acted)."""
         active = self._active()
         old = self._shares
         self._shares = determine_parallelism(self.resources.slots, active) if active else {}
         log.debug("slot shares %s -> %s (%s)", old, self._shares, reason)
-        self._declare(active)
+        if declare:
+            self._declare(active)
         for key in active:
             before = None if old is None else old.get(key)
             if key != quiet and self.slot_share(key) != before:
@@ -360,6 +363,9 @@ class AdaptiveScheduler:
     def warming_up(self) -> bool:
         """Executors that joined are being warmed up (a restart onto them waits)."""
         return self._warming is not None and self._warming()
+
+    def run_started_work(self, run_id: str) -> bool:
+        return self.load.started_work(run_id)
 
     def warm_up_ended(self) -> None:
         """No warm-up is in flight any more: restarts that waited for one go on."""
@@ -542,8 +548,11 @@ class AdaptiveScheduler:
         q = self.query(ident)
         if q.finished or not q.set_target(target):
             return
-        self._reallocate(f"autoscaler target of {q.key}", quiet=q.key)
+        self._reallocate(f"autoscaler target of {q.key}", quiet=q.key, declare=False)
         q.on_requirements_changed(autoscaler=True)
+        # Declared once the query has acted on it: a run rescaled live onto fewer slots
+        # before any of its tasks runs lets the others go at once.
+        self._declare(self._active())
 
     def add_listener(self, listener: Callable[[StateChange], None]) -> None:
         """``listener`` hears of every state change of every query (e.g. to wake
