@@ -115,9 +115,9 @@ class AutoscalerConfig:
         "the backlog.", unit="s")
     initial_slots: int | None = option(
         "autoscaler.initial-slots", "int", None,
-        "Slots a query is given as soon as the autoscaler first sees it run, before it has "
+        "Slots a query is given as soon as spark-adaptive takes it over, before it has "
         "measured the query's load (within the query's bounds and partitions); the executors "
-        "beyond are released. Unset: the query starts on what the app has (a standalone "
+        "beyond are released before its first micro-batch runs a task. Unset: the query starts on what the app has (a standalone "
         "app gets every core it may take), as Flink's autoscaler starts a job at its "
         "configured parallelism. A small value saves the executors of a light start, like "
         "Spark's spark.dynamicAllocation.initialExecutors; a heavy start (a backlog after "
