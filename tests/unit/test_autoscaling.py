@@ -26,6 +26,7 @@ from spark_adaptive.core.events import (
 from spark_adaptive.core.ports import StartedBatch
 from spark_adaptive.core.streaming.autoscaling import Autoscaling
 from spark_adaptive.core.streaming.history import Trigger
+from spark_adaptive.core.streaming.requirements import ResourceRequirements
 from spark_adaptive.settings import Settings
 
 #: Each row costs this many seconds of one task slot.
@@ -199,8 +200,10 @@ def test_a_query_started_again_under_its_key_is_watched_afresh() -> None:
     driver2 = FakeDriver(query_info("q", partitions=8))
     app.register(driver2)
     new = app.scheduler.query("q")
-    # watched afresh as the scheduler takes it over
-    assert new is not old and autoscaling._watched(new) is not kept
+    # watched afresh as the scheduler takes it over, and given initial-slots at once
+    fresh = autoscaling._watched(new)
+    assert new is not old and fresh is not None and fresh is not kept and fresh.query is new
+    assert new.target is not None and new.target.slots == 1
     Load(app, driver2, autoscaling).run(6)
     watched = autoscaling._watch(new)
     assert watched is not kept and watched.query is new
@@ -264,9 +267,10 @@ def test_initial_slots_are_given_as_the_query_is_taken_over_before_its_first_tas
     autoscaling = Autoscaling(AutoscalerConfig(**{**QUICK, "initial_slots": 1}),
                               app.scheduler, app.vt)
     driver = FakeDriver(query_info("q", partitions=8))
+    app.actuator.release_next = ["2", "3", "4"]  # as the Spark actuator picks the newest
     q = app.register(driver)
     assert q.target is not None and q.target.slots == 1 and q.slots_in_use == 1
-    assert app.actuator.requested == [1]  # the actuator releases the three newest
+    assert app.actuator.requested == [1] and app.scheduler.resources.slots == 1
     assert app.vt.now() < QUICK["evaluation_interval"] and autoscaling._watched(q) is not None
     assert [(r.kind, r.to_slots) for r in app.scheduler.history("q")] == [("initial", 1)]
 
@@ -282,6 +286,22 @@ def test_initial_slots_are_given_as_the_query_is_taken_over_before_its_first_tas
                 app2.vt).evaluate(q2)
     assert q2.target is not None and q2.target.slots == 1 and q2.slots_in_use == 4
     assert app2.actuator.requested == [4]  # the four stay until that batch completes
+
+
+def test_at_take_over_initial_slots_keep_the_bounds_and_recommend_only_changes_nothing(
+        ) -> None:
+    def take_over(requirements: Any = None, **config: Any) -> tuple[App, Any]:
+        app = App(Settings.from_conf({}), autoscaled=True)
+        for e in ("1", "2", "3", "4"):
+            app.add(e)
+        Autoscaling(AutoscalerConfig(**{**QUICK, "initial_slots": 1, **config}),
+                    app.scheduler, app.vt)
+        return app, app.register(FakeDriver(query_info("q", partitions=8)), requirements)
+
+    app, q = take_over(ResourceRequirements(2, 8))  # a lower bound above initial-slots
+    assert q.target is not None and q.target.slots == 2 and app.actuator.requested == [2]
+    app, q = take_over(scaling_enabled=False)
+    assert q.target is None and app.actuator.requested == [] and q.snapshot().slots == 4
 
 
 def test_initial_slots_keep_within_the_bounds_and_do_nothing_in_recommend_only_mode() -> None:

@@ -84,14 +84,6 @@ class AutoscalerConfig:
         "Flink's default is target - 0.3; a narrower band releases idle executors sooner, "
         "which costs little when most scale-downs are live. 0 never scales down.",
         minimum=0.0, maximum=1.0)
-    scale_down_live_to_target: bool = option(
-        "autoscaler.scale-down.live-to-target", "bool", True,
-        "Within the band too, a query is scaled down live (its partitions kept on fewer "
-        "slots, no restart) as soon as fewer slots meet utilization.target; "
-        "utilization.min then bounds only scale-downs that restart. A live scale-down "
-        "stops nothing and is undone by a live scale-up, so a band as wide as Flink's "
-        "would only keep idle executors. false: every scale-down waits for utilization.min, "
-        "as in Flink.")
     utilization_max: float = option(
         "autoscaler.utilization.max", "float", 0.95,
         "Above this utilization the query is scaled up. Flink's default is target + 0.3 "
@@ -125,12 +117,14 @@ class AutoscalerConfig:
         "autoscaler.initial-slots", "int", None,
         "Slots a query is given as soon as spark-adaptive takes it over, before it has "
         "measured the query's load (within the query's bounds and partitions); the executors "
-        "beyond are released before its first micro-batch runs a task. Unset: the query "
-        "starts on what the app has (a standalone app gets every core it may take), as "
-        "Flink's autoscaler starts a job at its "
-        "configured parallelism. A small value saves the executors of a light start, like "
-        "Spark's spark.dynamicAllocation.initialExecutors; a heavy start (a backlog after "
-        "downtime) is scaled up as soon as the query is seen falling behind.", minimum=1)
+        "beyond are released then, so that its first micro-batch runs on those slots (unless "
+        "a job of that batch had already started). Unset: the query starts on what the app "
+        "has (a standalone app gets every core it may take), as Flink's autoscaler starts a "
+        "job at its configured parallelism. A small value saves the executors of a light "
+        "start, like Spark's spark.dynamicAllocation.initialExecutors. A heavy start (a "
+        "backlog after downtime, Kafka's startingOffsets=earliest) runs its whole first "
+        "micro-batch on them and is scaled up once that batch completes; leave it unset for "
+        "such a query, or bound its batches (maxOffsetsPerTrigger).", minimum=1)
     restart_time: float = option(
         "autoscaler.restart.time", "duration", 10.0,
         "Downtime assumed for a restart rescale (stop, state repartition, restart) until one "

@@ -50,9 +50,7 @@ Each evaluation, in order (Flink's operator, ``ScalingMetricCollector`` ->
 4. **Band.** Scale up when the capacity is below ``input / utilization.max +
    backlog / catch-up``; scale down when above ``input / utilization.min +
    backlog / catch-up``, never while catching up (backlog older than
-   ``backlog-processing.lag-threshold``). Otherwise nothing changes, but for a
-   live scale-down onto fewer slots that still meet the target
-   (``scale-down.live-to-target``): only a restart is worth the band's width. Whether to
+   ``backlog-processing.lag-threshold``). Otherwise nothing changes. Whether to
    scale up is read from the window's input rate (Flink's rule); the newest
    seconds' (or batch's) higher rate decides it alone only when the query is
    falling behind (it exceeds :data:`OVERLOAD` times the capacity, or the
@@ -90,13 +88,7 @@ from spark_adaptive.core.autoscaler.decision import (
     ScalingDecision,
     make_decision,
 )
-from spark_adaptive.core.autoscaler.planning import (
-    Plan,
-    capacity,
-    choose,
-    live_candidates,
-    restart_downtime,
-)
+from spark_adaptive.core.autoscaler.planning import Plan, choose, restart_downtime
 from spark_adaptive.core.autoscaler.protections import DelayedScaleDown, EffectivenessGuard
 from spark_adaptive.core.autoscaler.samples import LoadSample, QueryView, clean
 from spark_adaptive.core.autoscaler.scalability import ScalabilityModel
@@ -486,20 +478,17 @@ class QueryAutoscaler:
                                   again.slots if again is not None else None)
         if not full:  # only falling behind may cut the collection short, and only upwards
             return self._collecting(view, inputs)
-        down_needs = needs(lam_down) if falling else (need_live, need_restart)
         if cap > down_at and not behind:
             # falling: sized on the newest seconds' rate (a live scale-down, see there)
-            return self._scale_down(view, inputs, rate, *down_needs, downtime, falling)
+            return self._scale_down(view, inputs, rate,
+                                    *(needs(lam_down) if falling else (need_live, need_restart)),
+                                    downtime, falling)
         if eff < s and not behind:
             # Slots the partitions leave without a task (more slots than tasks, or a count
             # that does not divide them): fewer run them in as many waves. Released like any
             # scale-down, but never below the capacity the query has now.
             return self._scale_down(view, inputs, rate, min(need_live, cap),
                                     min(need_restart, cap), downtime, False, idle=True)
-        if (cfg.scale_down_live_to_target and cfg.utilization_min > 0 and not behind
-                and self._fewer_live_fit(view, rate, lam_down, down_needs[0], downtime)):
-            return self._scale_down(view, inputs, rate, *down_needs, downtime, falling,
-                                    in_band=True)
         self._pending_down.clear()
         why = (f"utilization {util:.2f} within [{cfg.utilization_min:g}, "
                f"{cfg.utilization_max:g}]")
@@ -575,26 +564,12 @@ class QueryAutoscaler:
             self._scaled_up = (choice.slots, lam)
         return d
 
-    def _fewer_live_fit(self, view: QueryView, rate: float, lam: float, need_live: float,
-                        downtime: float) -> bool:
-        """Whether fewer slots than now, on the same partitions (a live scale-down), meet
-        ``need_live`` (the input at ``utilization.target``, plus its catch-up)."""
-        s, p = view.slots, view.partitions
-        plan = Plan.of(view, self.config, rate, lam, need_live, need_live, downtime,
-                       per_partition=self._per_partition)
-        fewer = [c for c in live_candidates(plan) if c < s]
-        # Capacity grows with the slots: the largest of the fewer decides.
-        return bool(fewer) and capacity(plan, self._model, fewer[-1], p) >= need_live
-
     def _scale_down(self, view: QueryView, inputs: DecisionInputs, rate: float,
                     need_live: float, need_restart: float, downtime: float,
-                    falling: bool, idle: bool = False, in_band: bool = False
-                    ) -> ScalingDecision:
+                    falling: bool, idle: bool = False) -> ScalingDecision:
         """``falling``: the newest seconds' input rate is below :data:`SETTLED` times the
         window's, it is theirs that is below the band, and the needs are sized on it.
-        ``idle``: the utilization is in the band, but some slots get no task. ``in_band``:
-        the utilization is in the band, and fewer slots on the same partitions meet
-        ``utilization.target`` (``scale-down.live-to-target``)."""
+        ``idle``: the utilization is in the band, but some slots get no task."""
         cfg, now = self.config, view.now
         s, p = view.slots, view.partitions
         eff = effective_slots(s, p)
@@ -605,15 +580,10 @@ class QueryAutoscaler:
         if idle:
             head = (f"utilization {util:.2f} in the band, but {s} slots run the {p} "
                     f"partitions only as fast as {eff:g} would")
-        if in_band:
-            head = (f"utilization {util:.2f} in the band, but fewer slots on the same "
-                    f"{p} partitions meet utilization.target {cfg.utilization_target:g} "
-                    "(scale-down.live-to-target)")
         if falling:
             cap = inputs.capacity or math.inf
-            if not in_band:
-                head = (f"utilization {lam_r / cap:.2f} in the newest seconds ({util:.2f} over "
-                        f"the window) below {cfg.utilization_min:g}")
+            head = (f"utilization {lam_r / cap:.2f} in the newest seconds ({util:.2f} over the "
+                    f"window) below {cfg.utilization_min:g}")
             # The window still averages in the higher rate of a while ago. A restart sized on
             # it would be kept as the interval's maximum and cost a second restart, so a
             # restart waits for the window to settle (below). A live scale-down is sized on
@@ -648,11 +618,6 @@ class QueryAutoscaler:
         choice = choose(Plan.of(view, self.config, rate, lam, m.capacity(xl, eff, rate),
                                 m.capacity(xr, eff, rate), downtime,
                                 per_partition=self._per_partition), m)
-        if in_band and choice is not None and choice.kind != "live":
-            self._pending_down.clear()  # within the band, only a live scale-down is taken
-            return self._result(view, "no-change", "none", s, p,
-                                f"utilization {util:.2f} within [{cfg.utilization_min:g}, "
-                                f"{cfg.utilization_max:g}]", inputs)
         if falling and choice is not None and choice.slots < s and choice.kind != "live":
             return self._result(
                 view, "scale-down-pending", "none", s, p,

@@ -27,7 +27,6 @@ def test_keys_and_defaults_are_pinned() -> None:
         P + "scale-up.max-factor": 100000.0,
         P + "scale-down.max-factor": 0.8,
         P + "scale-down.interval": 300.0,
-        P + "scale-down.live-to-target": True,
         P + "catch-up.duration": 120.0,
         P + "initial-slots": None,
         P + "restart.time": 10.0,

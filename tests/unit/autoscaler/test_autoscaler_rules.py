@@ -611,33 +611,3 @@ def test_slots_that_get_no_task_are_released_after_the_interval(
     assert d is not None and (d.outcome, d.kind, d.target_slots) == (
         "scale-down", "live", released_to), d
     assert d.time - pending[0].time == pytest.approx(120.0)  # scale-down.interval
-
-
-def test_within_the_band_fewer_balanced_slots_that_meet_the_target_are_taken_live() -> None:
-    # 2300 rows/s on 4 slots of 1000: utilization 0.575, inside [0.5, 0.9]. 3 slots run the
-    # 12 partitions balanced and carry 2300 / 0.8 = 2875 rows/s: a live scale-down, after
-    # the scale-down interval as any other (scale-down.live-to-target).
-    q = make(rate=2300, per_slot=1000, slots=4, partitions=12)
-    ds = q.run_and_evaluate(300)
-    d = first_action(ds)
-    assert d is not None and (d.outcome, d.kind, d.target_slots, d.target_partitions) == (
-        "scale-down", "live", 3, 12), d
-    assert "scale-down.live-to-target" in d.reason
-    pending = [x for x in ds if x.outcome == "scale-down-pending"]
-    assert pending and d.time - pending[0].time == pytest.approx(120.0)
-    # Flink's band alone: nothing changes inside it.
-    q = make(config(scale_down_live_to_target=False), rate=2300, per_slot=1000, slots=4,
-             partitions=12)
-    assert first_action(q.run_and_evaluate(300)) is None
-
-
-def test_within_the_band_a_scale_down_that_would_restart_is_not_taken() -> None:
-    # 7000 rows/s on 10 slots: utilization 0.7. 9 slots would carry 8750 rows/s at 0.8, but
-    # only a restart gets there (10 partitions run balanced on 5, which is too few).
-    q = make(rate=7000, per_slot=1000, slots=10, partitions=10)
-    ds = q.run_and_evaluate(400)
-    assert first_action(ds) is None
-    assert ds[-1].outcome == "no-change" and "within [0.5, 0.9]" in ds[-1].reason
-    # ... and at 3 slots' worth of need on 4 a live 3 is not a restart's 3 either
-    q = make(rate=2500, per_slot=1000, slots=4, partitions=12)  # 2500 / 0.8 > 3000
-    assert first_action(q.run_and_evaluate(300)) is None
