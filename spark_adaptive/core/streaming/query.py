@@ -714,9 +714,9 @@ class QueryScheduler:
         runs them again elsewhere, and an executor the driver released does not count
         as a task failure.)"""
         fewer = target_slots < self._running_slots and self._running
-        if fewer and (self.run_id is None or self._app.run_started_work(self.run_id)):
+        held = fewer and (self.run_id is None or self._app.run_started_work(self.run_id))
+        if held:
             self._slots_held = max(self._slots_held, self._running_slots)
-            fewer = False
         self._running_slots = target_slots
-        if fewer and self._slots_held <= target_slots:
+        if fewer and not held:
             self._app.released_slots()
