@@ -67,7 +67,10 @@ Each evaluation, in order (Flink's operator, ``ScalingMetricCollector`` ->
    While the input is still falling (:data:`SETTLED`), whether to scale down
    is read from the newest seconds' rate, and a live scale-down is sized on it
    once the newest batch agrees with it; one that restarts is recommended only
-   once the window has settled.
+   once the window has settled. Nor does a query go down onto as many effective
+   slots as a scale-up left, or fewer, while its input is at least
+   ``utilization.target`` times the rate they fell short of, for an hour
+   (:class:`.protections.ShortfallMemory`).
 7. **Effectiveness.** The first full window after a scale-up compares the
    capacity gained with the gain expected from the target actually reached;
    below the threshold the same step (more slots on the same partitions) is
@@ -89,7 +92,12 @@ from spark_adaptive.core.autoscaler.decision import (
     make_decision,
 )
 from spark_adaptive.core.autoscaler.planning import Plan, choose, restart_downtime
-from spark_adaptive.core.autoscaler.protections import DelayedScaleDown, EffectivenessGuard
+from spark_adaptive.core.autoscaler.protections import (
+    SHORTFALL_EXPIRY,
+    DelayedScaleDown,
+    EffectivenessGuard,
+    ShortfallMemory,
+)
 from spark_adaptive.core.autoscaler.samples import LoadSample, QueryView, clean
 from spark_adaptive.core.autoscaler.scalability import ScalabilityModel
 from spark_adaptive.core.autoscaler.window import MetricsWindow, effective_slots, entry_from
@@ -151,6 +159,7 @@ class QueryAutoscaler:
                                          config.effectiveness_threshold,
                                          config.effectiveness_expiry)
         self._floor: tuple[tuple[object, ...], float, float, str] | None = None
+        self._short = ShortfallMemory()
         # The last scale-up applied: its slots and the input rate it was sized for; and
         # that rate while the window is the first one after the scale-up reached them.
         self._scaled_up: tuple[int, float] | None = None
@@ -562,6 +571,7 @@ class QueryAutoscaler:
                                                                     choice.partitions),
                                                     eff, rate))
             self._scaled_up = (choice.slots, lam)
+            self._short.record(eff, lam, view.now)
         return d
 
     def _scale_down(self, view: QueryView, inputs: DecisionInputs, rate: float,
@@ -634,6 +644,17 @@ class QueryAutoscaler:
             self._floor = (key, xl, xr, tail)
             return self._result(view, "no-change", "none", s, p, f"{head}{tail}", inputs)
         target = (choice.slots, choice.partitions)
+        # Releasing slots that get no task keeps the capacity: nothing to have fallen short.
+        fell = None if idle else self._short.refuses(
+            effective_slots(choice.slots, choice.partitions), lam, cfg.utilization_target, now)
+        if fell is not None:
+            self._pending_down.clear()
+            return self._result(
+                view, "no-change", "none", s, p,
+                f"{head}, but {choice.slots} slots would run the query as fast as "
+                f"{fell.slots:g} did when they fell behind at {fell.rate:.0f} rows/s (scaled "
+                f"up {SHORTFALL_EXPIRY - (fell.until - now):.0f}s ago); the input, {lam:.0f} "
+                f"rows/s, is above {cfg.utilization_target:g} of that", inputs)
         waited = now - since
         if waited < cfg.scale_down_interval:
             return self._result(
@@ -664,12 +685,14 @@ class QueryAutoscaler:
 
     def _forget_times(self, now: float) -> None:
         """The clock went back to ``now``: what was measured or started on the old clock
-        (the window, a pending scale-down's start, a block's end) cannot be compared with
-        the new one, so it is dropped and the query is watched again after stabilizing."""
+        (the window, a pending scale-down's start, a block's or a shortfall's end) cannot be
+        compared with the new one, so it is dropped and the query is watched again after
+        stabilizing."""
         self._window.clear()
         self._after_up = self._before = None
         self._pending_down.clear()
         self._guard.block = None
+        self._short.clear()
         self._stable_from = now + self.config.stabilization_interval
 
     def _reject(self, why: str) -> bool:

@@ -1,4 +1,4 @@
-"""Two of Flink's protections, as small state machines of one query.
+"""Flink's two protections, and one of ours, as small state machines of one query.
 
 :class:`DelayedScaleDown` (Flink's ``DelayedScaleDown``)
     The first scale-down recommendation starts a wait of
@@ -21,11 +21,26 @@
     can neither block a needed scale-up for long nor build a backlog (FLINK-35814).
     The prediction is made for the slots actually reached, after every cap and
     rounding (FLINK-39743 judged against the unconstrained target).
+
+:class:`ShortfallMemory` (the scale-down's counterpart; Flink has none)
+    Every applied scale-up records that its slots fell short at the input rate it
+    was decided at. A later scale-down to as many effective slots or fewer is
+    refused while the input is at least ``utilization.target`` times that rate,
+    for :data:`SHORTFALL_EXPIRY`. The capacity a scale-down predicts comes from
+    rates measured at other slot counts, with their noise; a count that already
+    fell behind at this load has shown what it carries, and a scale-down onto it
+    would build a backlog and a scale-up back, over and over (a flap no
+    ``scale-down.interval`` prevents, as each round lasts longer than it).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+SHORTFALL_EXPIRY = 3600.0
+"""Seconds a slot count that fell short is remembered: long enough to outlast the rounds of
+a flap (a scale-down, a backlog growing for a while, a scale-up back), short enough that a
+query whose rate per slot has changed is not kept above what it needs for long."""
 
 
 class DelayedScaleDown:
@@ -122,3 +137,39 @@ class EffectivenessGuard:
             self.block = None
             return False
         return kind == "live" and partitions == b.partitions and slots >= b.slots
+
+
+@dataclass(frozen=True, slots=True)
+class Shortfall:
+    """``slots`` effective slots fell behind at ``rate`` rows/s; remembered until ``until``."""
+
+    slots: float
+    rate: float
+    until: float
+
+
+class ShortfallMemory:
+    """Slot counts that fell short of an input rate, per query (see the module doc)."""
+
+    __slots__ = ("_kept",)
+
+    def __init__(self) -> None:
+        self._kept: list[Shortfall] = []
+
+    def record(self, slots: float, rate: float, now: float) -> None:
+        """A scale-up from ``slots`` effective slots was applied at an input of ``rate``."""
+        if not (slots > 0 and rate > 0):
+            return
+        self._kept = [k for k in self._kept if k.until > now and k.slots != slots]
+        self._kept.append(Shortfall(slots, rate, now + SHORTFALL_EXPIRY))
+
+    def refuses(self, slots: float, rate: float, target: float, now: float
+                ) -> Shortfall | None:
+        """The shortfall that rules out going down to ``slots`` effective slots at an input
+        of ``rate`` (at least ``target`` times the rate they fell short of), if any."""
+        self._kept = [k for k in self._kept if k.until > now]
+        return next((k for k in self._kept if slots <= k.slots + 1e-9
+                     and rate >= target * k.rate), None)
+
+    def clear(self) -> None:
+        self._kept = []

@@ -13,6 +13,7 @@ import pytest
 from autoscaler_fakes import FakeQuery, config, first_action, make
 
 from spark_adaptive.core.autoscaler import ScalingDecision
+from spark_adaptive.core.autoscaler.protections import SHORTFALL_EXPIRY, ShortfallMemory
 
 
 def test_no_decision_before_the_window_is_full() -> None:
@@ -611,3 +612,73 @@ def test_slots_that_get_no_task_are_released_after_the_interval(
     assert d is not None and (d.outcome, d.kind, d.target_slots) == (
         "scale-down", "live", released_to), d
     assert d.time - pending[0].time == pytest.approx(120.0)  # scale-down.interval
+
+
+def _fell_short_on_8() -> tuple[FakeQuery, dict[str, float]]:
+    """A query that falls behind on 8 slots at 7600 rows/s (utilization 0.95) and is scaled
+    up to 12 at t=90; then its rate per slot reads 1500 (noise, a quieter neighbour), so
+    that 12 slots look idle and 8 look enough again."""
+    rates = {"per_slot": 1000.0}
+    q = make(rate=7600, per_slot=lambda eff: rates["per_slot"], slots=8, partitions=48)
+    q.run(90)
+    up = q.evaluate()
+    assert (up.outcome, up.target_slots) == ("scale-up", 12)
+    q.apply(up)
+    rates["per_slot"] = 1500.0  # 12 x 1500: utilization 0.42, below the band's 0.5
+    return q, rates
+
+
+def test_a_scale_down_onto_slots_that_fell_behind_at_this_load_is_refused() -> None:
+    q, _ = _fell_short_on_8()
+    ds = q.run_and_evaluate(300)
+    assert ds[-1].outcome == "no-change"
+    assert not any(d.outcome.startswith("scale-down") for d in ds)
+    assert "8 slots would run the query as fast as 8 did when they fell behind at 7600 " \
+        "rows/s" in ds[-1].reason
+    assert q.slots == 12
+
+
+def test_a_scale_down_onto_slots_that_fell_behind_goes_ahead_at_a_clearly_lower_load() -> None:
+    q, _ = _fell_short_on_8()
+    q.rate = 6000  # below 0.8 x 7600: what they fell short of is not this load
+    ds = q.run_and_evaluate(300)
+    downs = [d for d in ds if d.outcome == "scale-down"]
+    assert downs and downs[0].target_slots == 6  # 6000 / 0.8 / 1500 = 5 -> 6
+
+
+def test_slots_that_fell_behind_are_remembered_for_an_hour() -> None:
+    q, _ = _fell_short_on_8()  # scaled up at t=90
+    ds = q.run_and_evaluate(3590)  # until t=3680
+    assert not any(d.outcome.startswith("scale-down") for d in ds)
+    ds = q.run_and_evaluate(130)  # t=3690: the hour is over, the interval runs anew
+    assert ds[0].outcome == "scale-down-pending" and "waits 120s more" in ds[0].reason
+    assert ds[-1].outcome == "scale-down" and ds[-1].target_slots == 8
+
+
+def test_shortfall_memory_refuses_only_as_many_slots_or_fewer_at_a_like_load() -> None:
+    m = ShortfallMemory()
+    m.record(8.0, 7600.0, now=0.0)
+    m.record(0.0, 100.0, now=0.0)  # nonsense figures are not kept
+    m.record(4.0, -1.0, now=0.0)
+    assert m.refuses(12.0, 7600.0, 0.8, now=10.0) is None  # more slots than fell short
+    assert m.refuses(8.0, 6000.0, 0.8, now=10.0) is None  # below 0.8 x 7600
+    fell = m.refuses(6.0, 6100.0, 0.8, now=10.0)
+    assert fell is not None and (fell.slots, fell.rate) == (8.0, 7600.0)
+    m.record(8.0, 9000.0, now=20.0)  # the newer shortfall of a slot count replaces the older
+    assert m.refuses(8.0, 7000.0, 0.8, now=30.0) is None
+    assert m.refuses(8.0, 7300.0, 0.8, now=30.0) is not None
+    assert m.refuses(8.0, 7300.0, 0.8, now=20.0 + SHORTFALL_EXPIRY) is None
+
+
+def test_slots_that_get_no_task_are_released_even_onto_a_count_that_fell_behind() -> None:
+    q = make(rate=5500, per_slot=1000, slots=6, partitions=12)  # utilization 0.92
+    q.run(90)
+    up = q.evaluate()
+    assert (up.outcome, up.target_slots) == ("scale-up", 12)
+    # The cluster gives 10 of the 12: they run the 12 partitions only as fast as 6 would.
+    q.slots = 10
+    q.policy.on_rescale_completed(q.t, slots=10, partitions=12, kind="live")
+    q.rate = 4700  # utilization 0.78 on those 6: in band, and above 0.8 x 5500
+    ds = q.run_and_evaluate(300)
+    downs = [d for d in ds if d.outcome == "scale-down"]
+    assert downs and downs[0].target_slots == 6
