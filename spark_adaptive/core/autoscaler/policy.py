@@ -91,11 +91,12 @@ from spark_adaptive.core.autoscaler.decision import (
     ScalingDecision,
     make_decision,
 )
-from spark_adaptive.core.autoscaler.planning import Plan, choose, restart_downtime
+from spark_adaptive.core.autoscaler.planning import Choice, Plan, choose, restart_downtime
 from spark_adaptive.core.autoscaler.protections import (
     SHORTFALL_EXPIRY,
     DelayedScaleDown,
     EffectivenessGuard,
+    Shortfall,
     ShortfallMemory,
 )
 from spark_adaptive.core.autoscaler.samples import LoadSample, QueryView, clean
@@ -495,7 +496,8 @@ class QueryAutoscaler:
         if eff < s and not behind:
             # Slots the partitions leave without a task (more slots than tasks, or a count
             # that does not divide them): fewer run them in as many waves. Released like any
-            # scale-down, but never below the capacity the query has now.
+            # scale-down, sized on the need but never on more than the capacity the query
+            # has now (below it when the need is, as for any scale-down within the band).
             return self._scale_down(view, inputs, rate, min(need_live, cap),
                                     min(need_restart, cap), downtime, False, idle=True)
         self._pending_down.clear()
@@ -571,7 +573,8 @@ class QueryAutoscaler:
                                                                     choice.partitions),
                                                     eff, rate))
             self._scaled_up = (choice.slots, lam)
-            self._short.record(eff, lam, view.now)
+            if util > cfg.utilization_target:  # not a backlog's catch-up alone
+                self._short.record(eff, lam, view.now)
         return d
 
     def _scale_down(self, view: QueryView, inputs: DecisionInputs, rate: float,
@@ -628,13 +631,47 @@ class QueryAutoscaler:
         choice = choose(Plan.of(view, self.config, rate, lam, m.capacity(xl, eff, rate),
                                 m.capacity(xr, eff, rate), downtime,
                                 per_partition=self._per_partition), m)
+        # Slots that fell short at this load are not gone back to: the need is raised past
+        # them, and a smaller count above them may still do. Releasing slots that get no
+        # task, at no loss of capacity, is not a shortfall's business.
+        def refusing(c: Choice | None) -> Shortfall | None:
+            if c is None or c.slots >= s:
+                return None
+            c_eff = effective_slots(c.slots, c.partitions)
+            if idle and c_eff >= eff - 1e-9:
+                return None
+            return self._short.refuses(c_eff, lam, cfg.utilization_target, now)
+
+        fell, floor_x = None, 0.0
+        f = refusing(choice)
+        for _ in range(len(self._short)):
+            if f is None:
+                break
+            # past the planner's tolerance on slot counts
+            fell, floor_x = f, max(floor_x, f.slots + 1e-3)
+            xl, xr = max(xl, floor_x), max(xr, floor_x)
+            choice = choose(Plan.of(view, self.config, rate, lam, m.capacity(xl, eff, rate),
+                                    m.capacity(xr, eff, rate), downtime,
+                                    per_partition=self._per_partition), m)
+            f = refusing(choice)
+        if fell is not None:
+            short = (f"{fell.slots:g} slots fell short of {fell.rate:.0f} rows/s "
+                     f"{SHORTFALL_EXPIRY - (fell.until - now):.0f}s ago (a scale-up left "
+                     f"them), and the input, {lam:.0f} rows/s, is at least "
+                     f"{cfg.utilization_target:g} of that")
+            if choice is None or choice.slots >= s or f is not None:
+                self._pending_down.clear()
+                return self._result(view, "no-change", "none", s, p,
+                                    f"{head}, but not onto {fell.slots:g} slots or fewer: "
+                                    f"{short}", inputs)
+            head = f"{head} (not onto {fell.slots:g} slots or fewer: {short})"
         if falling and choice is not None and choice.slots < s and choice.kind != "live":
             return self._result(
                 view, "scale-down-pending", "none", s, p,
                 f"{head}, but the input is still falling ({lam_r:.0f} rows/s newest, "
                 f"{lam_w:.0f} over the window); a scale-down that restarts is recommended "
                 "once the window has settled", inputs)
-        self._pending_down.record(now, x_live, x_rst)
+        self._pending_down.record(now, max(x_live, floor_x), max(x_rst, floor_x))
         if choice is None or choice.slots >= s:
             # The interval's highest recommendation keeps the current slots: it is spent, and
             # a new interval starts with the next recommendation (Flink: "no change" clears).
@@ -644,17 +681,6 @@ class QueryAutoscaler:
             self._floor = (key, xl, xr, tail)
             return self._result(view, "no-change", "none", s, p, f"{head}{tail}", inputs)
         target = (choice.slots, choice.partitions)
-        # Releasing slots that get no task keeps the capacity: nothing to have fallen short.
-        fell = None if idle else self._short.refuses(
-            effective_slots(choice.slots, choice.partitions), lam, cfg.utilization_target, now)
-        if fell is not None:
-            self._pending_down.clear()
-            return self._result(
-                view, "no-change", "none", s, p,
-                f"{head}, but {choice.slots} slots would run the query as fast as "
-                f"{fell.slots:g} did when they fell behind at {fell.rate:.0f} rows/s (scaled "
-                f"up {SHORTFALL_EXPIRY - (fell.until - now):.0f}s ago); the input, {lam:.0f} "
-                f"rows/s, is above {cfg.utilization_target:g} of that", inputs)
         waited = now - since
         if waited < cfg.scale_down_interval:
             return self._result(

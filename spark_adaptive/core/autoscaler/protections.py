@@ -23,10 +23,13 @@
     rounding (FLINK-39743 judged against the unconstrained target).
 
 :class:`ShortfallMemory` (the scale-down's counterpart; Flink has none)
-    Every applied scale-up records that its slots fell short at the input rate it
-    was decided at. A later scale-down to as many effective slots or fewer is
-    refused while the input is at least ``utilization.target`` times that rate,
-    for :data:`SHORTFALL_EXPIRY`. The capacity a scale-down predicts comes from
+    Every applied scale-up from slots that ran above ``utilization.target``
+    records that they fell short at the input rate it was decided at (a
+    scale-up that only the catch-up of a backlog asked for, from slots below the
+    target, records nothing). A later scale-down onto as many effective slots or
+    fewer is refused while the input is at least ``utilization.target`` times
+    that rate, for :data:`SHORTFALL_EXPIRY`; the policy then looks for a
+    smaller count above them. The capacity a scale-down predicts comes from
     rates measured at other slot counts, with their noise; a count that already
     fell behind at this load has shown what it carries, and a scale-down onto it
     would build a backlog and a scale-up back, over and over (a flap no
@@ -153,23 +156,31 @@ class ShortfallMemory:
 
     __slots__ = ("_kept",)
 
+    KEPT = 32  # the newest shortfalls kept; a scale-up at most every stabilization interval
+
     def __init__(self) -> None:
         self._kept: list[Shortfall] = []
 
+    def __len__(self) -> int:
+        return len(self._kept)
+
     def record(self, slots: float, rate: float, now: float) -> None:
-        """A scale-up from ``slots`` effective slots was applied at an input of ``rate``."""
+        """A scale-up from ``slots`` effective slots was applied at an input of ``rate``.
+        Each is kept on its own: a later one of the same count at a higher rate does not
+        make the earlier one, at a lower rate, any less true."""
         if not (slots > 0 and rate > 0):
             return
-        self._kept = [k for k in self._kept if k.until > now and k.slots != slots]
+        self._kept = [k for k in self._kept if k.until > now][-(self.KEPT - 1):]
         self._kept.append(Shortfall(slots, rate, now + SHORTFALL_EXPIRY))
 
     def refuses(self, slots: float, rate: float, target: float, now: float
                 ) -> Shortfall | None:
         """The shortfall that rules out going down to ``slots`` effective slots at an input
-        of ``rate`` (at least ``target`` times the rate they fell short of), if any."""
+        of ``rate`` (at least ``target`` times the rate they fell short of), if any: of
+        those, the one of the most slots."""
         self._kept = [k for k in self._kept if k.until > now]
-        return next((k for k in self._kept if slots <= k.slots + 1e-9
-                     and rate >= target * k.rate), None)
+        found = [k for k in self._kept if slots <= k.slots + 1e-9 and rate >= target * k.rate]
+        return max(found, key=lambda k: k.slots, default=None)
 
     def clear(self) -> None:
         self._kept = []

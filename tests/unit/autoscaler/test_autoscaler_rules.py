@@ -633,8 +633,8 @@ def test_a_scale_down_onto_slots_that_fell_behind_at_this_load_is_refused() -> N
     ds = q.run_and_evaluate(300)
     assert ds[-1].outcome == "no-change"
     assert not any(d.outcome.startswith("scale-down") for d in ds)
-    assert "8 slots would run the query as fast as 8 did when they fell behind at 7600 " \
-        "rows/s" in ds[-1].reason
+    assert "not onto 8 slots or fewer: 8 slots fell short of 7600 rows/s 300s ago" \
+        in ds[-1].reason
     assert q.slots == 12
 
 
@@ -660,14 +660,60 @@ def test_shortfall_memory_refuses_only_as_many_slots_or_fewer_at_a_like_load() -
     m.record(8.0, 7600.0, now=0.0)
     m.record(0.0, 100.0, now=0.0)  # nonsense figures are not kept
     m.record(4.0, -1.0, now=0.0)
+    assert len(m) == 1
     assert m.refuses(12.0, 7600.0, 0.8, now=10.0) is None  # more slots than fell short
     assert m.refuses(8.0, 6000.0, 0.8, now=10.0) is None  # below 0.8 x 7600
     fell = m.refuses(6.0, 6100.0, 0.8, now=10.0)
     assert fell is not None and (fell.slots, fell.rate) == (8.0, 7600.0)
-    m.record(8.0, 9000.0, now=20.0)  # the newer shortfall of a slot count replaces the older
-    assert m.refuses(8.0, 7000.0, 0.8, now=30.0) is None
-    assert m.refuses(8.0, 7300.0, 0.8, now=30.0) is not None
+    m.record(8.0, 9000.0, now=20.0)  # the same count fell short again, of more
+    assert m.refuses(8.0, 7000.0, 0.8, now=30.0) is not None  # 7600's still holds
+    m.record(10.0, 9000.0, now=20.0)
+    fell = m.refuses(6.0, 7400.0, 0.8, now=30.0)
+    assert fell is not None and fell.slots == 10.0  # of those that refuse, the most slots
     assert m.refuses(8.0, 7300.0, 0.8, now=20.0 + SHORTFALL_EXPIRY) is None
+
+
+def test_a_smaller_count_above_the_slots_that_fell_short_is_still_taken() -> None:
+    rates = {"per_slot": 1000.0}
+    # A minute of input waiting, on slots at utilization 0.96
+    q = make(rate=9600, per_slot=lambda eff: rates["per_slot"], slots=10, partitions=60,
+             backlog=9600 * 60.0)
+    q.run(90)
+    up = q.evaluate()  # 9600 / 0.8 + 576000 / 100 = 17760 rows/s -> 20 slots
+    assert (up.outcome, up.target_slots) == ("scale-up", 20)
+    q.apply(up)
+    q.backlog, rates["per_slot"] = 0.0, 1700.0  # caught up; the rate per slot reads higher
+    ds = q.run_and_evaluate(300)
+    downs = [d for d in ds if d.outcome == "scale-down"]
+    # 9600 / 0.8 / 1700 = 7.1 -> 10 (a divisor of 60), which fell short: the next, 12
+    assert downs and downs[0].target_slots == 12
+    pending = next(d for d in ds if d.outcome == "scale-down-pending")
+    assert pending.target_slots == 12
+    assert "not onto 10 slots or fewer: 10 slots fell short of 9600 rows/s" in pending.reason
+
+
+def test_a_scale_up_that_only_a_backlog_asked_for_records_no_shortfall() -> None:
+    # 100 s of input waiting, on slots at utilization 0.75
+    q = make(rate=6000, per_slot=1000, slots=8, partitions=48, backlog=600000.0)
+    q.run(90)
+    up = q.evaluate()
+    assert up.outcome == "scale-up" and up.target_slots > 8
+    q.apply(up)
+    q.backlog = 0.0
+    ds = q.run_and_evaluate(300)
+    downs = [d for d in ds if d.outcome == "scale-down"]
+    assert downs and downs[0].target_slots == 8  # 6000 / 0.8 / 1000 = 7.5 -> 8
+
+
+def test_a_release_of_idle_slots_that_loses_capacity_is_refused_onto_a_count_that_fell_short(
+) -> None:
+    q, rates = _fell_short_on_8()  # 8 fell short of 7600; the cluster gives 10 of the 12
+    q.slots = 10  # 48 partitions on 10 slots: as fast as 9.6
+    q.policy.on_rescale_completed(q.t, slots=10, partitions=48, kind="live")
+    q.rate, rates["per_slot"] = 7300, 1200.0  # utilization 0.63 on the 9.6: in band
+    ds = q.run_and_evaluate(300)
+    assert not any(d.outcome == "scale-down" for d in ds)  # 8 would do at 1200 a slot
+    assert q.slots == 10
 
 
 def test_slots_that_get_no_task_are_released_even_onto_a_count_that_fell_behind() -> None:
