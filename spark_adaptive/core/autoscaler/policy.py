@@ -67,9 +67,10 @@ Each evaluation, in order (Flink's operator, ``ScalingMetricCollector`` ->
    While the input is still falling (:data:`SETTLED`), whether to scale down
    is read from the newest seconds' rate, and a live scale-down is sized on it
    once the newest batch agrees with it; one that restarts is recommended only
-   once the window has settled. Nor does a query go down onto as many effective
-   slots as a scale-up left, or fewer, while its input is at least
-   ``utilization.target`` times the rate they fell short of, for an hour
+   once the window has settled. Nor does a query go down, for an hour, onto as
+   many effective slots or fewer than a scale-up from above ``utilization.target``
+   left, while its input is at least ``utilization.target`` times the rate they
+   fell short of: it stops at the smallest count above them that meets the need
    (:class:`.protections.ShortfallMemory`).
 7. **Effectiveness.** The first full window after a scale-up compares the
    capacity gained with the gain expected from the target actually reached;
@@ -628,9 +629,13 @@ class QueryAutoscaler:
         if floor is not None and floor[0] == key and xl >= floor[1] and xr >= floor[2]:
             self._pending_down.clear()
             return self._result(view, "no-change", "none", s, p, f"{head}{floor[3]}", inputs)
-        choice = choose(Plan.of(view, self.config, rate, lam, m.capacity(xl, eff, rate),
-                                m.capacity(xr, eff, rate), downtime,
-                                per_partition=self._per_partition), m)
+        def pick(x_l: float, x_r: float) -> Choice | None:
+            """The target for live and restart needs of ``x_l`` and ``x_r`` slots."""
+            return choose(Plan.of(view, self.config, rate, lam, m.capacity(x_l, eff, rate),
+                                  m.capacity(x_r, eff, rate), downtime,
+                                  per_partition=self._per_partition), m)
+
+        choice = pick(xl, xr)
         # Slots that fell short at this load are not gone back to: the need is raised past
         # them, and a smaller count above them may still do. Releasing slots that get no
         # task, at no loss of capacity, is not a shortfall's business.
@@ -650,9 +655,7 @@ class QueryAutoscaler:
             # past the planner's tolerance on slot counts
             fell, floor_x = f, max(floor_x, f.slots + 1e-3)
             xl, xr = max(xl, floor_x), max(xr, floor_x)
-            choice = choose(Plan.of(view, self.config, rate, lam, m.capacity(xl, eff, rate),
-                                    m.capacity(xr, eff, rate), downtime,
-                                    per_partition=self._per_partition), m)
+            choice = pick(xl, xr)
             f = refusing(choice)
         if fell is not None:
             short = (f"{fell.slots:g} slots fell short of {fell.rate:.0f} rows/s "
