@@ -605,8 +605,12 @@ class QueryAutoscaler:
             # while waiting for the window would keep the slots it no longer needs. Not
             # while the newest batch reads far less than the newest seconds: they still mix
             # in the rate from before a drop, and the interval would keep what they need.
+            # The interval runs from the first reading below the band, so that the wait for
+            # the newest seconds to settle is not paid on top of it; its maximum is taken
+            # over the settled recommendations only.
             lam_n = self._window.newest_arrival_rate()
             if lam_n is None or lam_n < SETTLED * lam_r:
+                self._pending_down.start(now)
                 return self._result(
                     view, "scale-down-pending", "none", s, p,
                     f"{head}, but the input is still dropping ({lam_n or 0:.0f} rows/s in the "
@@ -669,6 +673,8 @@ class QueryAutoscaler:
                                     f"{short}", inputs)
             head = f"{head} (not onto {fell.slots:g} slots or fewer: {short})"
         if falling and choice is not None and choice.slots < s and choice.kind != "live":
+            # A restart's interval starts once the window has settled, not while it falls.
+            self._pending_down.clear_unsized()
             return self._result(
                 view, "scale-down-pending", "none", s, p,
                 f"{head}, but the input is still falling ({lam_r:.0f} rows/s newest, "

@@ -68,6 +68,17 @@ class DelayedScaleDown:
         self.since, self.x_live, self.x_restart = self.merged(now, x_live, x_restart)
         return self.since, self.x_live, self.x_restart
 
+    def start(self, now: float) -> None:
+        """Start the interval at ``now`` unless it runs, before any recommendation is sized
+        (the query reads below the band, but how far is not yet known)."""
+        if self.since is None:
+            self.since = now
+
+    def clear_unsized(self) -> None:
+        """Undo a :meth:`start` that no recommendation followed."""
+        if self.x_live == 0.0 and self.x_restart == 0.0:
+            self.clear()
+
     def clear(self) -> None:
         self.since = None
         self.x_live = self.x_restart = 0.0

@@ -166,7 +166,7 @@ class Autoscaling:
             self._timers.call_later(0.0, lambda: self._start_taken_over(change.key))
 
     def _start_taken_over(self, key: str) -> None:
-        q = next((q for q in self._sched.queries() if q.key == key), None)
+        q = self._sched.query_by_key(key)
         if q is None or q.finished or q.state.name is not StateName.EXECUTING:
             return
         watched = self._watch(q)

@@ -474,6 +474,10 @@ class AdaptiveScheduler:
             return (live or named)[-1]
         raise UnknownQueryError(ident)
 
+    def query_by_key(self, key: str) -> QueryScheduler | None:
+        """The query with this key, if the scheduler still has it."""
+        return self._queries.get(key)
+
     def query_of_run(self, run_id: str) -> QueryScheduler | None:
         """The query whose current run this is, if any."""
         for q in self._queries.values():

@@ -115,10 +115,10 @@ def test_an_in_band_evaluation_cancels_a_pending_scale_down() -> None:
     assert d.outcome == "scale-down-pending" and "waits 120s more" in d.reason
 
 
-def _dropped(partitions: int) -> FakeQuery:
+def _dropped(partitions: int, interval: float = 10.0) -> FakeQuery:
     """A query in band at 10000 rows/s on 16 slots (17 with 17 partitions) whose input
-    drops to 2000 rows/s at t=90; the scale-down interval is 10 s."""
-    q = make(config(scale_down_interval=10.0), rate=10000, per_slot=1000,
+    drops to 2000 rows/s at t=90; the scale-down interval is 10 s unless given."""
+    q = make(config(scale_down_interval=interval), rate=10000, per_slot=1000,
              slots=17 if partitions == 17 else 16, partitions=partitions)
     q.run(90)
     assert q.evaluate().outcome == "no-change"
@@ -134,14 +134,38 @@ def test_a_live_scale_down_is_sized_on_the_newest_seconds_while_the_input_falls(
         assert "still dropping" in d.reason
     assert ds[0].inputs.utilization > 0.5  # the window alone was still in band at t=100
     q.run(10)
-    d = q.evaluate()  # t=120: the newest 20 s read 2000 -> 2500 / 1000 -> 3 slots
+    d = q.evaluate()  # t=120: the newest 20 s read 2000 -> 2500 / 1000 -> 3 slots; the
+    # interval started at t=100, with the first reading below the band, and is over
     assert d.inputs.input_rate_recent == pytest.approx(2000)
-    assert (d.outcome, d.kind, d.target_slots) == ("scale-down-pending", "live", 3)
-    q.run(10)
-    d = q.evaluate()  # t=130: the interval is over, while the window still reads 5077 rows/s
     assert (d.outcome, d.kind, d.target_slots) == ("scale-down", "live", 3)
     assert d.inputs.input_rate_window / 0.8 / 1000 > 6  # what waiting for it would have kept
     assert "in the newest seconds" in d.reason
+
+
+def test_the_interval_runs_from_the_first_reading_below_the_band() -> None:
+    # With a 30 s interval: started at t=100 while still dropping, the settled recommendation
+    # of t=120 waits the 10 s left, not another 30 s; the maximum is of settled ones only.
+    q = _dropped(48, interval=30.0)
+    ds = q.run_and_evaluate(20)  # t=100, 110: still dropping
+    assert all("still dropping" in d.reason for d in ds)
+    q.run(10)
+    d = q.evaluate()  # t=120
+    assert (d.outcome, d.kind, d.target_slots) == ("scale-down-pending", "live", 3)
+    assert "waits 10s more" in d.reason
+    q.run(10)
+    d = q.evaluate()  # t=130, 30 s after the first reading below the band
+    assert (d.outcome, d.kind, d.target_slots) == ("scale-down", "live", 3)
+
+
+def test_a_dip_that_comes_back_in_band_leaves_no_interval_behind() -> None:
+    q = _dropped(48)
+    ds = q.run_and_evaluate(10)  # t=100: still dropping, the interval starts
+    assert "still dropping" in ds[-1].reason
+    assert q.policy.snapshot()["pendingScaleDownSince"] == 100
+    q.rate = 10000  # back before the newest seconds settled
+    q.run(30)
+    assert q.evaluate().outcome == "no-change"  # t=130: in band
+    assert q.policy.snapshot()["pendingScaleDownSince"] is None
 
 
 def test_a_scale_down_that_restarts_waits_for_the_window_to_settle() -> None:
