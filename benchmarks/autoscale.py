@@ -22,7 +22,9 @@ arrived) as p50 / p99 / max, the seconds at which the oldest unprocessed row
 was older than the lag target, the rescales (from spark-adaptive's history),
 and checks that every row was written exactly once. The **oracle** is perfect
 tracking at 100% utilization: the integral of ceil(rate x cost) over the
-profile.
+profile. Beside it, the slot-seconds the app's tasks ran (Spark's task log), per
+row: the work a slot really did for a row, with each task's fixed cost and the
+slow first tasks of new executors, where the oracle counts ``--cost`` alone.
 
 Prints a table per profile, writes ``benchmarks/results/autoscale.json`` and
 one plot per profile (``autoscale-<profile>.png``).
@@ -38,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import shutil
 import tempfile
 import time
@@ -143,6 +146,18 @@ class Run:
     samples: list[Seen] = field(default_factory=list)
     rescales: list[dict[str, Any]] = field(default_factory=list)
     exit_code: int | None = None
+    task_seconds: float | None = None  # what the app's tasks ran, from Spark's task log
+
+
+#: Spark's line for each finished task (TaskSetManager, INFO), with its run time.
+_TASK_DONE = re.compile(r"Finished task \S+ in stage \S+ \(TID \d+\) in (\d+) ms")
+
+
+def task_seconds(log_text: str) -> float | None:
+    """Slot-seconds the app's tasks ran: the sum of Spark's "Finished task ... in N ms"
+    lines in the driver's log; None if it has none (a log level above INFO)."""
+    times = [int(m.group(1)) for m in _TASK_DONE.finditer(log_text)]
+    return sum(times) / 1000.0 if times else None
 
 
 def run_once(cluster: LocalCluster, profile: str, mode: str, work: Path,
@@ -180,6 +195,7 @@ def run_once(cluster: LocalCluster, profile: str, mode: str, work: Path,
         app.kill()
     run.rescales = watcher.rescales
     log_text = app.log_path.read_text(errors="replace")
+    run.task_seconds = task_seconds(log_text)
     for line in log_text.splitlines():
         if line.startswith("source started at "):  # "source started at T: N rows over ..."
             words = line.split()
@@ -247,6 +263,7 @@ def summarize(run: Run, rows: dict[str, np.ndarray],
         "lag_max": float(lag.max()) if len(lag) else None,
         "seconds_over_target": int(np.sum(oldest > LAG_TARGET)),
         "rescales_live": live, "rescales_restart": restarts,
+        "task_seconds": run.task_seconds,
         "rows": int(len(ids)), "rows_expected": total, "exactly_once": bool(exactly_once),
         "drain_seconds": end - run.start - duration,
     }
@@ -272,7 +289,7 @@ def table(summaries: list[dict[str, Any]]) -> str:
     # exec-s: from the app's start (the ratios' figure); from src: from the source's start.
     lines = [f"{'run':<11} {'exec-s':>7} {'from src':>8} {'/oracle':>8} {'/static':>8} "
              f"{'/dynamic':>9} {'lag p50':>8} {'p99':>6} {'max':>6} {'s>30s':>6} {'live':>5} "
-             f"{'restart':>8} {'exactly-once':>13}"]
+             f"{'restart':>8} {'exactly-once':>13} {'task-s':>7} {'ms/row':>7}"]
     for s in summaries:
         def ratio(other: dict[str, Any] | None, s: dict[str, Any] = s) -> str:
             return f"{s['executor_seconds'] / other['executor_seconds']:.2f}x" if other else "-"
@@ -282,7 +299,7 @@ def table(summaries: list[dict[str, Any]]) -> str:
             f"{s['executor_seconds'] / s['oracle']:7.2f}x {ratio(static):>8} {ratio(dynamic):>9} "
             f"{s['lag_p50']:7.1f}s {s['lag_p99']:5.1f}s {s['lag_max']:5.1f}s "
             f"{s['seconds_over_target']:6d} {s['rescales_live']:5d} {s['rescales_restart']:8d} "
-            f"{'yes' if s['exactly_once'] else 'NO':>13}")
+            f"{'yes' if s['exactly_once'] else 'NO':>13} {_tasks(s)}")
     lines.append(f"{'oracle':<11} {summaries[0]['oracle']:7.0f}")
     s = summaries[0]
     lines.append(f"{'tracking':<11} {s['tracking']:7.0f} {'':>8} "
@@ -290,7 +307,16 @@ def table(summaries: list[dict[str, Any]]) -> str:
                  f"(instant tracking at utilization.target on balanced slot counts)")
     lines.append("exec-s: from the app's start; from src: from the source's start; both "
                  "until the last row is written; the ratios divide exec-s")
+    lines.append(f"task-s: slot-seconds the app's tasks ran (Spark's task log); ms/row: "
+                 f"task-s per row, against the {COST * 1000:g} ms of work the oracle counts")
     return "\n".join(lines)
+
+
+def _tasks(s: dict[str, Any]) -> str:
+    t = s.get("task_seconds")
+    if t is None or not s["rows_expected"]:
+        return f"{'-':>7} {'-':>7}"
+    return f"{t:7.0f} {t / s['rows_expected'] * 1000:7.2f}"
 
 
 def plot(profile: str, runs: list[tuple[Run, dict[str, np.ndarray]]], path: Path) -> None:

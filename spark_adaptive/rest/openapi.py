@@ -101,8 +101,9 @@ def _policy() -> dict[str, Any]:
     instant = {
         "stabilizedAt": "The end of the stabilization interval after the last start or "
                         "rescale",
-        "pendingScaleDownSince": "When the scale-down waiting for scale-down.interval was "
-                                 "first recommended",
+        "pendingScaleDownSince": "When the wait of scale-down.interval started: the first "
+                                 "reading below the band (a restart's: its first "
+                                 "recommendation)",
         "blockedUntil": "When the block on more slots after an ineffective scale-up ends",
     }
     return {

@@ -143,6 +143,27 @@ def test_cluster_executor_seconds_count_from_the_app_start_over_real_sample_time
     assert f"{s['executor_seconds'] / s['oracle']:.2f}x" in text.splitlines()[1]
 
 
+def test_cluster_task_seconds_sum_sparks_finished_task_lines() -> None:
+    autoscale = _load("autoscale")
+    log = "\n".join([
+        "26/11/28 00:20:38 INFO TaskSetManager: [queryId = bf036] [batchId = 0] Finished task "
+        "0.0 in stage 0.0 (TID 0) in 4962 ms on 127.0.0.1 (executor 2) (1/12)",
+        "26/11/28 00:20:39 INFO TaskSetManager: Finished task 1.0 in stage 3.0 (TID 17) in "
+        "352 ms on 127.0.0.1 (executor 1) (2/12)",
+        "26/11/28 00:20:39 INFO DAGScheduler: ResultStage 0 finished in 5314 ms",
+    ])
+    assert autoscale.task_seconds(log) == pytest.approx(5.314)
+    assert autoscale.task_seconds("26/11/28 00:20:39 WARN Something: nothing here") is None
+    run, rows = _cluster_run(autoscale, first=0.0, source=10.0, period=1.0)
+    run.task_seconds = 100.0
+    s = autoscale.summarize(run, rows)
+    assert s["task_seconds"] == 100.0
+    assert "2000.00" in autoscale.table([s]).splitlines()[1]  # 100 s over 50 rows, in ms
+    run.task_seconds = None
+    assert autoscale.table([autoscale.summarize(run, rows)]).splitlines()[1].split()[-2:] == \
+        ["-", "-"]
+
+
 def test_cluster_executor_seconds_integrate_uneven_samples() -> None:
     autoscale = _load("autoscale")
     samples = [Seen(0.0, 1), Seen(1.5, 2), Seen(2.0, 0), Seen(4.0, 3)]

@@ -104,8 +104,8 @@ class AutoscalerConfig:
     scale_down_interval: float = option(
         "autoscaler.scale-down.interval", "duration", 300.0,
         "A scale-down waits this long after the utilization first reads below "
-        "utilization.min, then applies the highest slot count recommended meanwhile; a "
-        "scale-up or an in-band evaluation "
+        "utilization.min (one that restarts, after it is first recommended), then applies "
+        "the highest slot count recommended meanwhile; a scale-up or an in-band evaluation "
         "cancels it. Flink waits 1 h to merge restarts; here most scale-downs are live, and "
         "every idle executor-minute is paid. 0 scales down at once.", unit="s")
     catch_up_duration: float = option(

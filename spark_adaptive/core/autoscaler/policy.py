@@ -672,15 +672,17 @@ class QueryAutoscaler:
                                     f"{head}, but not onto {fell.slots:g} slots or fewer: "
                                     f"{short}", inputs)
             head = f"{head} (not onto {fell.slots:g} slots or fewer: {short})"
-        if falling and choice is not None and choice.slots < s and choice.kind != "live":
-            # A restart's interval starts once the window has settled, not while it falls.
+        if choice is not None and choice.slots < s and choice.kind != "live":
+            # A restart's interval starts with its first recommendation, once the window has
+            # settled, not with a reading below the band while the input still fell.
             self._pending_down.clear_unsized()
-            return self._result(
-                view, "scale-down-pending", "none", s, p,
-                f"{head}, but the input is still falling ({lam_r:.0f} rows/s newest, "
-                f"{lam_w:.0f} over the window); a scale-down that restarts is recommended "
-                "once the window has settled", inputs)
-        self._pending_down.record(now, max(x_live, floor_x), max(x_rst, floor_x))
+            if falling:
+                return self._result(
+                    view, "scale-down-pending", "none", s, p,
+                    f"{head}, but the input is still falling ({lam_r:.0f} rows/s newest, "
+                    f"{lam_w:.0f} over the window); a scale-down that restarts is recommended "
+                    "once the window has settled", inputs)
+        since = self._pending_down.record(now, max(x_live, floor_x), max(x_rst, floor_x))[0]
         if choice is None or choice.slots >= s:
             # The interval's highest recommendation keeps the current slots: it is spent, and
             # a new interval starts with the next recommendation (Flink: "no change" clears).

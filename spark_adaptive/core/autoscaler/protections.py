@@ -47,13 +47,15 @@ query whose rate per slot has changed is not kept above what it needs for long."
 
 
 class DelayedScaleDown:
-    """The pending scale-down of one query: since when, and the highest needs seen."""
+    """The pending scale-down of one query: since when, the highest needs seen, and whether
+    any was (an interval can start before the first recommendation is sized)."""
 
-    __slots__ = ("since", "x_live", "x_restart")
+    __slots__ = ("since", "x_live", "x_restart", "sized")
 
     def __init__(self) -> None:
         self.since: float | None = None
         self.x_live = self.x_restart = 0.0
+        self.sized = False
 
     def merged(self, now: float, x_live: float, x_restart: float
                ) -> tuple[float, float, float]:
@@ -61,11 +63,14 @@ class DelayedScaleDown:
         for the live and the restart need), without recording it."""
         if self.since is None:
             return now, x_live, x_restart
+        if not self.sized:
+            return self.since, x_live, x_restart
         return self.since, max(self.x_live, x_live), max(self.x_restart, x_restart)
 
     def record(self, now: float, x_live: float, x_restart: float) -> tuple[float, float, float]:
         """Merge one recommendation; returns what :meth:`merged` does."""
         self.since, self.x_live, self.x_restart = self.merged(now, x_live, x_restart)
+        self.sized = True
         return self.since, self.x_live, self.x_restart
 
     def start(self, now: float) -> None:
@@ -76,12 +81,13 @@ class DelayedScaleDown:
 
     def clear_unsized(self) -> None:
         """Undo a :meth:`start` that no recommendation followed."""
-        if self.x_live == 0.0 and self.x_restart == 0.0:
+        if not self.sized:
             self.clear()
 
     def clear(self) -> None:
         self.since = None
         self.x_live = self.x_restart = 0.0
+        self.sized = False
 
 
 @dataclass(frozen=True, slots=True)

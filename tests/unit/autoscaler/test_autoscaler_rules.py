@@ -13,7 +13,11 @@ import pytest
 from autoscaler_fakes import FakeQuery, config, first_action, make
 
 from spark_adaptive.core.autoscaler import ScalingDecision
-from spark_adaptive.core.autoscaler.protections import SHORTFALL_EXPIRY, ShortfallMemory
+from spark_adaptive.core.autoscaler.protections import (
+    SHORTFALL_EXPIRY,
+    DelayedScaleDown,
+    ShortfallMemory,
+)
 
 
 def test_no_decision_before_the_window_is_full() -> None:
@@ -181,6 +185,30 @@ def test_a_scale_down_that_restarts_waits_for_the_window_to_settle() -> None:
     d = q.evaluate()
     assert (d.outcome, d.kind, d.target_slots, d.target_partitions) == (
         "scale-down", "restart", 3, 12)
+
+
+def test_a_restarts_interval_does_not_start_while_the_input_fell() -> None:
+    # Evaluated while dropping (t=100), then not until the window has settled (t=160): the
+    # restart's interval starts at t=160, with its first recommendation.
+    q = _dropped(17, interval=30.0)
+    q.run(10)
+    assert "still dropping" in q.evaluate().reason
+    q.run(60)
+    d = q.evaluate()  # t=160
+    assert (d.outcome, d.kind, d.target_slots) == ("scale-down-pending", "restart", 3)
+    assert "waits 30s more" in d.reason
+
+
+def test_a_delayed_scale_down_knows_a_started_interval_from_a_sized_one() -> None:
+    pending = DelayedScaleDown()
+    pending.start(10.0)
+    assert pending.merged(20.0, 3.0, 4.0) == (10.0, 3.0, 4.0)
+    pending.clear_unsized()
+    assert pending.since is None
+    pending.start(30.0)
+    pending.record(40.0, 0.0, 0.0)  # a recommendation of no slots is one
+    pending.clear_unsized()
+    assert pending.since == 30.0 and pending.sized
 
 
 def test_scale_up_max_factor_limits_one_step() -> None:
