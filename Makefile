@@ -66,7 +66,7 @@ lint: setup
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test-unit: setup
+test-unit: setup chromium
 	$(BIN)/pytest tests/unit -q $(PYTEST_ARGS)
 
 test-integration: setup chromium

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Make sure a Chromium is on this machine for the browser test of the operators' page
-# (tests/integration/test_page.py); install Debian's with apt-get when it is missing.
+# (tests/integration/test_page.py) and of its script (tests/unit/test_page_script.py);
+# install Debian's with apt-get when it is missing.
 # Playwright drives it; its own browser download is never used.
 set -euo pipefail
 
