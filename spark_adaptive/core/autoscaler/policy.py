@@ -623,7 +623,7 @@ class QueryAutoscaler:
         m, lo = self._model, min(eff, s * (1 - cfg.scale_down_max_factor))
         x_live = m.slots_for(m.clamp(need_live, eff, rate, lo, math.inf), eff, rate)
         x_rst = m.slots_for(m.clamp(need_restart, eff, rate, lo, math.inf), eff, rate)
-        since, xl, xr = self._pending_down.merged(now, x_live, x_rst)
+        _, xl, xr = self._pending_down.merged(now, x_live, x_rst)
         # A need that could not go below the current slots cannot when it is higher: the
         # choice is monotone in the need, so that answer is reused (queries that sit below the
         # band on their smallest useful slot count are common and evaluated every interval).

@@ -60,11 +60,10 @@ class DelayedScaleDown:
     def merged(self, now: float, x_live: float, x_restart: float
                ) -> tuple[float, float, float]:
         """``(since, highest live, highest restart)`` with one more recommendation (slots
-        for the live and the restart need), without recording it."""
+        for the live and the restart need, never negative: an unsized interval's zeros
+        leave them as they are), without recording it."""
         if self.since is None:
             return now, x_live, x_restart
-        if not self.sized:
-            return self.since, x_live, x_restart
         return self.since, max(self.x_live, x_live), max(self.x_restart, x_restart)
 
     def record(self, now: float, x_live: float, x_restart: float) -> tuple[float, float, float]:
