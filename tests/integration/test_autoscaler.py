@@ -3,7 +3,9 @@
 A load step up gives the query more executors and slots, a step down gives them
 back after the scale-down interval, and every row is written exactly once
 across it all; recommend-only mode shows its decisions and changes nothing;
-with reactive mode the app refuses to start, naming both keys.
+with reactive mode the app refuses to start, naming both keys; with
+``autoscaler.initial-slots`` an app holds that few executors from its start until
+its first query, and its own batch job before then gets the others back.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from spark_adaptive.testing.watch import AppWatch
 pytestmark = pytest.mark.timeout(900)
 
 APP = Path(__file__).parents[2] / "examples" / "varying_load.py"
+EARLY_BATCH = Path(__file__).parent / "early_batch_app.py"
 COST = 0.004  # 250 rows/s per slot
 # Windows of seconds, for a load that changes within a test (docs/autoscaler.md).
 FAST = {
@@ -134,7 +137,11 @@ def test_initial_slots_start_the_query_small_and_give_the_other_executors_back(
     conf = {**FAST, "spark.adaptive.autoscaler.initial-slots": "1"}
     app, sampler = _run(cluster, tmp_path, [[0, 20], [60, 20]], conf)
 
-    assert "autoscaler.initial-slots=1" in app.log_path.read_text()
+    log = app.log_path.read_text()
+    assert "autoscaler.initial-slots=1" in log
+    # Held from the app's start; the query's micro-batch jobs (grouped by its run id)
+    # never count as batch work of the app's own, which would end the hold.
+    assert "until its first query" in log and "runs before any streaming query" not in log
     # The app started on both workers; within seconds of the query's start it runs on one.
     late = [s for s in sampler.samples if sampler.since(s) > 30 and s.state == "Executing"]
     assert late and {(s.executors, s.slots) for s in late} == {(1, 1)}, late
@@ -142,6 +149,26 @@ def test_initial_slots_start_the_query_small_and_give_the_other_executors_back(
     assert all(r["kind"] == "live" for r in ours), ours
     ids = _written_ids(tmp_path / "out")
     assert len(ids) == _total_rows(app) == len(np.unique(ids))
+
+
+def test_initial_slots_hold_an_idle_app_small_until_its_own_batch_job_runs(
+        local_cluster_factory: Any, tmp_path: Path) -> None:
+    cluster = local_cluster_factory(2)
+    conf = {**FAST, "spark.adaptive.autoscaler.initial-slots": "1"}
+    app = submit(cluster, EARLY_BATCH, "--wait", "20", "--workers", "2", conf=conf,
+                 log_path=tmp_path / "app.log")
+    try:
+        assert app.wait(timeout=180) == 0, app.tail(60)
+    finally:
+        app.kill()
+    lines = app.log_path.read_text().splitlines()
+    idle = [ln for ln in lines if ln.startswith("idle: ")]
+    after = [ln for ln in lines if ln.startswith("after job: ")]
+    # Spark gave the app both workers' cores; before any query it holds one executor ...
+    assert idle and idle[0].split()[1] == "1", idle
+    # ... and its own batch job gets back what it holds without spark-adaptive.
+    assert after and after[0].split()[2] == "2", after
+    assert any("runs before any streaming query" in ln for ln in lines)
 
 
 def test_with_reactive_mode_the_app_refuses_to_start_naming_both_keys(

@@ -18,7 +18,7 @@ from __future__ import annotations
 import pytest
 from scheduler_fakes import App, FakeDriver, query_info
 
-from spark_adaptive.core.events import QueryProgress, QueryTerminated
+from spark_adaptive.core.events import JobStarted, QueryProgress, QueryTerminated
 from spark_adaptive.core.ports import RepartitionSupport
 from spark_adaptive.settings import Settings
 
@@ -196,3 +196,56 @@ def test_a_runs_termination_is_kept_however_many_early_events_came_before_it() -
     assert app.state("q") == "Finished"
     last = app.scheduler.query("q").last_progress
     assert last is not None and last.batch_id == 99  # the newest progress was kept
+
+
+# -- before the first query: autoscaler.initial-slots ------------------------------------
+RUN = "0b7c4b0e-5b1f-4f3e-9d55-2a9e1c3d4f6a"  # Spark groups a run's jobs under its run id
+
+
+def _holding(executors: int = 4, **kw: object) -> App:
+    """An autoscaled app holding one slot's executor before its first query; Spark gives
+    it ``executors`` one by one (the fake actuator releases the newest beyond the total)."""
+    app = App(Settings(), autoscaled=True, start_slots=1, **kw)
+    for i in range(1, executors + 1):
+        if i > 1:
+            app.actuator.release_next = [str(i)]
+        app.add(str(i))
+    return app
+
+
+def test_before_its_first_query_an_autoscaled_app_holds_the_initial_slots_executors() -> None:
+    app = _holding()
+    assert app.actuator.requested == [1, 1, 1, 1]  # each one that joined beyond it went
+    assert _alive(app) == {"1"}
+    app.event(JobStarted(0.0, 1, (1,), job_group=RUN))  # a micro-batch: no change
+    app.advance(10)
+    assert (app.actuator.requested, _alive(app)) == ([1, 1, 1, 1], {"1"})
+
+
+def test_the_first_query_ends_the_hold_without_asking_for_more() -> None:
+    app = _holding()
+    driver = FakeDriver(query_info("q", partitions=4))
+    app.register(driver)
+    assert app.actuator.requested == [1, 1, 1, 1]  # the autoscaler sizes it from here
+    app.add("5")  # joined late: the hold no longer releases it
+    assert _alive(app) == {"1", "5"} and app.actuator.requested == [1, 1, 1, 1]
+
+
+@pytest.mark.parametrize(("idle", "restored"), [(None, 4), (3, 3)])
+def test_a_batch_job_before_any_query_gets_back_what_the_app_holds_without_us(
+        idle: int | None, restored: int) -> None:
+    app = _holding(idle_executors=idle)
+    app.event(JobStarted(0.0, 7, (7,), job_group=None))
+    # Without spark.executor.instances (standalone): as many as Spark had given it.
+    assert app.actuator.requested == [1, 1, 1, 1, restored]
+    app.add("5")
+    assert app.actuator.requested[-1] == restored  # no longer held
+
+
+def test_without_initial_slots_or_in_local_mode_nothing_is_held() -> None:
+    plain = App(Settings(), autoscaled=True)
+    local = App(Settings(), autoscaled=True, start_slots=1, fixed_slots=4)
+    for app in (plain, local):
+        for i in range(1, 5):
+            app.add(str(i))
+        assert app.actuator.requested == []

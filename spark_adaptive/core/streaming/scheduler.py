@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import logging
 import random as _random
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -37,6 +38,8 @@ from spark_adaptive.core.events import (
     BATCH_BOUNDARIES,
     QUERY_EVENTS,
     Event,
+    ExecutorAdded,
+    JobStarted,
     QueryProgress,
     QueryStarted,
     QueryTerminated,
@@ -78,6 +81,14 @@ LOCAL_MODE_REQUIREMENTS = ("Cannot change the parallelism of a query in local mo
                            "slots are the local cores, and queries are not rescaled there.")
 _EARLY_LIMIT = 64
 
+#: Spark runs a streaming query's jobs in a job group named by the run's id (a UUID).
+_RUN_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def is_run_id(job_group: str | None) -> bool:
+    """Whether a job's group is a streaming query run's id, i.e. the job is a micro-batch's."""
+    return job_group is not None and _RUN_ID.fullmatch(job_group.lower()) is not None
+
 
 #: A timeout shorter than this many heartbeat intervals would take a late heartbeat for a hang.
 MIN_HEARTBEATS_PER_TIMEOUT = 3
@@ -117,6 +128,7 @@ class AdaptiveScheduler:
         history_writer: HistoryWriter | None = None,
         warming: Callable[[], bool] | None = None,
         idle_executors: int | None = None,
+        start_slots: int | None = None,
     ) -> None:
         """``default_slots_per_executor`` sizes executor requests until one executor is seen
         (``spark.executor.cores // spark.task.cpus`` when the app sets it);
@@ -132,7 +144,9 @@ class AdaptiveScheduler:
         :meth:`warm_up_ended`). ``idle_executors``: the executors the app holds without
         spark-adaptive (``spark.executor.instances``, with dynamic allocation off), declared
         once no managed query remains; None: unknown, the executors alive then are kept and
-        no more are asked for."""
+        no more are asked for. ``start_slots`` (``autoscaler.initial-slots``): from the app's
+        start until its first managed query, the app holds only the executors of that many
+        slots (see :meth:`_hold`); None: what Spark gives it."""
         self.settings = settings
         self._restart = restart if restart is not None else RestartStrategySettings()
         self._autoscaled = autoscaled
@@ -154,6 +168,9 @@ class AdaptiveScheduler:
         self._shares: dict[str, int] | None = {}
         self._declared: int | None = None
         self._idle_executors = idle_executors
+        # Before the first query: hold start_slots' executors (None: not holding).
+        self._start_slots = start_slots if fixed_slots is None else None
+        self._granted: set[str] = set()  # executors Spark gave the app while it held
         self._idle = False  # no managed query remains, and what the app holds is declared
         self._releasing = False
         self._surplus_waits = False
@@ -167,6 +184,11 @@ class AdaptiveScheduler:
     # -- events -----------------------------------------------------------------------
     def on_event(self, event: Event) -> None:
         """Feed one event (an :class:`~spark_adaptive.core.events.EventBus` subscriber)."""
+        if self._start_slots is not None:
+            if isinstance(event, ExecutorAdded):
+                self._granted.add(event.executor_id)
+            elif isinstance(event, JobStarted) and not is_run_id(event.job_group):
+                self._end_hold(f"job {event.job_id} runs before any streaming query")
         if self.resources.handle(event):
             return
         self.load.on_event(event)
@@ -265,7 +287,10 @@ class AdaptiveScheduler:
         if self.resources.fixed_slots is not None:
             return  # nothing can change; leave the executors alone
         if not active:
-            self._declare_idle()
+            if self._start_slots is not None:
+                self._hold()
+            else:
+                self._declare_idle()
             return
         self._idle = False
         if self._autoscaled and any(self._queries[k].target is None for k in active):
@@ -290,6 +315,44 @@ class AdaptiveScheduler:
         whose = "the autoscaler's targets" if self._autoscaled else "the queries' upper bounds"
         decision_log.info("request %d executors in total: %s want %d slots, %s slots per "
                           "executor%s", total, whose, wanted, per, held)
+        self._request(total)
+
+    def _hold(self) -> None:
+        """Before its first query, an autoscaled app holds the executors of
+        ``autoscaler.initial-slots`` only, as Spark's ``dynamicAllocation.initialExecutors``
+        does: a standalone app is given every free core as it starts, and would hold them
+        until the query it starts is taken over. Executors that join beyond them are
+        released as they come (no task of a query can run on them yet)."""
+        slots = self._start_slots
+        assert slots is not None
+        total = self.resources.executors_for(slots, self._default_slots_per_executor)
+        if total is None:
+            return  # no executor yet: sized once the first one joins
+        if total == self._declared and len(self.resources.executors) <= total:
+            return
+        decision_log.info("request %d executors in total: no streaming query runs yet; the app "
+                          "holds the executors of autoscaler.initial-slots=%d until its first "
+                          "query (or a job of its own) starts; %d alive", total, slots,
+                          len(self.resources.executors))
+        self._request(total)
+
+    def _end_hold(self, reason: str, restore: bool = True) -> None:
+        """The hold of :meth:`_hold` ends: a query is taken over (not ``restore``: the
+        autoscaler sizes it from there), or ``reason``, a job of the app's own (batch work)
+        runs first, which gets back the executors the app holds without spark-adaptive."""
+        if self._start_slots is None:
+            return
+        self._start_slots = None
+        if not restore or self._declared is None:
+            return
+        total = (self._idle_executors if self._idle_executors is not None
+                 else len(self._granted))
+        if total <= self._declared:
+            return
+        decision_log.info("request %d executors in total: %s, which gets the executors the "
+                          "app holds without spark-adaptive (autoscaler.initial-slots holds "
+                          "them back only until then)", total, reason)
+        self._idle = True  # declared what the app holds with no query: nothing more until one
         self._request(total)
 
     def _declare_idle(self) -> None:
@@ -442,6 +505,7 @@ class AdaptiveScheduler:
             timers=self._timers, post=self._post, app=self, autoscaled=self._autoscaled,
             history=history, history_writer=self._history_writer)
         q.add_listener(self._on_state_change)
+        self._end_hold(f"query {info.key} started", restore=False)
         self._queries[info.key] = q
         q.adopt_first_run(plan, result)
         self._reallocate(f"query {info.key} started")
