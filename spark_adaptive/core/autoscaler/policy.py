@@ -575,7 +575,7 @@ class QueryAutoscaler:
                                                     eff, rate))
             self._scaled_up = (choice.slots, lam)
             if util > cfg.utilization_target:  # not a backlog's catch-up alone
-                self._short.record(eff, lam, view.now)
+                self._short.record(eff, p, lam, view.now)
         return d
 
     def _scale_down(self, view: QueryView, inputs: DecisionInputs, rate: float,
@@ -649,7 +649,8 @@ class QueryAutoscaler:
             c_eff = effective_slots(c.slots, c.partitions)
             if idle and c_eff >= eff - 1e-9:
                 return None
-            return self._short.refuses(c_eff, lam, cfg.utilization_target, now)
+            return self._short.refuses(c_eff, c.partitions, lam, cfg.utilization_target,
+                                       now)
 
         fell, floor_x = None, 0.0
         f = refusing(choice)
@@ -662,7 +663,8 @@ class QueryAutoscaler:
             choice = pick(xl, xr)
             f = refusing(choice)
         if fell is not None:
-            short = (f"{fell.slots:g} slots fell short of {fell.rate:.0f} rows/s "
+            short = (f"{fell.slots:g} slots fell short of {fell.rate:.0f} rows/s on "
+                     f"{fell.partitions} partitions "
                      f"{SHORTFALL_EXPIRY - (fell.until - now):.0f}s ago (a scale-up left "
                      f"them), and the input, {lam:.0f} rows/s, is at least "
                      f"{cfg.utilization_target:g} of that")

@@ -24,12 +24,15 @@
 
 :class:`ShortfallMemory` (the scale-down's counterpart; Flink has none)
     Every applied scale-up from slots that ran above ``utilization.target``
-    records that they fell short at the input rate it was decided at (a
-    scale-up that only the catch-up of a backlog asked for, from slots below the
-    target, records nothing). A later scale-down onto as many effective slots or
-    fewer is refused while the input is at least ``utilization.target`` times
-    that rate, for :data:`SHORTFALL_EXPIRY`; the policy then looks for a
-    smaller count above them. The capacity a scale-down predicts comes from
+    records that they fell short, on the partitions they ran, at the input rate
+    it was decided at (a scale-up that only the catch-up of a backlog asked for,
+    from slots below the target, records nothing). A later scale-down onto as
+    many effective slots or fewer on those partitions is refused while the input
+    is at least ``utilization.target`` times that rate, for
+    :data:`SHORTFALL_EXPIRY`; the policy then looks for a smaller count above
+    them. A count on other partitions is not refused: what slots carry depends
+    on the partitions they run (a task's fixed cost is paid once per wave, so
+    2 slots run 12 partitions far faster than 200). The capacity a scale-down predicts comes from
     rates measured at other slot counts, with their noise; a count that already
     fell behind at this load has shown what it carries, and a scale-down onto it
     would build a backlog and a scale-up back, over and over (a flap no
@@ -160,9 +163,11 @@ class EffectivenessGuard:
 
 @dataclass(frozen=True, slots=True)
 class Shortfall:
-    """``slots`` effective slots fell behind at ``rate`` rows/s; remembered until ``until``."""
+    """``slots`` effective slots on ``partitions`` fell behind at ``rate`` rows/s; remembered
+    until ``until``."""
 
     slots: float
+    partitions: int
     rate: float
     until: float
 
@@ -180,22 +185,23 @@ class ShortfallMemory:
     def __len__(self) -> int:
         return len(self._kept)
 
-    def record(self, slots: float, rate: float, now: float) -> None:
-        """A scale-up from ``slots`` effective slots was applied at an input of ``rate``.
-        Each is kept on its own: a later one of the same count at a higher rate does not
-        make the earlier one, at a lower rate, any less true."""
-        if not (slots > 0 and rate > 0):
+    def record(self, slots: float, partitions: int, rate: float, now: float) -> None:
+        """A scale-up from ``slots`` effective slots on ``partitions`` was applied at an
+        input of ``rate``. Each is kept on its own: a later one of the same count at a
+        higher rate does not make the earlier one, at a lower rate, any less true."""
+        if not (slots > 0 and rate > 0 and partitions > 0):
             return
         self._kept = [k for k in self._kept if k.until > now][-(self.KEPT - 1):]
-        self._kept.append(Shortfall(slots, rate, now + SHORTFALL_EXPIRY))
+        self._kept.append(Shortfall(slots, partitions, rate, now + SHORTFALL_EXPIRY))
 
-    def refuses(self, slots: float, rate: float, target: float, now: float
+    def refuses(self, slots: float, partitions: int, rate: float, target: float, now: float
                 ) -> Shortfall | None:
-        """The shortfall that rules out going down to ``slots`` effective slots at an input
-        of ``rate`` (at least ``target`` times the rate they fell short of), if any: of
-        those, the one of the most slots."""
+        """The shortfall that rules out going down to ``slots`` effective slots on
+        ``partitions`` at an input of ``rate`` (at least ``target`` times the rate they fell
+        short of, on the same partitions), if any: of those, the one of the most slots."""
         self._kept = [k for k in self._kept if k.until > now]
-        found = [k for k in self._kept if slots <= k.slots + 1e-9 and rate >= target * k.rate]
+        found = [k for k in self._kept if k.partitions == partitions
+                 and slots <= k.slots + 1e-9 and rate >= target * k.rate]
         return max(found, key=lambda k: k.slots, default=None)
 
     def clear(self) -> None:

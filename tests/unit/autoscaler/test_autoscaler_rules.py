@@ -685,9 +685,21 @@ def test_a_scale_down_onto_slots_that_fell_behind_at_this_load_is_refused() -> N
     ds = q.run_and_evaluate(300)
     assert ds[-1].outcome == "no-change"
     assert not any(d.outcome.startswith("scale-down") for d in ds)
-    assert "not onto 8 slots or fewer: 8 slots fell short of 7600 rows/s 300s ago" \
-        in ds[-1].reason
+    assert ("not onto 8 slots or fewer: 8 slots fell short of 7600 rows/s on 48 partitions "
+            "300s ago") in ds[-1].reason
     assert q.slots == 12
+
+
+def test_slots_that_fell_behind_on_other_partitions_do_not_refuse_a_scale_down() -> None:
+    q, _ = _fell_short_on_8()  # 8 slots fell short of 7600 rows/s on 48 partitions
+    # A restart moved the query to 24 partitions (at 12 slots): what 8 slots carry there is
+    # not what they carried on 48 (a task's fixed cost is paid per wave).
+    q.partitions = 24
+    q.policy.on_rescale_completed(q.t, slots=12, partitions=24, kind="restart", downtime=3.0)
+    ds = q.run_and_evaluate(300)
+    downs = [d for d in ds if d.outcome == "scale-down"]
+    assert downs and (downs[0].target_slots, downs[0].target_partitions) == (8, 24), ds[-1]
+    assert not any("fell short" in d.reason for d in ds)
 
 
 def test_a_scale_down_onto_slots_that_fell_behind_goes_ahead_at_a_clearly_lower_load() -> None:
@@ -709,20 +721,22 @@ def test_slots_that_fell_behind_are_remembered_for_an_hour() -> None:
 
 def test_shortfall_memory_refuses_only_as_many_slots_or_fewer_at_a_like_load() -> None:
     m = ShortfallMemory()
-    m.record(8.0, 7600.0, now=0.0)
-    m.record(0.0, 100.0, now=0.0)  # nonsense figures are not kept
-    m.record(4.0, -1.0, now=0.0)
+    m.record(8.0, 48, 7600.0, now=0.0)
+    m.record(0.0, 48, 100.0, now=0.0)  # nonsense figures are not kept
+    m.record(4.0, 48, -1.0, now=0.0)
+    m.record(4.0, 0, 100.0, now=0.0)
     assert len(m) == 1
-    assert m.refuses(12.0, 7600.0, 0.8, now=10.0) is None  # more slots than fell short
-    assert m.refuses(8.0, 6000.0, 0.8, now=10.0) is None  # below 0.8 x 7600
-    fell = m.refuses(6.0, 6100.0, 0.8, now=10.0)
-    assert fell is not None and (fell.slots, fell.rate) == (8.0, 7600.0)
-    m.record(8.0, 9000.0, now=20.0)  # the same count fell short again, of more
-    assert m.refuses(8.0, 7000.0, 0.8, now=30.0) is not None  # 7600's still holds
-    m.record(10.0, 9000.0, now=20.0)
-    fell = m.refuses(6.0, 7400.0, 0.8, now=30.0)
+    assert m.refuses(12.0, 48, 7600.0, 0.8, now=10.0) is None  # more slots than fell short
+    assert m.refuses(8.0, 48, 6000.0, 0.8, now=10.0) is None  # below 0.8 x 7600
+    assert m.refuses(6.0, 12, 7600.0, 0.8, now=10.0) is None  # on other partitions
+    fell = m.refuses(6.0, 48, 6100.0, 0.8, now=10.0)
+    assert fell is not None and (fell.slots, fell.partitions, fell.rate) == (8.0, 48, 7600.0)
+    m.record(8.0, 48, 9000.0, now=20.0)  # the same count fell short again, of more
+    assert m.refuses(8.0, 48, 7000.0, 0.8, now=30.0) is not None  # 7600's still holds
+    m.record(10.0, 48, 9000.0, now=20.0)
+    fell = m.refuses(6.0, 48, 7400.0, 0.8, now=30.0)
     assert fell is not None and fell.slots == 10.0  # of those that refuse, the most slots
-    assert m.refuses(8.0, 7300.0, 0.8, now=20.0 + SHORTFALL_EXPIRY) is None
+    assert m.refuses(8.0, 48, 7300.0, 0.8, now=20.0 + SHORTFALL_EXPIRY) is None
 
 
 def test_a_smaller_count_above_the_slots_that_fell_short_is_still_taken() -> None:
@@ -741,7 +755,8 @@ def test_a_smaller_count_above_the_slots_that_fell_short_is_still_taken() -> Non
     assert downs and downs[0].target_slots == 12
     pending = next(d for d in ds if d.outcome == "scale-down-pending")
     assert pending.target_slots == 12
-    assert "not onto 10 slots or fewer: 10 slots fell short of 9600 rows/s" in pending.reason
+    assert ("not onto 10 slots or fewer: 10 slots fell short of 9600 rows/s on 60 partitions"
+            in pending.reason)
 
 
 def test_a_scale_up_that_only_a_backlog_asked_for_records_no_shortfall() -> None:
