@@ -203,7 +203,8 @@ def _patch(module):
         from spark_adaptive.activation import activate_context
 
         try:
-            activate_context(self)  # also refuses a value of the key other than true/false
+            # also refuses a value of the key other than true/false
+            activate_context(self, at_start=True)
         except Exception:
             # A bad spark.adaptive.* setting: the app must not run unmanaged.
             try:

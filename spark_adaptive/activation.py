@@ -96,8 +96,12 @@ def _value_at(settings: Settings, path: tuple[str, ...]) -> Any:
 
 
 def activate_context(sc: SparkContext, overrides: dict[str, str] | None = None,
-                     force: bool = False) -> AdaptiveRuntime | None:
+                     force: bool = False, at_start: bool = False) -> AdaptiveRuntime | None:
     """Validate the settings of ``sc`` and start spark-adaptive if it is enabled.
+
+    ``at_start``: ``sc`` has just started, before any code of the app ran on it (the
+    zero-code hook); only then may ``autoscaler.initial-slots`` hold its executors before
+    its first query (an ``enable()`` may come after the app cached data on them).
 
     When spark-adaptive already runs for ``sc`` (the zero-code hook started it, or an
     earlier call), that runtime is returned; ``overrides`` are then validated, and
@@ -114,7 +118,7 @@ def activate_context(sc: SparkContext, overrides: dict[str, str] | None = None,
         return None
     check_versions(sc)
     logs.configure(sc)
-    rt = start_runtime(sc, settings)
+    rt = start_runtime(sc, settings, at_start)
     _install_context_hooks()
     try:
         batch = start_batch(rt)

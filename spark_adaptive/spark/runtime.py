@@ -63,7 +63,10 @@ _exit_hook_registered = False
 class AdaptiveRuntime:
     """Everything spark-adaptive runs for one SparkContext."""
 
-    def __init__(self, sc: SparkContext, settings: Settings) -> None:
+    def __init__(self, sc: SparkContext, settings: Settings, at_start: bool = False) -> None:
+        """``at_start``: ``sc`` has just started and no code of the app has run on it (the
+        zero-code activation), so its executors may be held to ``autoscaler.initial-slots``
+        until its first query; not for an ``enable()`` that may come after cached data."""
         self.sc = sc
         self.settings = settings
         self.loop = EventLoop()
@@ -91,7 +94,7 @@ class AdaptiveRuntime:
             warming=lambda: self.warm_up is not None and self.warm_up.blocking,
             idle_executors=initial_executors(str(sc.master),
                                              conf.get("spark.executor.instances", None)),
-            start_slots=start_slots(settings))
+            start_slots=start_slots(settings) if at_start else None)
         # A release Spark refuses (or that fails) is reported back: the executor counts again.
         self.actuator.on_release_refused(
             lambda ids, why: self.loop.submit(
@@ -365,8 +368,10 @@ def streaming_manager_for(sc: SparkContext) -> StreamingManager | None:
     return None if rt is None else rt.streaming
 
 
-def start_runtime(sc: SparkContext, settings: Settings) -> AdaptiveRuntime:
-    """The runtime of ``sc``, created on first use.
+def start_runtime(sc: SparkContext, settings: Settings, at_start: bool = False
+                  ) -> AdaptiveRuntime:
+    """The runtime of ``sc``, created on first use (``at_start``: see
+    :class:`AdaptiveRuntime`).
 
     The runtimes still running when the interpreter exits are shut down then, through one
     exit hook for all (so a runtime that has shut down is referenced by nothing)."""
@@ -374,7 +379,7 @@ def start_runtime(sc: SparkContext, settings: Settings) -> AdaptiveRuntime:
     with _lock:
         rt = _runtimes.get(id(sc))
         if rt is None:
-            rt = AdaptiveRuntime(sc, settings)
+            rt = AdaptiveRuntime(sc, settings, at_start)
             _runtimes[id(sc)] = rt
             if not _exit_hook_registered:
                 atexit.register(shutdown_all)

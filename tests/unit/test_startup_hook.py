@@ -32,10 +32,19 @@ def _module(values: dict[str, str]) -> Any:
     return _submitted_module({}, values)
 
 
+def _recorder(calls: list[Any]) -> Any:
+    """A fake activate_context that records the contexts the hook activates, each
+    activated as just started (the executors' hold before the first query relies on it)."""
+    def activate(sc: Any, **kw: Any) -> None:
+        assert kw == {"at_start": True}
+        calls.append(sc)
+    return activate
+
+
 def test_absent_key_never_imports_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[Any] = []
     fake = types.ModuleType("spark_adaptive.activation")
-    fake.activate_context = calls.append  # type: ignore[attr-defined]
+    fake.activate_context = _recorder(calls)  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "spark_adaptive.activation", fake)
     for conf in ({}, {"spark.adaptive.enabled": "false"}):
         mod = _module(conf)
@@ -47,7 +56,7 @@ def test_absent_key_never_imports_the_package(monkeypatch: pytest.MonkeyPatch) -
 def test_enabled_key_activates_right_after_init(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[Any] = []
     fake = types.ModuleType("spark_adaptive.activation")
-    fake.activate_context = calls.append  # type: ignore[attr-defined]
+    fake.activate_context = _recorder(calls)  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "spark_adaptive.activation", fake)
     mod = _module({"spark.adaptive.enabled": " True "})
     hook._patch(mod)
@@ -59,7 +68,7 @@ def test_enabled_key_activates_right_after_init(monkeypatch: pytest.MonkeyPatch)
 def test_a_bad_setting_stops_the_context_and_raises(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = types.ModuleType("spark_adaptive.activation")
 
-    def refuse(sc: Any) -> None:
+    def refuse(sc: Any, **kw: Any) -> None:
         raise ValueError("spark.adaptive.foo is not a spark-adaptive option")
 
     fake.activate_context = refuse  # type: ignore[attr-defined]
@@ -84,7 +93,7 @@ def test_interpreter_start_up_is_cheap_and_loads_nothing_of_ours() -> None:
 def test_heartbeat_interval_is_set_before_an_enabled_context_starts(
         monkeypatch: pytest.MonkeyPatch) -> None:
     fake = types.ModuleType("spark_adaptive.activation")
-    fake.activate_context = lambda sc: None  # type: ignore[attr-defined]
+    fake.activate_context = lambda sc, **kw: None  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "spark_adaptive.activation", fake)
     mod = _module({})
     hook._patch(mod)
@@ -154,7 +163,7 @@ def test_heartbeat_interval_is_set_when_spark_submit_enabled_it(
     # the builder's conf does not hold the key; the driver JVM's system properties do.
     calls: list[Any] = []
     fake = types.ModuleType("spark_adaptive.activation")
-    fake.activate_context = calls.append  # type: ignore[attr-defined]
+    fake.activate_context = _recorder(calls)  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "spark_adaptive.activation", fake)
     for conf in (None, _Conf({"spark.app.name": "app"})):
         mod = _submitted_module({"spark.adaptive.enabled": "true"})
@@ -219,7 +228,7 @@ def test_enable_on_a_connect_session_says_why_it_cannot() -> None:
 def _fake_activation(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     calls: list[Any] = []
     fake = types.ModuleType("spark_adaptive.activation")
-    fake.activate_context = calls.append  # type: ignore[attr-defined]
+    fake.activate_context = _recorder(calls)  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "spark_adaptive.activation", fake)
     return calls
 

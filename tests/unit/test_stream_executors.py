@@ -18,8 +18,9 @@ from __future__ import annotations
 import pytest
 from scheduler_fakes import App, FakeDriver, query_info
 
-from spark_adaptive.core.events import JobStarted, QueryProgress, QueryTerminated
+from spark_adaptive.core.events import JobStarted, QueryProgress, QueryStarted, QueryTerminated
 from spark_adaptive.core.ports import RepartitionSupport
+from spark_adaptive.core.streaming.scheduler import UNMANAGED_GRACE
 from spark_adaptive.settings import Settings
 
 LIVE_ONLY = RepartitionSupport(False, "no checkpoint")
@@ -205,7 +206,7 @@ RUN = "0b7c4b0e-5b1f-4f3e-9d55-2a9e1c3d4f6a"  # Spark groups a run's jobs under 
 def _holding(executors: int = 4, **kw: object) -> App:
     """An autoscaled app holding one slot's executor before its first query; Spark gives
     it ``executors`` one by one (the fake actuator releases the newest beyond the total)."""
-    app = App(Settings(), autoscaled=True, start_slots=1, **kw)
+    app = App(Settings(), autoscaled=True, start_slots=kw.pop("start_slots", 1), **kw)
     for i in range(1, executors + 1):
         if i > 1:
             app.actuator.release_next = [str(i)]
@@ -215,20 +216,28 @@ def _holding(executors: int = 4, **kw: object) -> App:
 
 def test_before_its_first_query_an_autoscaled_app_holds_the_initial_slots_executors() -> None:
     app = _holding()
-    assert app.actuator.requested == [1, 1, 1, 1]  # each one that joined beyond it went
+    assert app.actuator.requested == [1, 1, 1]  # each one that joined beyond the first went
     assert _alive(app) == {"1"}
-    app.event(JobStarted(0.0, 1, (1,), job_group=RUN))  # a micro-batch: no change
-    app.advance(10)
-    assert (app.actuator.requested, _alive(app)) == ([1, 1, 1, 1], {"1"})
+    app.event(QueryStarted(0.0, "qid", RUN, "q"))  # its run's micro-batch: no change
+    app.event(JobStarted(0.0, 1, (1,), job_group=RUN))
+    app.advance(UNMANAGED_GRACE / 2)
+    assert (app.actuator.requested, _alive(app)) == ([1, 1, 1], {"1"})
 
 
-def test_the_first_query_ends_the_hold_without_asking_for_more() -> None:
-    app = _holding()
+def test_the_hold_only_trims_what_spark_gives() -> None:
+    app = _holding(3, start_slots=4)  # more than Spark gave: nothing is asked for
+    assert (app.actuator.requested, _alive(app)) == ([], {"1", "2", "3"})
+
+
+def test_the_first_query_ends_the_hold_and_its_end_declares_what_the_app_holds() -> None:
+    app = _holding(idle_executors=2)
     driver = FakeDriver(query_info("q", partitions=4))
     app.register(driver)
-    assert app.actuator.requested == [1, 1, 1, 1]  # the autoscaler sizes it from here
+    assert app.actuator.requested == [1, 1, 1]  # the autoscaler sizes it from here
     app.add("5")  # joined late: the hold no longer releases it
-    assert _alive(app) == {"1", "5"} and app.actuator.requested == [1, 1, 1, 1]
+    assert _alive(app) == {"1", "5"} and app.actuator.requested == [1, 1, 1]
+    _end(app, driver, "cancelled")
+    assert app.actuator.requested[-1] == 2  # as without spark-adaptive, not held again
 
 
 @pytest.mark.parametrize(("idle", "restored"), [(None, 4), (3, 3)])
@@ -237,9 +246,36 @@ def test_a_batch_job_before_any_query_gets_back_what_the_app_holds_without_us(
     app = _holding(idle_executors=idle)
     app.event(JobStarted(0.0, 7, (7,), job_group=None))
     # Without spark.executor.instances (standalone): as many as Spark had given it.
-    assert app.actuator.requested == [1, 1, 1, 1, restored]
+    assert app.actuator.requested == [1, 1, 1, restored]
     app.add("5")
-    assert app.actuator.requested[-1] == restored  # no longer held
+    app.event(JobStarted(0.0, 8, (8,), job_group="nightly"))
+    assert app.actuator.requested == [1, 1, 1, restored]  # once, and no longer held
+
+
+def test_a_query_left_unmanaged_or_a_job_of_no_run_undoes_the_hold_after_the_grace() -> None:
+    app = _holding()
+    app.event(QueryStarted(0.0, "qid", RUN, "q"))  # started, and never taken over
+    app.add("5")  # joined after the query's start: it may run its tasks, and stays
+    assert app.actuator.requested == [1, 1, 1] and _alive(app) == {"1", "5"}
+    app.advance(UNMANAGED_GRACE + 1)
+    assert app.actuator.requested == [1, 1, 1, 4]  # the four Spark gave it at the start
+
+    app = _holding()
+    app.event(JobStarted(0.0, 3, (3,), job_group=RUN))  # a group like a run id, no run's
+    app.advance(UNMANAGED_GRACE - 1)
+    assert app.actuator.requested == [1, 1, 1]  # its run's start may still come
+    app.advance(2)
+    assert app.actuator.requested == [1, 1, 1, 4]  # none did: the app's own batch work
+
+
+def test_a_release_refused_during_the_hold_is_not_retried_at_once() -> None:
+    app = _holding(2)
+    assert app.actuator.requested == [1]
+    app.scheduler.release_refused(["2"], "the cluster manager refused")
+    app.add("3")
+    assert app.actuator.requested == [1]  # not again and again
+    app.event(JobStarted(0.0, 7, (7,), job_group=None))
+    assert app.actuator.requested == [1, 3]
 
 
 def test_without_initial_slots_or_in_local_mode_nothing_is_held() -> None:

@@ -119,16 +119,18 @@ class AutoscalerConfig:
         "Slots a query is given as soon as spark-adaptive takes it over, before it has "
         "measured the query's load (within the query's bounds and partitions); the executors "
         "beyond are released then, so that its first micro-batch runs on those slots (unless "
-        "a job of that batch had already started). From the app's start until its first "
-        "query, the app holds the executors of these slots only (a standalone app is given "
-        "every free core as it starts); a job of its own that runs first (batch work) gets "
-        "back what the app holds without spark-adaptive. Unset: the query starts on what the app "
-        "has (a standalone app gets every core it may take), as Flink's autoscaler starts a "
-        "job at its configured parallelism. A small value saves the executors of a light "
-        "start, like Spark's spark.dynamicAllocation.initialExecutors. A heavy start (a "
-        "backlog after downtime, Kafka's startingOffsets=earliest) runs its whole first "
-        "micro-batch on them and is scaled up once that batch completes; leave it unset for "
-        "such a query, or bound its batches (maxOffsetsPerTrigger).", minimum=1)
+        "a job of that batch had already started). From the app's start until its first query"
+        " starts, the app keeps only the executors of these slots (a standalone app is given "
+        "every free core as it starts; those beyond are released as they register), when "
+        "spark-adaptive starts with the app (not with enable()); a job of its own that runs "
+        "first (batch work) gets back what the app holds without spark-adaptive. Unset: the "
+        "query starts on what the app has (a standalone app gets every core it may take), as "
+        "Flink's autoscaler starts a job at its configured parallelism. A small value saves "
+        "the executors of a light start, like Spark's "
+        "spark.dynamicAllocation.initialExecutors. A heavy start (a backlog after downtime, "
+        "Kafka's startingOffsets=earliest) runs its whole first micro-batch on them and is "
+        "scaled up once that batch completes; leave it unset for such a query, or bound its "
+        "batches (maxOffsetsPerTrigger).", minimum=1)
     restart_time: float = option(
         "autoscaler.restart.time", "duration", 10.0,
         "Downtime assumed for a restart rescale (stop, state repartition, restart) until one "

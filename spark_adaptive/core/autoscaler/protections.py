@@ -27,14 +27,15 @@
     records that they fell short, on the partitions they ran, at the input rate
     it was decided at (a scale-up that only the catch-up of a backlog asked for,
     from slots below the target, records nothing). A later scale-down onto as
-    many effective slots or fewer on those partitions is refused while the input
-    is at least ``utilization.target`` times that rate, for
+    many effective slots or fewer on those partitions, or more, is refused while
+    the input is at least ``utilization.target`` times that rate, for
     :data:`SHORTFALL_EXPIRY`; the policy then looks for a smaller count above
-    them. A count on other partitions is not refused: what slots carry depends
+    them. A count on fewer partitions is not refused: what slots carry depends
     on the partitions they run (a task's fixed cost is paid once per wave, so
-    2 slots run 12 partitions far faster than 200). The capacity a scale-down predicts comes from
-    rates measured at other slot counts, with their noise; a count that already
-    fell behind at this load has shown what it carries, and a scale-down onto it
+    2 slots run 12 partitions far faster than 200, and never slower than 24).
+    The capacity a scale-down predicts comes from rates measured at other slot
+    counts, with their noise; a count that already fell behind at this load has
+    shown what it carries, and a scale-down onto it
     would build a backlog and a scale-up back, over and over (a flap no
     ``scale-down.interval`` prevents, as each round lasts longer than it).
 """
@@ -198,9 +199,10 @@ class ShortfallMemory:
                 ) -> Shortfall | None:
         """The shortfall that rules out going down to ``slots`` effective slots on
         ``partitions`` at an input of ``rate`` (at least ``target`` times the rate they fell
-        short of, on the same partitions), if any: of those, the one of the most slots."""
+        short of, on as many partitions or fewer), if any: of those, the one of the most
+        slots."""
         self._kept = [k for k in self._kept if k.until > now]
-        found = [k for k in self._kept if k.partitions == partitions
+        found = [k for k in self._kept if partitions >= k.partitions
                  and slots <= k.slots + 1e-9 and rate >= target * k.rate]
         return max(found, key=lambda k: k.slots, default=None)
 

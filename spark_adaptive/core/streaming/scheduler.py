@@ -81,6 +81,10 @@ LOCAL_MODE_REQUIREMENTS = ("Cannot change the parallelism of a query in local mo
                            "slots are the local cores, and queries are not rescaled there.")
 _EARLY_LIMIT = 64
 
+#: Seconds a streaming query that started may take to be taken over, and a job whose group
+#: looks like a run id may wait for its run's start, before the start's hold is undone.
+UNMANAGED_GRACE = 10.0
+
 #: Spark runs a streaming query's jobs in a job group named by the run's id (a UUID).
 _RUN_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
@@ -171,6 +175,8 @@ class AdaptiveScheduler:
         # Before the first query: hold start_slots' executors (None: not holding).
         self._start_slots = start_slots if fixed_slots is None else None
         self._granted: set[str] = set()  # executors Spark gave the app while it held
+        self._held: int | None = None  # the total the hold declared, until it is undone
+        self._runs_seen: set[str] = set()  # runs whose start was reported while undone
         self._idle = False  # no managed query remains, and what the app holds is declared
         self._releasing = False
         self._surplus_waits = False
@@ -184,11 +190,8 @@ class AdaptiveScheduler:
     # -- events -----------------------------------------------------------------------
     def on_event(self, event: Event) -> None:
         """Feed one event (an :class:`~spark_adaptive.core.events.EventBus` subscriber)."""
-        if self._start_slots is not None:
-            if isinstance(event, ExecutorAdded):
-                self._granted.add(event.executor_id)
-            elif isinstance(event, JobStarted) and not is_run_id(event.job_group):
-                self._end_hold(f"job {event.job_id} runs before any streaming query")
+        if self._start_slots is not None or self._held is not None:
+            self._watch_hold(event)
         if self.resources.handle(event):
             return
         self.load.on_event(event)
@@ -322,37 +325,80 @@ class AdaptiveScheduler:
         ``autoscaler.initial-slots`` only, as Spark's ``dynamicAllocation.initialExecutors``
         does: a standalone app is given every free core as it starts, and would hold them
         until the query it starts is taken over. Executors that join beyond them are
-        released as they come (no task of a query can run on them yet)."""
+        released as they register, before any query has started (:meth:`_watch_hold`), so
+        no task runs on them; the hold only trims, it never asks for more than Spark gave."""
         slots = self._start_slots
         assert slots is not None
+        if self._releasing:
+            return  # declared already; each executor released meanwhile re-allocates
         total = self.resources.executors_for(slots, self._default_slots_per_executor)
-        if total is None:
-            return  # no executor yet: sized once the first one joins
-        if total == self._declared and len(self.resources.executors) <= total:
-            return
-        decision_log.info("request %d executors in total: no streaming query runs yet; the app "
-                          "holds the executors of autoscaler.initial-slots=%d until its first "
-                          "query (or a job of its own) starts; %d alive", total, slots,
-                          len(self.resources.executors))
+        alive = len(self.resources.executors)
+        if total is None or alive <= total:
+            return  # nothing to trim (sized once the first executor joins)
+        if total == self._declared and self._release_refused:
+            return  # Spark refused: tried again when the hold is undone or a query runs
+        decision_log.info("request %d executors in total: no streaming query has started yet; "
+                          "the app holds the executors of autoscaler.initial-slots=%d until "
+                          "its first query (or a job of its own) starts; %d alive", total,
+                          slots, alive)
+        self._held = total
         self._request(total)
 
-    def _end_hold(self, reason: str, restore: bool = True) -> None:
-        """The hold of :meth:`_hold` ends: a query is taken over (not ``restore``: the
-        autoscaler sizes it from there), or ``reason``, a job of the app's own (batch work)
-        runs first, which gets back the executors the app holds without spark-adaptive."""
-        if self._start_slots is None:
-            return
-        self._start_slots = None
-        if not restore or self._declared is None:
-            return
+    def _watch_hold(self, event: Event) -> None:
+        """Follow what ends the hold of :meth:`_hold`, before the scheduler sees ``event``.
+
+        * A streaming query's start (QueryStarted, before spark-adaptive takes it over):
+          the hold stops, and nothing is declared until the query is taken over, which
+          normally follows within the second; one that is not within
+          :data:`UNMANAGED_GRACE` (spark-adaptive could not manage it, or it was started
+          from JVM code) undoes the hold.
+        * A job that is not a micro-batch's (the app's batch work, a schema's inference)
+          undoes it at once: Spark runs a streaming run's jobs in a job group named by its
+          run id, and a job with no group, or another, is the app's own. A job in a group
+          that looks like a run id but belongs to no run started is judged once the
+          grace is over (its run's start may reach here after its first job).
+        """
+        if isinstance(event, ExecutorAdded):
+            if self._start_slots is not None:
+                self._granted.add(event.executor_id)
+        elif isinstance(event, QueryStarted):
+            self._runs_seen.add(event.run_id)
+            if self._start_slots is not None:
+                self._start_slots = None
+                self._idle = True  # nothing is declared until the query is taken over
+                why = (f"streaming query {event.query_id} started, but spark-adaptive did not "
+                       f"take it over within {UNMANAGED_GRACE:g}s")
+                self._timers.call_later(UNMANAGED_GRACE, lambda: self._undo_hold(why))
+        elif isinstance(event, JobStarted):
+            group = event.job_group
+            if group in self._runs_seen:
+                return
+            why = f"job {event.job_id} runs before any managed streaming query"
+            if group is None or not is_run_id(group):
+                self._undo_hold(why)
+            else:
+                self._timers.call_later(
+                    UNMANAGED_GRACE,
+                    lambda: None if group in self._runs_seen else self._undo_hold(why))
+
+    def _undo_hold(self, reason: str) -> None:
+        """Undo the hold of :meth:`_hold` before any query is taken over: ``reason`` (batch
+        work, a query left unmanaged) gets back what the app holds without spark-adaptive
+        (``idle_executors``; on a standalone cluster, as many as Spark had given it). Never
+        fewer than declared: a job may have started on them."""
+        if self._queries or self._held is None:
+            return  # a query was taken over: the autoscaler decides from there
+        self._start_slots, held, self._held = None, self._held, None
+        self._idle = True  # what the app holds with no query is declared: nothing more
+        if self._declared is None:
+            return  # the batch part declared since: it decides
         total = (self._idle_executors if self._idle_executors is not None
                  else len(self._granted))
         if total <= self._declared:
             return
-        decision_log.info("request %d executors in total: %s, which gets the executors the "
-                          "app holds without spark-adaptive (autoscaler.initial-slots holds "
-                          "them back only until then)", total, reason)
-        self._idle = True  # declared what the app holds with no query: nothing more until one
+        decision_log.info("request %d executors in total: %s; the app gets back what it holds "
+                          "without spark-adaptive (autoscaler.initial-slots held it to %d "
+                          "until then)", total, reason, held)
         self._request(total)
 
     def _declare_idle(self) -> None:
@@ -505,7 +551,7 @@ class AdaptiveScheduler:
             timers=self._timers, post=self._post, app=self, autoscaled=self._autoscaled,
             history=history, history_writer=self._history_writer)
         q.add_listener(self._on_state_change)
-        self._end_hold(f"query {info.key} started", restore=False)
+        self._start_slots = self._held = None  # the hold ends: the autoscaler sizes it
         self._queries[info.key] = q
         q.adopt_first_run(plan, result)
         self._reallocate(f"query {info.key} started")

@@ -690,7 +690,7 @@ def test_a_scale_down_onto_slots_that_fell_behind_at_this_load_is_refused() -> N
     assert q.slots == 12
 
 
-def test_slots_that_fell_behind_on_other_partitions_do_not_refuse_a_scale_down() -> None:
+def test_slots_that_fell_behind_on_more_partitions_do_not_refuse_a_scale_down() -> None:
     q, _ = _fell_short_on_8()  # 8 slots fell short of 7600 rows/s on 48 partitions
     # A restart moved the query to 24 partitions (at 12 slots): what 8 slots carry there is
     # not what they carried on 48 (a task's fixed cost is paid per wave).
@@ -700,6 +700,15 @@ def test_slots_that_fell_behind_on_other_partitions_do_not_refuse_a_scale_down()
     downs = [d for d in ds if d.outcome == "scale-down"]
     assert downs and (downs[0].target_slots, downs[0].target_partitions) == (8, 24), ds[-1]
     assert not any("fell short" in d.reason for d in ds)
+
+
+def test_slots_that_fell_behind_refuse_a_scale_down_onto_more_partitions_too() -> None:
+    q, _ = _fell_short_on_8()  # 8 slots fell short of 7600 rows/s on 48 partitions
+    q.partitions = 96  # a restart onto more partitions: as many slots run more waves
+    q.policy.on_rescale_completed(q.t, slots=12, partitions=96, kind="restart", downtime=3.0)
+    ds = q.run_and_evaluate(300)
+    assert not any(d.outcome == "scale-down" for d in ds)
+    assert "8 slots fell short of 7600 rows/s on 48 partitions" in ds[-1].reason
 
 
 def test_a_scale_down_onto_slots_that_fell_behind_goes_ahead_at_a_clearly_lower_load() -> None:
@@ -728,7 +737,8 @@ def test_shortfall_memory_refuses_only_as_many_slots_or_fewer_at_a_like_load() -
     assert len(m) == 1
     assert m.refuses(12.0, 48, 7600.0, 0.8, now=10.0) is None  # more slots than fell short
     assert m.refuses(8.0, 48, 6000.0, 0.8, now=10.0) is None  # below 0.8 x 7600
-    assert m.refuses(6.0, 12, 7600.0, 0.8, now=10.0) is None  # on other partitions
+    assert m.refuses(6.0, 12, 7600.0, 0.8, now=10.0) is None  # on fewer partitions
+    assert m.refuses(6.0, 96, 7600.0, 0.8, now=10.0) is not None  # more: more waves
     fell = m.refuses(6.0, 48, 6100.0, 0.8, now=10.0)
     assert fell is not None and (fell.slots, fell.partitions, fell.rate) == (8.0, 48, 7600.0)
     m.record(8.0, 48, 9000.0, now=20.0)  # the same count fell short again, of more
