@@ -141,7 +141,8 @@ def test_initial_slots_start_the_query_small_and_give_the_other_executors_back(
     assert "autoscaler.initial-slots=1" in log
     # Held from the app's start; the query's micro-batch jobs (grouped by its run id)
     # never count as batch work of the app's own, which would end the hold.
-    assert "until its first query" in log and "runs before any streaming query" not in log
+    assert "until its first query" in log
+    assert "runs before any managed streaming query" not in log and "gets back" not in log
     # The app started on both workers; within seconds of the query's start it runs on one.
     late = [s for s in sampler.samples if sampler.since(s) > 30 and s.state == "Executing"]
     assert late and {(s.executors, s.slots) for s in late} == {(1, 1)}, late
@@ -168,7 +169,7 @@ def test_initial_slots_hold_an_idle_app_small_until_its_own_batch_job_runs(
     assert idle and idle[0].split()[1] == "1", idle
     # ... and its own batch job gets back what it holds without spark-adaptive.
     assert after and after[0].split()[2] == "2", after
-    assert any("runs before any streaming query" in ln for ln in lines)
+    assert any("runs before any managed streaming query" in ln for ln in lines)
 
 
 def test_with_reactive_mode_the_app_refuses_to_start_naming_both_keys(
