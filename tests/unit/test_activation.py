@@ -240,7 +240,7 @@ def test_a_batch_wing_that_fails_to_start_shuts_the_runtime_down(
     monkeypatch.setattr(activation, "conf_dict", lambda sc: {"spark.adaptive.enabled": "true"})
     monkeypatch.setattr(activation, "check_versions", lambda sc: None)
     monkeypatch.setattr(activation.logs, "configure", lambda sc: None)
-    monkeypatch.setattr(activation, "start_runtime", lambda sc, settings: rt)
+    monkeypatch.setattr(activation, "start_runtime", lambda sc, settings, at_start: rt)
     monkeypatch.setattr(activation, "_install_context_hooks", lambda: None)
     monkeypatch.setattr(activation, "start_batch", refuse)
     with pytest.raises(RuntimeError, match="batch wing"):
