@@ -94,7 +94,8 @@ class AdaptiveRuntime:
             warming=lambda: self.warm_up is not None and self.warm_up.blocking,
             idle_executors=initial_executors(str(sc.master),
                                              conf.get("spark.executor.instances", None)),
-            start_slots=start_slots(settings) if at_start else None)
+            start_slots=settings.autoscaler.start_slots
+            if at_start and settings.autoscaler.enabled else None)
         # A release Spark refuses (or that fails) is reported back: the executor counts again.
         self.actuator.on_release_refused(
             lambda ids, why: self.loop.submit(
@@ -325,14 +326,6 @@ def local_slots(master: str, task_cpus: int = 1) -> int | None:
 #: Executors Spark starts an app with on YARN and Kubernetes when dynamic allocation is off
 #: and spark.executor.instances is not set (``SchedulerBackendUtils.DEFAULT_NUMBER_EXECUTORS``).
 SPARK_DEFAULT_EXECUTORS = 2
-
-
-def start_slots(settings: Settings) -> int | None:
-    """The slots an autoscaled app holds from its start until its first query:
-    ``autoscaler.initial-slots`` when the autoscaler acts on it (not in recommend-only
-    mode, which changes nothing), else None."""
-    a = settings.autoscaler
-    return a.initial_slots if a.enabled and a.scaling_enabled else None
 
 
 def initial_executors(master: str, instances: str | None) -> int | None:

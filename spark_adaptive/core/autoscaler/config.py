@@ -207,6 +207,12 @@ class AutoscalerConfig:
         if problems:
             raise ConfigurationError(problems)
 
+    @property
+    def start_slots(self) -> int | None:
+        """``initial-slots`` when the autoscaler acts on it (recommend-only mode changes
+        nothing), else None."""
+        return self.initial_slots if self.scaling_enabled else None
+
     # ------------------------------------------------------------------------------
     def problems(self) -> list[str]:
         """Every broken rule of single values and between keys, each naming its key(s)."""

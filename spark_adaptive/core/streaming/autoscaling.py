@@ -334,8 +334,8 @@ class Autoscaling:
         """Give a query ``autoscaler.initial-slots`` (within its bounds and partitions) as
         the scheduler takes it over (or at its first evaluation), before its load is known;
         True if it set the query's target."""
-        initial = self.config.initial_slots
-        if initial is None or not self.config.scaling_enabled or q.target is not None:
+        initial = self.config.start_slots
+        if initial is None or q.target is not None:
             return False
         r = q.requirements
         slots = max(r.lower, min(initial, r.upper, max(1, q.partitions)))
