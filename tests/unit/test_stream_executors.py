@@ -20,7 +20,7 @@ from scheduler_fakes import App, FakeDriver, query_info
 
 from spark_adaptive.core.events import JobStarted, QueryProgress, QueryStarted, QueryTerminated
 from spark_adaptive.core.ports import RepartitionSupport
-from spark_adaptive.core.streaming.scheduler import UNMANAGED_GRACE
+from spark_adaptive.core.streaming.start_hold import UNMANAGED_GRACE
 from spark_adaptive.settings import Settings
 
 LIVE_ONLY = RepartitionSupport(False, "no checkpoint")
@@ -285,3 +285,11 @@ def test_without_initial_slots_or_in_local_mode_nothing_is_held() -> None:
         for i in range(1, 5):
             app.add(str(i))
         assert app.actuator.requested == []
+
+
+def test_a_job_before_the_hold_trimmed_anything_ends_it() -> None:
+    app = _holding(1)  # Spark has given one executor so far: nothing to trim yet
+    app.event(JobStarted(0.0, 7, (7,), job_group=None))
+    app.actuator.release_next = ["2"]
+    app.add("2")  # joins while the app's job runs: its tasks may run there
+    assert (app.actuator.requested, _alive(app)) == ([], {"1", "2"})

@@ -11,7 +11,9 @@
   :meth:`ExecutorActuator.request_total_executors`: the sum of the active
   queries' upper bounds in slots, capped by max-parallelism, in executors
   (reactive mode: upper bound = max-parallelism, so it asks for all it may); once
-  no managed query remains, what the app holds without spark-adaptive;
+  no managed query remains, what the app holds without spark-adaptive; before the
+  first one, the start's hold
+  (:class:`~spark_adaptive.core.streaming.start_hold.StartHold`) decides;
 * kills executors found hung;
 * routes each query event to the query whose current run it belongs to;
 * answers the REST API and the CLI: look-up by id or name, snapshots,
@@ -28,7 +30,6 @@ from __future__ import annotations
 import functools
 import logging
 import random as _random
-import re
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -38,8 +39,6 @@ from spark_adaptive.core.events import (
     BATCH_BOUNDARIES,
     QUERY_EVENTS,
     Event,
-    ExecutorAdded,
-    JobStarted,
     QueryProgress,
     QueryStarted,
     QueryTerminated,
@@ -70,6 +69,7 @@ from spark_adaptive.core.streaming.query import (
 from spark_adaptive.core.streaming.resources import ResourceTracker, SlotChange
 from spark_adaptive.core.streaming.restart import strategy_from_settings
 from spark_adaptive.core.streaming.settings import RestartStrategySettings, SchedulerSettings
+from spark_adaptive.core.streaming.start_hold import StartHold
 from spark_adaptive.core.streaming.states import SchedulingParams, StateName
 from spark_adaptive.errors import ConflictError, RequirementsError, UnknownQueryError
 
@@ -80,19 +80,6 @@ REACTIVE_REQUIREMENTS = "Cannot change the parallelism of a job running in react
 LOCAL_MODE_REQUIREMENTS = ("Cannot change the parallelism of a query in local mode: its task "
                            "slots are the local cores, and queries are not rescaled there.")
 _EARLY_LIMIT = 64
-
-#: Seconds a streaming query that started may take to be taken over, and a job whose group
-#: looks like a run id may wait for its run's start, before the start's hold is undone.
-UNMANAGED_GRACE = 10.0
-
-#: Spark runs a streaming query's jobs in a job group named by the run's id (a UUID).
-_RUN_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
-def is_run_id(job_group: str | None) -> bool:
-    """Whether a job's group is a streaming query run's id, i.e. the job is a micro-batch's."""
-    return job_group is not None and _RUN_ID.fullmatch(job_group.lower()) is not None
-
 
 #: A timeout shorter than this many heartbeat intervals would take a late heartbeat for a hang.
 MIN_HEARTBEATS_PER_TIMEOUT = 3
@@ -150,7 +137,7 @@ class AdaptiveScheduler:
         once no managed query remains; None: unknown, the executors alive then are kept and
         no more are asked for. ``start_slots`` (``autoscaler.initial-slots``): from the app's
         start until its first managed query, the app holds only the executors of that many
-        slots (see :meth:`_hold`); None: what Spark gives it."""
+        slots (:mod:`~spark_adaptive.core.streaming.start_hold`); None: what Spark gives it."""
         self.settings = settings
         self._restart = restart if restart is not None else RestartStrategySettings()
         self._autoscaled = autoscaled
@@ -173,10 +160,8 @@ class AdaptiveScheduler:
         self._declared: int | None = None
         self._idle_executors = idle_executors
         # Before the first query: hold start_slots' executors (None: not holding).
-        self._start_slots = start_slots if fixed_slots is None else None
-        self._granted: set[str] = set()  # executors Spark gave the app while it held
-        self._held: int | None = None  # the total the hold declared, until it is undone
-        self._runs_seen: set[str] = set()  # runs whose start was reported while undone
+        self._start = None if start_slots is None or fixed_slots is not None else StartHold(
+            start_slots, timers, undo=self._undo_hold, query_started=self._stop_trimming)
         self._idle = False  # no managed query remains, and what the app holds is declared
         self._releasing = False
         self._surplus_waits = False
@@ -190,8 +175,8 @@ class AdaptiveScheduler:
     # -- events -----------------------------------------------------------------------
     def on_event(self, event: Event) -> None:
         """Feed one event (an :class:`~spark_adaptive.core.events.EventBus` subscriber)."""
-        if self._start_slots is not None or self._held is not None:
-            self._watch_hold(event)
+        if self._start is not None and not self._start.over:
+            self._start.on_event(event)
         if self.resources.handle(event):
             return
         self.load.on_event(event)
@@ -290,8 +275,8 @@ class AdaptiveScheduler:
         if self.resources.fixed_slots is not None:
             return  # nothing can change; leave the executors alone
         if not active:
-            if self._start_slots is not None:
-                self._hold()
+            if self._start is not None and self._start.slots is not None:
+                self._hold(self._start.slots)
             else:
                 self._declare_idle()
             return
@@ -320,86 +305,33 @@ class AdaptiveScheduler:
                           "executor%s", total, whose, wanted, per, held)
         self._request(total)
 
-    def _hold(self) -> None:
-        """Before its first query, an autoscaled app holds the executors of
-        ``autoscaler.initial-slots`` only, as Spark's ``dynamicAllocation.initialExecutors``
-        does: a standalone app is given every free core as it starts, and would hold them
-        until the query it starts is taken over. Executors that join beyond them are
-        released as they register, before any query has started (:meth:`_watch_hold`), so
-        no task runs on them; the hold only trims, it never asks for more than Spark gave."""
-        slots = self._start_slots
-        assert slots is not None
+    def _hold(self, slots: int) -> None:
+        """Before its first query, an autoscaled app holds the executors of ``slots``
+        (``autoscaler.initial-slots``) only (:mod:`.start_hold` says why and until when)."""
+        assert self._start is not None
         if self._releasing:
             return  # declared already; each executor released meanwhile re-allocates
-        total = self.resources.executors_for(slots, self._default_slots_per_executor)
-        alive = len(self.resources.executors)
-        if total is None or alive <= total:
-            return  # nothing to trim (sized once the first executor joins)
-        if total == self._declared and self._release_refused:
-            return  # Spark refused: tried again when the hold is undone or a query runs
-        decision_log.info("request %d executors in total: no streaming query has started yet; "
-                          "the app holds the executors of autoscaler.initial-slots=%d until "
-                          "its first query (or a job of its own) starts; %d alive", total,
-                          slots, alive)
-        self._held = total
-        self._request(total)
+        total = self._start.trim(
+            self.resources.executors_for(slots, self._default_slots_per_executor),
+            len(self.resources.executors), self._declared, self._release_refused)
+        if total is not None:
+            self._request(total)
 
-    def _watch_hold(self, event: Event) -> None:
-        """Follow what ends the hold of :meth:`_hold`, before the scheduler sees ``event``.
-
-        * A streaming query's start (QueryStarted, before spark-adaptive takes it over):
-          the hold stops, and nothing is declared until the query is taken over, which
-          normally follows within the second; one that is not within
-          :data:`UNMANAGED_GRACE` (spark-adaptive could not manage it, or it was started
-          from JVM code) undoes the hold.
-        * A job that is not a micro-batch's (the app's batch work, a schema's inference)
-          undoes it at once: Spark runs a streaming run's jobs in a job group named by its
-          run id, and a job with no group, or another, is the app's own. A job in a group
-          that looks like a run id but belongs to no run started is judged once the
-          grace is over (its run's start may reach here after its first job).
-        """
-        if isinstance(event, ExecutorAdded):
-            if self._start_slots is not None:
-                self._granted.add(event.executor_id)
-        elif isinstance(event, QueryStarted):
-            self._runs_seen.add(event.run_id)
-            if self._start_slots is not None:
-                self._start_slots = None
-                self._idle = True  # nothing is declared until the query is taken over
-                why = (f"streaming query {event.query_id} started, but spark-adaptive did not "
-                       f"take it over within {UNMANAGED_GRACE:g}s")
-                self._timers.call_later(UNMANAGED_GRACE, lambda: self._undo_hold(why))
-        elif isinstance(event, JobStarted):
-            group = event.job_group
-            if group in self._runs_seen:
-                return
-            why = f"job {event.job_id} runs before any managed streaming query"
-            if group is None or not is_run_id(group):
-                self._undo_hold(why)
-            else:
-                self._timers.call_later(
-                    UNMANAGED_GRACE,
-                    lambda: None if group in self._runs_seen else self._undo_hold(why))
+    def _stop_trimming(self) -> None:
+        """A streaming query started: nothing is declared until it is taken over."""
+        self._idle = True
 
     def _undo_hold(self, reason: str) -> None:
-        """Undo the hold of :meth:`_hold` before any query is taken over: ``reason`` (batch
-        work, a query left unmanaged) gets back what the app holds without spark-adaptive
-        (``idle_executors``; on a standalone cluster, as many as Spark had given it). Never
-        fewer than declared: a job may have started on them."""
-        if self._queries or self._held is None:
+        """Undo the start's hold before any query is taken over (``reason``: batch work, a
+        query left unmanaged), and declare what the app gets back."""
+        hold = self._start
+        if self._queries or hold is None or hold.over:
             return  # a query was taken over: the autoscaler decides from there
-        self._start_slots, held, self._held = None, self._held, None
+        self._start = None
         self._idle = True  # what the app holds with no query is declared: nothing more
-        if self._declared is None:
-            return  # the batch part declared since: it decides
-        total = (self._idle_executors if self._idle_executors is not None
-                 else len(self._granted))
-        if total <= self._declared:
-            return
-        decision_log.info("request %d executors in total: %s; the app gets back what it holds "
-                          "without spark-adaptive (autoscaler.initial-slots held it to %d "
-                          "until then)", total, reason, held)
-        self._request(total)
+        total = hold.undo(reason, self._idle_executors, self._declared)
+        if total is not None:
+            self._request(total)
 
     def _declare_idle(self) -> None:
         """No managed query remains: declare, once, what the app would hold without
@@ -551,7 +483,7 @@ class AdaptiveScheduler:
             timers=self._timers, post=self._post, app=self, autoscaled=self._autoscaled,
             history=history, history_writer=self._history_writer)
         q.add_listener(self._on_state_change)
-        self._start_slots = self._held = None  # the hold ends: the autoscaler sizes it
+        self._start = None  # the hold ends: the autoscaler sizes the app from here
         self._queries[info.key] = q
         q.adopt_first_run(plan, result)
         self._reallocate(f"query {info.key} started")
