@@ -326,7 +326,8 @@ class Policy(Protocol):
     def evaluate(self, view: QueryView) -> ScalingDecision: ...
 
     def on_rescale_completed(self, time: float, *, slots: int, partitions: int,
-                             kind: Kind = "live", startup: float | None = None) -> None: ...
+                             kind: Kind = "live", downtime: float | None = None,
+                             startup: float | None = None) -> None: ...
 
 
 class FlinkOperatorBaseline:
@@ -388,7 +389,8 @@ class FlinkOperatorBaseline:
             self.n_rps += sign
 
     def on_rescale_completed(self, time: float, *, slots: int, partitions: int,
-                             kind: Kind = "live", startup: float | None = None) -> None:
+                             kind: Kind = "live", downtime: float | None = None,
+                             startup: float | None = None) -> None:
         self.samples.clear()
         self.rows = self.dt = self.busy = self.busy_rows = self.rps = 0.0
         self.n_rps = 0
@@ -491,7 +493,8 @@ class ReactiveBound:
         return True
 
     def on_rescale_completed(self, time: float, *, slots: int, partitions: int,
-                             kind: Kind = "live", startup: float | None = None) -> None:
+                             kind: Kind = "live", downtime: float | None = None,
+                             startup: float | None = None) -> None:
         pass
 
     def evaluate(self, v: QueryView) -> ScalingDecision:
@@ -651,7 +654,7 @@ class SimQuery:
         self.downtimes.append(downtime)
         self.last_done = t
         self.policy.on_rescale_completed(t, slots=self.active, partitions=partitions,
-                                         kind="restart")
+                                         kind="restart", downtime=downtime)
 
     def arrivals(self, t: float) -> None:
         """Executors started by ``t`` join; the last one completes a rescale waiting on them."""

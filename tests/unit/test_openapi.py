@@ -202,7 +202,8 @@ def _blocked_policy() -> QueryAutoscaler:
     up = policy.evaluate(QueryView(now=t, slots=slots, partitions=partitions, upper=240))
     assert up.outcome == "scale-up"
     slots = up.target_slots
-    policy.on_rescale_completed(t, slots=slots, partitions=partitions, kind=up.kind)
+    policy.on_rescale_completed(t, slots=slots, partitions=partitions, kind=up.kind,
+                                downtime=None)
     for _ in range(9):
         run(10)
         last = policy.evaluate(QueryView(now=t, slots=slots, partitions=partitions, upper=240))

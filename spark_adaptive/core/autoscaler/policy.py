@@ -8,7 +8,7 @@ One :class:`QueryAutoscaler` per managed query::
     policy.observe(LoadSample(...))              # every completed micro-batch
     decision = policy.evaluate(QueryView(...))   # every evaluation.interval
     if decision.actionable: ...                  # rescale; then, once it completed:
-    policy.on_rescale_completed(t, slots=..., partitions=..., kind=..., startup=...)
+    policy.on_rescale_completed(t, slots=..., partitions=..., kind=..., downtime=...)
 
 Nothing here raises on bad input or blocks; time comes only from the samples
 and views (the injected clock), so everything runs on virtual time.
@@ -167,6 +167,7 @@ class QueryAutoscaler:
         self._scaled_up: tuple[int, float] | None = None
         self._before: MetricsWindow | None = None  # the window a completed scale-up left
         self._after_up: float | None = None
+        self._downtimes: deque[float] = deque(maxlen=STARTUPS_KEPT)
         self._startups: deque[float] = deque(maxlen=STARTUPS_KEPT)
         self._per_partition = 0.0
         self._tasks: int | None = None  # tasks of the newest batch's stages, when known
@@ -259,15 +260,18 @@ class QueryAutoscaler:
         return r[1]
 
     def on_rescale_completed(self, time: float, *, slots: int, partitions: int,
-                             kind: Kind = "live", startup: float | None = None) -> None:
+                             kind: Kind = "live", downtime: float | None = None,
+                             startup: float | None = None) -> None:
         """A rescale (of any cause) completed at ``time``: restart the window after it.
 
-        ``startup`` is the time a live rescale's new executors took to join (used with time
-        tracking). A restart's measured downtime comes with every view
-        (``QueryView.restart_downtimes``, from the rescale history).
+        ``downtime`` is a restart's measured downtime, ``startup`` the time a live
+        rescale's new executors took to join (both used with time tracking).
         """
         if not isinstance(time, (int, float)) or not math.isfinite(time):
             return
+        d = clean(downtime)
+        if kind == "restart" and d is not None:
+            self._downtimes.append(d)
         u = clean(startup)
         if kind == "live" and u is not None:
             self._startups.append(u)
@@ -708,7 +712,8 @@ class QueryAutoscaler:
     def _downtime(self, view: QueryView) -> float:
         cfg = self.config
         return restart_downtime(cfg.restart_time_tracking, cfg.restart_time,
-                                cfg.restart_time_tracking_limit, view.restart_downtimes)
+                                cfg.restart_time_tracking_limit,
+                                (*view.restart_downtimes, *self._downtimes))
 
     def _startup(self) -> float:
         """Seconds new executors are expected to take: the longest of the last live

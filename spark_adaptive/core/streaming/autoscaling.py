@@ -242,6 +242,10 @@ class Autoscaling:
             watched.seen_record = record.id
             if record.outcome != "completed" or record.kind == "initial":
                 continue
+            # A restart after a failure waited for its restart strategy (its delay): that is
+            # not what a rescale's restart costs (left out of the view's downtimes too).
+            downtime = (record.duration if record.kind == "restart"
+                        and record.trigger is not Trigger.FAILURE else None)
             done = record.started + (record.duration or 0.0)
             startup = None
             asked = watched.asked
@@ -253,7 +257,7 @@ class Autoscaling:
                     startup = done - asked[0]
             watched.policy.on_rescale_completed(
                 done, slots=record.to_slots, partitions=record.to_parallelism,
-                kind=record.kind, startup=startup)
+                kind=record.kind, downtime=downtime, startup=startup)
 
     # -- evaluation --------------------------------------------------------------------
     def _schedule(self) -> None:

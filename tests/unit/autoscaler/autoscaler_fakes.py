@@ -122,7 +122,7 @@ class FakeQuery:
         if d.kind == "restart":
             self.downtimes.append(downtime)
         self.policy.on_rescale_completed(self.t, slots=self.slots, partitions=self.partitions,
-                                         kind=d.kind, startup=startup)
+                                         kind=d.kind, downtime=downtime, startup=startup)
 
 
 def make(cfg: AutoscalerConfig | None = None, **kw: Any) -> FakeQuery:

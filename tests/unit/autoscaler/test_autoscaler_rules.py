@@ -695,8 +695,7 @@ def test_slots_that_fell_behind_on_more_partitions_do_not_refuse_a_scale_down() 
     # A restart moved the query to 24 partitions (at 12 slots): what 8 slots carry there is
     # not what they carried on 48 (a task's fixed cost is paid per wave).
     q.partitions = 24
-    q.downtimes.append(3.0)
-    q.policy.on_rescale_completed(q.t, slots=12, partitions=24, kind="restart")
+    q.policy.on_rescale_completed(q.t, slots=12, partitions=24, kind="restart", downtime=3.0)
     ds = q.run_and_evaluate(300)
     downs = [d for d in ds if d.outcome == "scale-down"]
     assert downs and (downs[0].target_slots, downs[0].target_partitions) == (8, 24), ds[-1]
@@ -706,8 +705,7 @@ def test_slots_that_fell_behind_on_more_partitions_do_not_refuse_a_scale_down() 
 def test_slots_that_fell_behind_refuse_a_scale_down_onto_more_partitions_too() -> None:
     q, _ = _fell_short_on_8()  # 8 slots fell short of 7600 rows/s on 48 partitions
     q.partitions = 96  # a restart onto more partitions: as many slots run more waves
-    q.downtimes.append(3.0)
-    q.policy.on_rescale_completed(q.t, slots=12, partitions=96, kind="restart")
+    q.policy.on_rescale_completed(q.t, slots=12, partitions=96, kind="restart", downtime=3.0)
     ds = q.run_and_evaluate(300)
     assert not any(d.outcome == "scale-down" for d in ds)
     assert "8 slots fell short of 7600 rows/s on 48 partitions" in ds[-1].reason
