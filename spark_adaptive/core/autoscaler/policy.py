@@ -167,6 +167,9 @@ class QueryAutoscaler:
         self._scaled_up: tuple[int, float] | None = None
         self._before: MetricsWindow | None = None  # the window a completed scale-up left
         self._after_up: float | None = None
+        # The last restarts' downtimes, beside the view's: the rescale history the view is
+        # built from keeps its newest records only, and many live rescales push an old
+        # restart out of it while its price still holds.
         self._downtimes: deque[float] = deque(maxlen=STARTUPS_KEPT)
         self._startups: deque[float] = deque(maxlen=STARTUPS_KEPT)
         self._per_partition = 0.0
