@@ -25,7 +25,7 @@ from spark_adaptive.core.events import (
 )
 from spark_adaptive.core.ports import StartedBatch
 from spark_adaptive.core.streaming.autoscaling import Autoscaling
-from spark_adaptive.core.streaming.history import Trigger
+from spark_adaptive.core.streaming.history import Kind, Trigger
 from spark_adaptive.core.streaming.requirements import ResourceRequirements
 from spark_adaptive.settings import Settings
 
@@ -174,18 +174,40 @@ def test_executors_that_do_not_come_stop_holding_the_policy_back() -> None:
     assert ups and ups[-1].to_slots == 2 and ups[-1].outcome == "completed"
 
 
+def _rescaled(app: App, load: Load, trigger: Trigger, kind: Kind, seconds: float) -> None:
+    """A rescale of the query opened, done ``seconds`` later, then 5 s of batches."""
+    history = app.scheduler.query("q").history
+    history.open(trigger, kind, from_parallelism=8, to_parallelism=8, from_slots=1,
+                 to_slots=1, reason=f"a {kind} rescale ({trigger.value})")
+    app.advance(seconds)
+    history.complete_pending()
+    load.run(5)
+
+
+def _price(autoscaling: Autoscaling, app: App) -> tuple[tuple[float, ...], float]:
+    """The restart downtimes the view carries, and the downtime the policy prices."""
+    q = app.scheduler.query("q")
+    watched = autoscaling._watch(q)
+    view = autoscaling._view(q, watched)
+    return view.restart_downtimes, watched.policy._downtime(view)
+
+
 def test_a_restart_after_a_failure_does_not_price_a_rescale_s_restart() -> None:
     app, driver, autoscaling, load = _setup(restart_time=10.0)
     load.run(30)
-    q = app.scheduler.query("q")
-    history = q.history
-    history.open(Trigger.FAILURE, "restart", from_parallelism=8, to_parallelism=8,
-                 from_slots=1, to_slots=1, reason="failed: restart after 120s")
-    app.advance(195.0)  # the restart strategy's delay, then the first batch
-    history.complete_pending()
-    load.run(5)
-    watched = autoscaling._watch(q)
-    assert watched.policy._downtime(autoscaling._view(q, watched)) == 10.0  # restart.time
+    # the restart strategy's delay, then the first batch
+    _rescaled(app, load, Trigger.FAILURE, "restart", 195.0)
+    assert _price(autoscaling, app) == ((), 10.0)  # restart.time
+
+
+def test_a_rescale_s_restart_prices_the_next_even_once_the_history_has_dropped_it() -> None:
+    app, driver, autoscaling, load = _setup(restart_time=10.0)
+    load.run(30)
+    _rescaled(app, load, Trigger.AUTOSCALER, "restart", 45.0)
+    assert _price(autoscaling, app) == ((45.0,), 45.0)
+    for _ in range(100):  # live rescales push it out of the history's newest records
+        _rescaled(app, load, Trigger.NEW_RESOURCES, "live", 0.0)
+    assert _price(autoscaling, app) == ((), 45.0)
 
 
 def test_a_query_started_again_under_its_key_is_watched_afresh() -> None:

@@ -287,9 +287,12 @@ def test_without_initial_slots_or_in_local_mode_nothing_is_held() -> None:
         assert app.actuator.requested == []
 
 
-def test_a_job_before_the_hold_trimmed_anything_ends_it() -> None:
+@pytest.mark.parametrize("group", [None, RUN])
+def test_a_job_before_the_hold_trimmed_anything_ends_it(group: str | None) -> None:
     app = _holding(1)  # Spark has given one executor so far: nothing to trim yet
-    app.event(JobStarted(0.0, 7, (7,), job_group=None))
+    app.event(JobStarted(0.0, 7, (7,), job_group=group))
+    if group is not None:  # like a run id, of no run: judged once the grace is over
+        app.advance(UNMANAGED_GRACE + 1)
     app.actuator.release_next = ["2"]
     app.add("2")  # joins while the app's job runs: its tasks may run there
     assert (app.actuator.requested, _alive(app)) == ([], {"1", "2"})

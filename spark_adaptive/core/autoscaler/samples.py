@@ -94,7 +94,8 @@ class QueryView:
       partition count, which a restart changes.
     * ``can_restart``: the partition count can change (checkpoint, RocksDB state);
       otherwise only live rescales apply.
-    * ``restart_downtimes``: downtime of each restart rescale observed so far.
+    * ``restart_downtimes``: downtime of each restart rescale in the query's rescale
+      history (its newest records; restarts after a failure left out).
     * ``rescale_in_flight``: a rescale was requested and has not completed.
     * ``last_rescale_completed``: when the last rescale (of any cause) completed;
       the query's start counts as one.

@@ -159,7 +159,8 @@ class AdaptiveScheduler:
         self._shares: dict[str, int] | None = {}
         self._declared: int | None = None
         self._idle_executors = idle_executors
-        # Before the first query: hold start_slots' executors (None: not holding).
+        # Before the first query: hold start_slots' executors (None: not holding, or no
+        # longer; a hold that is over but still set does nothing).
         self._start = None if start_slots is None or fixed_slots is not None else StartHold(
             start_slots, timers, undo=self._undo_hold, query_started=self._stop_trimming)
         self._idle = False  # no managed query remains, and what the app holds is declared
@@ -326,7 +327,7 @@ class AdaptiveScheduler:
         query left unmanaged), and declare what the app gets back."""
         hold = self._start
         if self._queries or hold is None or hold.over:
-            return  # a query was taken over: the autoscaler decides from there
+            return  # a query was taken over (the autoscaler decides), or nothing is held
         self._start = None
         self._idle = True  # what the app holds with no query is declared: nothing more
         total = hold.undo(reason, self._idle_executors, self._declared)

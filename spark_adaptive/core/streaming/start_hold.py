@@ -53,9 +53,11 @@ def is_run_id(job_group: str | None) -> bool:
 class StartHold:
     """The hold of one app, from its start until its first managed query.
 
-    ``undo(reason)`` is called, on the scheduler's thread, when a grace runs out (the
-    scheduler then calls :meth:`undo` with what it knows); ``query_started()`` when a
-    streaming query's start stops the trimming."""
+    From :meth:`on_event` and its timers, on the scheduler's thread: ``undo(reason)`` when
+    something undoes the hold (a job of the app's own, at once; a query left unmanaged or
+    a job of no run, once the grace is over), and the scheduler then calls :meth:`undo`
+    with what it knows; ``query_started()`` when a streaming query's start stops the
+    trimming."""
 
     def __init__(self, slots: int, timers: Timers, *, undo: Callable[[str], None],
                  query_started: Callable[[], None]) -> None:
