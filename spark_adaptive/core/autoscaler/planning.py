@@ -8,10 +8,14 @@ rules, in the order they apply:
    slots beyond that idle. Slot targets are whole executors, so the top is the
    executor count that hosts every task, and never above the cluster maximum.
 2. **Live candidates** keep ``P`` and change the slots to a count at which the
-   ``P`` partitions run in balanced waves: a divisor of ``P`` (the project's
-   live rule, ``P % s == 0``), with ``P`` within the query's bounds. Their
-   capacity is the rate per slot times ``P / ceil(P / s)`` busy slots, bent by
-   the observed scalability.
+   query's tasks run in balanced waves: a divisor of ``P`` (the project's live
+   rule, ``P % s == 0``), with ``P`` within the query's bounds. A stateless
+   query capped by its source partitions runs ``T = max_useful_slots`` tasks
+   whatever ``P``, and no restart changes them: its candidates are the fewest
+   slots for each number of waves, ``ceil(T / w)`` (the divisors of ``T`` and
+   the counts between them that leave less than one slot idle). Their capacity
+   is the rate per slot times ``T / ceil(T / s)`` busy slots
+   (:func:`busy_slots`, ``T = P`` uncapped), bent by the observed scalability.
 3. **The restart candidate** has the fewest whole executors whose capacity
    meets the need (with Flink's restart term in it), and a new partition count
    ``P'``: the multiple of ``S'`` (up to ``restart.max-partitions-per-slot``
@@ -217,7 +221,8 @@ class Plan:
     eff_now: float = 0.0  # effective slots now, computed from slots and partitions
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "eff_now", effective_slots(self.slots, self.partitions))
+        object.__setattr__(self, "eff_now", effective_slots(self.slots,
+                                                            self.task_cap(self.partitions)))
 
     @classmethod
     def of(cls, view: QueryView, cfg: AutoscalerConfig, rate: float, lam: float,
@@ -259,8 +264,16 @@ class Choice:
     reason: str
 
 
+def busy_slots(slots: int, partitions: int, max_useful_slots: int | None) -> float:
+    """Slots that have a task on average: ``T / ceil(T / s)`` for the query's ``T`` tasks,
+    its ``partitions``, or fewer for a stateless query capped by its source partitions
+    (``max_useful_slots``), whose tasks are those whatever its partitions."""
+    tasks = partitions if max_useful_slots is None else min(partitions, max_useful_slots)
+    return effective_slots(slots, tasks)
+
+
 def capacity(plan: Plan, model: ScalabilityModel, slots: int, partitions: int) -> float:
-    eff = effective_slots(min(slots, plan.task_cap(partitions)), partitions)
+    eff = effective_slots(slots, plan.task_cap(partitions))
     return model.capacity(eff, plan.eff_now, plan.rate_per_slot)
 
 
@@ -276,11 +289,19 @@ def _live_slots(p: int, in_bounds: bool, cap: int, spe: int, limit: int,
                 current: int) -> tuple[int, ...]:
     if not in_bounds:
         return ()
-    out = [d for d in divisors(p) if d <= cap and d % spe == 0 and d <= limit]
+    if cap < p:
+        # A stateless query capped by its source partitions runs ``cap`` tasks whatever
+        # its partitions, and no restart changes that: the fewest slots for each number
+        # of waves (the divisors of ``cap`` and the counts just above the waves between
+        # them, each at most one slot short of busy), not only the divisors.
+        counts: tuple[int, ...] = tuple(sorted({-(-cap // w) for w in range(1, cap + 1)}))
+    else:
+        counts = divisors(p)
+    out = [d for d in counts if d % spe == 0 and d <= limit]
     top = round_up(cap, spe)
-    if p % cap == 0 and top <= limit and top not in out:
+    if top <= limit and top not in out:
         out.append(top)  # whole executors hosting every task; the extra slots idle
-    if current not in out and current <= limit and p % min(current, cap) == 0:
+    if current not in out and current <= limit and min(current, cap) in counts:
         out.append(current)
     return tuple(sorted(out))
 
@@ -321,7 +342,9 @@ def choose(plan: Plan, model: ScalabilityModel) -> Choice | None:
         i += 1
     if live is not None:
         util = plan.input_rate / live.capacity if live.capacity > 0 else math.inf
-        head = f"{live.slots} slots run the {p} partitions balanced, no restart"
+        tasks = plan.task_cap(p)
+        what = f"{p} partitions" if tasks == p else f"{tasks} tasks of its {p} partitions"
+        head = f"{live.slots} slots run the {what} balanced, no restart"
         if util >= plan.utilization_min or not plan.can_restart:
             # live first: within the band no restart is considered (nor priced)
             why = "" if plan.can_restart else " (the partition count cannot change)"

@@ -92,7 +92,13 @@ from spark_adaptive.core.autoscaler.decision import (
     ScalingDecision,
     make_decision,
 )
-from spark_adaptive.core.autoscaler.planning import Choice, Plan, choose, restart_downtime
+from spark_adaptive.core.autoscaler.planning import (
+    Choice,
+    Plan,
+    busy_slots,
+    choose,
+    restart_downtime,
+)
 from spark_adaptive.core.autoscaler.protections import (
     SHORTFALL_EXPIRY,
     DelayedScaleDown,
@@ -102,7 +108,7 @@ from spark_adaptive.core.autoscaler.protections import (
 )
 from spark_adaptive.core.autoscaler.samples import LoadSample, QueryView, clean
 from spark_adaptive.core.autoscaler.scalability import ScalabilityModel
-from spark_adaptive.core.autoscaler.window import MetricsWindow, effective_slots, entry_from
+from spark_adaptive.core.autoscaler.window import MetricsWindow, entry_from
 
 MIN_BATCHES = 3
 """A window holding fewer completed batches than this is never full."""
@@ -174,6 +180,7 @@ class QueryAutoscaler:
         self._startups: deque[float] = deque(maxlen=STARTUPS_KEPT)
         self._per_partition = 0.0
         self._tasks: int | None = None  # tasks of the newest batch's stages, when known
+        self._useful: int | None = None  # the newest view's max_useful_slots
         self.rejected = 0
         self.last_rejection = ""
         self._last: ScalingDecision | None = None
@@ -205,7 +212,7 @@ class QueryAutoscaler:
                                 "collected again after a stabilization interval")
         if t < self._stable_from:
             return False  # stabilizing: not an error, just not used
-        w.add(entry_from(sample, last))
+        w.add(entry_from(sample, last, self._useful))
         if sample.tasks is not None and sample.tasks > 0:
             self._tasks = sample.tasks
         return True
@@ -314,6 +321,7 @@ class QueryAutoscaler:
             return self._not_ready(view, f"the clock went back from {before:.3f}s to "
                                          f"{now:.3f}s; metrics are collected again")
         self._last_eval = now
+        self._useful = view.max_useful_slots
         lr = view.last_rescale_completed
         if lr is not None and math.isfinite(lr) and (
                 self._known_rescale is None or lr > self._known_rescale):
@@ -415,7 +423,7 @@ class QueryAutoscaler:
         if not full and not behind and rate is not None and lam is not None and w.count >= 2:
             # Input above what the query can process grows a backlog from now on, whatever
             # the source reports (many report none): that is falling behind too.
-            cap_now = rate * effective_slots(view.slots, view.partitions)
+            cap_now = rate * busy_slots(view.slots, view.partitions, view.max_useful_slots)
             behind = lam > OVERLOAD * cap_now
             # Right after a scale-up, input above the band and above the rate the scale-up
             # was sized for, by more than the band's headroom, is a rise it under-read (its
@@ -442,7 +450,7 @@ class QueryAutoscaler:
         if rate is None:
             return self._not_ready(view, f"no processing rate: {rate_src}", base)
         s, p = view.slots, view.partitions
-        eff = effective_slots(s, p)
+        eff = busy_slots(s, p, view.max_useful_slots)
         cap = rate * eff
         if again is None or again.in_flight:  # a borrowed window's rate was recorded
             self._model.record(eff, rate, now, p)
@@ -529,7 +537,7 @@ class QueryAutoscaler:
         only more than those is carried out."""
         cfg, s, p, lam = self.config, view.slots, view.partitions, inputs.input_rate or 0.0
         self._pending_down.clear()
-        eff = effective_slots(s, p)
+        eff = busy_slots(s, p, view.max_useful_slots)
         hi = max(eff * (1 + cfg.scale_up_max_factor), 1.0)
         nl = self._model.clamp(need_live, eff, rate, 0.0, hi)
         nr = self._model.clamp(need_restart, eff, rate, 0.0, hi)
@@ -573,8 +581,9 @@ class QueryAutoscaler:
                          inputs, target=(choice.slots, choice.partitions))
         if d.applied:
             self._guard.expect(choice.slots, choice.partitions, inputs.capacity or 0.0,
-                               self._model.capacity(effective_slots(choice.slots,
-                                                                    choice.partitions),
+                               self._model.capacity(busy_slots(choice.slots,
+                                                               choice.partitions,
+                                                               view.max_useful_slots),
                                                     eff, rate))
             self._scaled_up = (choice.slots, lam)
             if util > cfg.utilization_target:  # not a backlog's catch-up alone
@@ -589,7 +598,7 @@ class QueryAutoscaler:
         ``idle``: the utilization is in the band, but some slots get no task."""
         cfg, now = self.config, view.now
         s, p = view.slots, view.partitions
-        eff = effective_slots(s, p)
+        eff = busy_slots(s, p, view.max_useful_slots)
         lam = inputs.input_rate or 0.0
         lam_w, lam_r = inputs.input_rate_window or 0.0, inputs.input_rate_recent or 0.0
         util = inputs.utilization or 0.0
@@ -649,7 +658,7 @@ class QueryAutoscaler:
         def refusing(c: Choice | None) -> Shortfall | None:
             if c is None or c.slots >= s:
                 return None
-            c_eff = effective_slots(c.slots, c.partitions)
+            c_eff = busy_slots(c.slots, c.partitions, view.max_useful_slots)
             if idle and c_eff >= eff - 1e-9:
                 return None
             return self._short.refuses(c_eff, c.partitions, lam, cfg.utilization_target,

@@ -68,9 +68,12 @@ class Entry(NamedTuple):
     partitions: int
 
 
-def entry_from(sample: LoadSample, last_time: float | None) -> Entry:
+def entry_from(sample: LoadSample, last_time: float | None,
+               max_useful_slots: int | None = None) -> Entry:
     """A window entry from a sample whose time, slots and partitions were checked, each
-    other field cleaned to a usable number or None; ``last_time`` is the previous entry's."""
+    other field cleaned to a usable number or None; ``last_time`` is the previous entry's.
+    ``max_useful_slots``: the query's tasks are its source partitions, when fewer than its
+    partitions (a stateless query), for the rate per busy slot."""
     t, slots, partitions = sample.time, sample.slots, sample.partitions
     dt = t - last_time if last_time is not None else None
     rows = clean(sample.num_input_rows)
@@ -88,7 +91,9 @@ def entry_from(sample: LoadSample, last_time: float | None) -> Entry:
         busy = clean(sample.busy_time) or None
         proc = clean(sample.processed_rows_per_second)
         if proc:
-            rps = proc / effective_slots(slots, partitions)
+            tasks = partitions if max_useful_slots is None else min(partitions,
+                                                                     max_useful_slots)
+            rps = proc / effective_slots(slots, tasks)
     return Entry(t, dt, rows, busy, rows if busy and rows else 0.0, rps, clean(sample.backlog),
                  in_rate, clean(sample.batch_duration), clean(sample.trigger_interval), slots,
                  partitions)

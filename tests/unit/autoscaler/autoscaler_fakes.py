@@ -61,12 +61,18 @@ class FakeQuery:
     batch: int = 0
     decisions: list[ScalingDecision] = field(default_factory=list)
 
+    def busy_slots(self) -> float:
+        """A stateless query capped by its source partitions runs those tasks only."""
+        cap = self.max_useful_slots
+        return effective_slots(self.slots, self.partitions if cap is None
+                               else min(self.partitions, cap))
+
     def rate_per_slot(self) -> float:
-        eff = effective_slots(self.slots, self.partitions)
+        eff = self.busy_slots()
         return self.per_slot(eff) if callable(self.per_slot) else self.per_slot
 
     def capacity(self) -> float:
-        return self.rate_per_slot() * effective_slots(self.slots, self.partitions)
+        return self.rate_per_slot() * self.busy_slots()
 
     def sample(self, **overrides: Any) -> LoadSample:
         rows = self.rate * self.trigger

@@ -98,6 +98,30 @@ def test_a_stateless_query_gets_at_most_its_source_partitions() -> None:
         assert d.target_slots == 6
 
 
+def test_a_stateless_query_runs_balanced_waves_of_its_source_partitions() -> None:
+    # 42 source partitions, 90 partitions: 15 or 18 slots run the 42 tasks in 3 waves as
+    # 14 do, and 30 in 2 as 21 do. 16000 rows/s at 0.8 need 20 busy slots: 21.
+    q = make(rate=16000, per_slot=1000, slots=14, partitions=90, max_useful_slots=42,
+             can_restart=False)
+    q.run(90, trigger_interval=0.0)
+    d = q.evaluate()
+    assert (d.outcome, d.target_slots, d.target_partitions) == ("scale-up", 21, 90), d.reason
+    assert "21 slots run the 42 tasks of its 90 partitions balanced" in d.reason
+
+
+@pytest.mark.parametrize("busy", [True, False])
+def test_a_stateless_query_s_slots_run_its_source_partitions_in_as_few_waves(busy: bool) -> None:
+    # 62 source partitions (divisors 1, 2, 31, 62) on 180 partitions; no restart changes the
+    # tasks. 16000 rows/s at 0.8 need 20 busy slots: 21 run the 62 tasks in 3 waves (20.7
+    # busy), where only divisors would take 31. Without busy time the rate per slot comes
+    # from processedRowsPerSecond over the slots the 62 tasks keep busy.
+    q = make(rate=16000, per_slot=1000, slots=16, partitions=180, max_useful_slots=62,
+             busy=busy)
+    q.run(90, trigger_interval=0.0)
+    d = q.evaluate()
+    assert (d.outcome, d.target_slots, d.target_partitions) == ("scale-up", 21, 180), d.reason
+
+
 def test_slot_targets_are_whole_executors() -> None:
     q = make(rate=7000, per_slot=1000, slots=4, partitions=48, slots_per_executor=4)
     q.run(90, trigger_interval=0.0)
