@@ -9,12 +9,14 @@ and stage events say so, as the shim reports them.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 from scheduler_fakes import App, FakeDriver, query_info
 
 from spark_adaptive.core.autoscaler import AutoscalerConfig
+from spark_adaptive.core.autoscaler.policy import QueryAutoscaler
 from spark_adaptive.core.events import (
     ExecutorAdded,
     JobStarted,
@@ -24,8 +26,9 @@ from spark_adaptive.core.events import (
     StageSubmitted,
 )
 from spark_adaptive.core.ports import StartedBatch
-from spark_adaptive.core.streaming.autoscaling import Autoscaling
+from spark_adaptive.core.streaming.autoscaling import Autoscaling, _useful_slots, _Watched
 from spark_adaptive.core.streaming.history import Kind, Trigger
+from spark_adaptive.core.streaming.query import QueryScheduler
 from spark_adaptive.core.streaming.requirements import ResourceRequirements
 from spark_adaptive.settings import Settings
 
@@ -538,3 +541,15 @@ def test_what_is_kept_for_a_query_the_scheduler_forgot_goes_with_it() -> None:
     assert "q" not in {x.key for x in app.scheduler.queries()}
     app.advance(10)
     assert "q" not in autoscaling._queries and "q" not in autoscaling._outcomes
+
+
+def test_a_stateless_query_s_task_cap_holds_once_its_slots_match_it() -> None:
+    q = SimpleNamespace(observed_tasks=42, running_slots=15)  # 42 source partitions
+    watched = _Watched(cast(QueryAutoscaler, None), cast(QueryScheduler, q), {})
+    assert _useful_slots(cast(QueryScheduler, q), watched) == 42
+    q.running_slots = 42  # the autoscaler gave it a slot per task: still its cap
+    assert _useful_slots(cast(QueryScheduler, q), watched) == 42
+    # A source that sizes its tasks by the slots (the file source) is never capped there.
+    sized = SimpleNamespace(observed_tasks=8, running_slots=8)
+    fresh = _Watched(cast(QueryAutoscaler, None), cast(QueryScheduler, sized), {})
+    assert _useful_slots(cast(QueryScheduler, sized), fresh) is None

@@ -11,9 +11,10 @@ rules, in the order they apply:
    query's tasks run in balanced waves: a divisor of ``P`` (the project's live
    rule, ``P % s == 0``), with ``P`` within the query's bounds. A stateless
    query capped by its source partitions runs ``T = max_useful_slots`` tasks
-   whatever ``P``, and no restart changes them: its candidates are the fewest
-   slots for each number of waves, ``ceil(T / w)`` (the divisors of ``T`` and
-   the counts between them that leave less than one slot idle). Their capacity
+   whatever ``P`` (such a query cannot restart: its micro-batches run in one
+   stage): its candidates are the fewest whole executors for each number of
+   waves, ``ceil(T / w)`` rounded up to whole executors (the divisors of ``T``
+   and the counts between them that leave less than an executor idle). Their capacity
    is the rate per slot times ``T / ceil(T / s)`` busy slots
    (:func:`busy_slots`, ``T = P`` uncapped), bent by the observed scalability.
 3. **The restart candidate** has the fewest whole executors whose capacity
@@ -291,17 +292,21 @@ def _live_slots(p: int, in_bounds: bool, cap: int, spe: int, limit: int,
         return ()
     if cap < p:
         # A stateless query capped by its source partitions runs ``cap`` tasks whatever
-        # its partitions, and no restart changes that: the fewest slots for each number
-        # of waves (the divisors of ``cap`` and the counts just above the waves between
-        # them, each at most one slot short of busy), not only the divisors.
-        counts: tuple[int, ...] = tuple(sorted({-(-cap // w) for w in range(1, cap + 1)}))
+        # its partitions: the fewest whole executors for each number of waves (the
+        # divisors of ``cap`` and the counts between them, each leaving less than an
+        # executor idle), not only the divisors.
+        counts: tuple[int, ...] = tuple(sorted({round_up(-(-cap // w), spe)
+                                                for w in range(1, cap + 1)}))
+        out = [d for d in counts if d <= limit]
+        balanced = current in counts or current >= cap
     else:
         counts = divisors(p)
-    out = [d for d in counts if d % spe == 0 and d <= limit]
+        out = [d for d in counts if d % spe == 0 and d <= limit]
+        balanced = p % min(current, cap) == 0
     top = round_up(cap, spe)
     if top <= limit and top not in out:
         out.append(top)  # whole executors hosting every task; the extra slots idle
-    if current not in out and current <= limit and min(current, cap) in counts:
+    if current not in out and current <= limit and balanced:
         out.append(current)
     return tuple(sorted(out))
 

@@ -604,8 +604,10 @@ class QueryAutoscaler:
         util = inputs.utilization or 0.0
         head = f"utilization {util:.2f} below {cfg.utilization_min:g}"
         if idle:
-            head = (f"utilization {util:.2f} in the band, but {s} slots run the {p} "
-                    f"partitions only as fast as {eff:g} would")
+            tasks = p if view.max_useful_slots is None else min(p, view.max_useful_slots)
+            what = f"{p} partitions" if tasks == p else f"{tasks} tasks"
+            head = (f"utilization {util:.2f} in the band, but {s} slots run the {what} only "
+                    f"as fast as {eff:g} would")
         if falling:
             cap = inputs.capacity or math.inf
             head = (f"utilization {lam_r / cap:.2f} in the newest seconds ({util:.2f} over the "

@@ -24,7 +24,8 @@ Contract
 * The true processing rate per slot is rows per busy slot-second where busy time
   is known; otherwise ``processedRowsPerSecond`` divided by the slots that had
   work (a batch on ``s`` slots with ``P`` partitions keeps ``P / ceil(P/s)``
-  of them busy on average). Batches with no rows say nothing about it.
+  of them busy on average; ``P`` is the source's partitions for a stateless
+  query capped by them). Batches with no rows say nothing about it.
 * A batch's busy time is a fixed part (its tasks' scheduling, deserialization,
   source and sink set-up: paid per task, whatever the rows) plus a part per row.
   Where the window's batches read different row counts, a least-squares line of

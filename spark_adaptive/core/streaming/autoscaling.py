@@ -106,6 +106,9 @@ class _Watched:
         # The slots the cluster gave it when no executor came for resource-wait; until an
         # executor joins or leaves, what the policy may plan with (its own, not another's).
         self.cluster_max_slots: int | None = None
+        # The tasks of its one stage when they were last fewer or more than its slots:
+        # a cap that still holds once the slots have come to match it (see _useful_slots).
+        self.useful: int | None = None
 
 
 class Autoscaling:
@@ -368,7 +371,7 @@ class Autoscaling:
         return QueryView(
             now=now, slots=max(1, q.running_slots), partitions=max(1, q.partitions),
             lower=r.lower, upper=r.upper,
-            max_useful_slots=_useful_slots(q),
+            max_useful_slots=_useful_slots(q, watched),
             can_restart=q.repartition_support().possible,
             restart_downtimes=tuple(x.duration for x in completed
                                     if x.kind == "restart" and x.trigger is not Trigger.FAILURE
@@ -413,12 +416,19 @@ class Autoscaling:
             self._timer = None
 
 
-def _useful_slots(q: QueryScheduler) -> int | None:
+def _useful_slots(q: QueryScheduler, watched: _Watched) -> int | None:
     """The most slots a query without a shuffle can use: the tasks of its one stage. Known
     only when it ran fewer tasks than it had slots, or more: a source that sizes its tasks
     by the cluster (the file source splits by the default parallelism) runs as many as
-    there are slots, and capping it there would keep it from ever growing."""
+    there are slots, and capping it there would keep it from ever growing. A cap seen
+    before still holds when the slots have come to match it (the autoscaler gave the
+    query as many slots as its source has partitions): without it the policy would size
+    the query on its partitions again, and take back slots that run its tasks."""
     tasks = q.observed_tasks
-    if tasks is None or tasks == q.running_slots:
+    if tasks is None:
+        watched.useful = None
         return None
-    return tasks
+    if tasks != q.running_slots:
+        watched.useful = tasks
+        return tasks
+    return tasks if watched.useful == tasks else None

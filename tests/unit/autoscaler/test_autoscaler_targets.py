@@ -111,15 +111,26 @@ def test_a_stateless_query_runs_balanced_waves_of_its_source_partitions() -> Non
 
 @pytest.mark.parametrize("busy", [True, False])
 def test_a_stateless_query_s_slots_run_its_source_partitions_in_as_few_waves(busy: bool) -> None:
-    # 62 source partitions (divisors 1, 2, 31, 62) on 180 partitions; no restart changes the
-    # tasks. 16000 rows/s at 0.8 need 20 busy slots: 21 run the 62 tasks in 3 waves (20.7
-    # busy), where only divisors would take 31. Without busy time the rate per slot comes
-    # from processedRowsPerSecond over the slots the 62 tasks keep busy.
+    # 62 source partitions on 180 partitions. 16000 rows/s at 0.8 need 20 busy slots: 21 run
+    # the 62 tasks in 3 waves (20.7 busy), where sized on the 180 partitions 20 slots looked
+    # enough and keep 15.5 busy. Without busy time the rate per slot is processedRowsPerSecond
+    # over the slots the 62 tasks keep busy (the first evaluation tells the policy the cap).
     q = make(rate=16000, per_slot=1000, slots=16, partitions=180, max_useful_slots=62,
              busy=busy)
+    q.evaluate()
     q.run(90, trigger_interval=0.0)
     d = q.evaluate()
     assert (d.outcome, d.target_slots, d.target_partitions) == ("scale-up", 21, 180), d.reason
+    assert d.inputs.true_rate_per_slot == pytest.approx(1000.0)
+
+
+def test_a_stateless_query_s_wave_counts_are_whole_executors() -> None:
+    # 42 source tasks on executors of 4 slots: 24 slots run them in 2 waves (21 busy).
+    q = make(rate=16000, per_slot=1000, slots=16, partitions=90, max_useful_slots=42,
+             slots_per_executor=4, can_restart=False)
+    q.run(90, trigger_interval=0.0)
+    d = q.evaluate()
+    assert (d.outcome, d.target_slots) == ("scale-up", 24), d.reason
 
 
 def test_slot_targets_are_whole_executors() -> None:
