@@ -49,7 +49,7 @@ from spark_adaptive.core.autoscaler.config import AutoscalerConfig
 from spark_adaptive.core.autoscaler.decision import Kind
 from spark_adaptive.core.autoscaler.samples import QueryView, clean
 from spark_adaptive.core.autoscaler.scalability import ScalabilityModel
-from spark_adaptive.core.autoscaler.window import effective_slots
+from spark_adaptive.core.autoscaler.window import effective_slots, task_count
 
 
 @functools.lru_cache(maxsize=4096)
@@ -242,10 +242,7 @@ class Plan:
             per_partition=per_partition)
 
     def task_cap(self, partitions: int) -> int:
-        cap = partitions
-        if self.max_useful_slots is not None:
-            cap = min(cap, self.max_useful_slots)
-        return cap
+        return task_count(partitions, self.max_useful_slots)
 
     def slot_limit(self, partitions: int) -> int:
         """Most slots worth giving at ``partitions`` partitions (rule 1)."""
@@ -265,12 +262,17 @@ class Choice:
     reason: str
 
 
+def tasks_phrase(partitions: int, max_useful_slots: int | None) -> str:
+    """"P partitions", or "T tasks of its P partitions" for a capped query (for reasons)."""
+    tasks = task_count(partitions, max_useful_slots)
+    return (f"{partitions} partitions" if tasks == partitions
+            else f"{tasks} tasks of its {partitions} partitions")
+
+
 def busy_slots(slots: int, partitions: int, max_useful_slots: int | None) -> float:
-    """Slots that have a task on average: ``T / ceil(T / s)`` for the query's ``T`` tasks,
-    its ``partitions``, or fewer for a stateless query capped by its source partitions
-    (``max_useful_slots``), whose tasks are those whatever its partitions."""
-    tasks = partitions if max_useful_slots is None else min(partitions, max_useful_slots)
-    return effective_slots(slots, tasks)
+    """Slots that have a task on average: ``T / ceil(T / s)`` for the query's ``T`` tasks
+    (:func:`task_count`)."""
+    return effective_slots(slots, task_count(partitions, max_useful_slots))
 
 
 def capacity(plan: Plan, model: ScalabilityModel, slots: int, partitions: int) -> float:
@@ -347,9 +349,8 @@ def choose(plan: Plan, model: ScalabilityModel) -> Choice | None:
         i += 1
     if live is not None:
         util = plan.input_rate / live.capacity if live.capacity > 0 else math.inf
-        tasks = plan.task_cap(p)
-        what = f"{p} partitions" if tasks == p else f"{tasks} tasks of its {p} partitions"
-        head = f"{live.slots} slots run the {what} balanced, no restart"
+        head = (f"{live.slots} slots run the {tasks_phrase(p, plan.max_useful_slots)} "
+                "balanced, no restart")
         if util >= plan.utilization_min or not plan.can_restart:
             # live first: within the band no restart is considered (nor priced)
             why = "" if plan.can_restart else " (the partition count cannot change)"

@@ -98,6 +98,7 @@ from spark_adaptive.core.autoscaler.planning import (
     busy_slots,
     choose,
     restart_downtime,
+    tasks_phrase,
 )
 from spark_adaptive.core.autoscaler.protections import (
     SHORTFALL_EXPIRY,
@@ -604,10 +605,8 @@ class QueryAutoscaler:
         util = inputs.utilization or 0.0
         head = f"utilization {util:.2f} below {cfg.utilization_min:g}"
         if idle:
-            tasks = p if view.max_useful_slots is None else min(p, view.max_useful_slots)
-            what = f"{p} partitions" if tasks == p else f"{tasks} tasks"
-            head = (f"utilization {util:.2f} in the band, but {s} slots run the {what} only "
-                    f"as fast as {eff:g} would")
+            head = (f"utilization {util:.2f} in the band, but {s} slots run the "
+                    f"{tasks_phrase(p, view.max_useful_slots)} only as fast as {eff:g} would")
         if falling:
             cap = inputs.capacity or math.inf
             head = (f"utilization {lam_r / cap:.2f} in the newest seconds ({util:.2f} over the "

@@ -92,12 +92,16 @@ def entry_from(sample: LoadSample, last_time: float | None,
         busy = clean(sample.busy_time) or None
         proc = clean(sample.processed_rows_per_second)
         if proc:
-            tasks = partitions if max_useful_slots is None else min(partitions,
-                                                                     max_useful_slots)
-            rps = proc / effective_slots(slots, tasks)
+            rps = proc / effective_slots(slots, task_count(partitions, max_useful_slots))
     return Entry(t, dt, rows, busy, rows if busy and rows else 0.0, rps, clean(sample.backlog),
                  in_rate, clean(sample.batch_duration), clean(sample.trigger_interval), slots,
                  partitions)
+
+
+def task_count(partitions: int, max_useful_slots: int | None) -> int:
+    """The tasks a micro-batch runs at once: its ``partitions``, or fewer for a stateless
+    query capped by its source partitions (``max_useful_slots``), whatever its partitions."""
+    return partitions if max_useful_slots is None else min(partitions, max_useful_slots)
 
 
 def effective_slots(slots: int, partitions: int) -> float:
