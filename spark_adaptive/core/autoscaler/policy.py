@@ -213,9 +213,13 @@ class QueryAutoscaler:
                                 "collected again after a stabilization interval")
         if t < self._stable_from:
             return False  # stabilizing: not an error, just not used
-        w.add(entry_from(sample, last, self._useful))
-        if sample.tasks is not None and sample.tasks > 0:
-            self._tasks = sample.tasks
+        tasks = sample.tasks if sample.tasks is not None and sample.tasks > 0 else None
+        # A capped query's batch runs one stage: its own tasks, where the newest view's cap
+        # is the newest batch's (a source whose partition count changes mixes them).
+        w.add(entry_from(sample, last, tasks if self._useful is not None and tasks
+                         else self._useful))
+        if tasks is not None:
+            self._tasks = tasks
         return True
 
     def observe_start(self, batch_id: int, input_rate: float) -> bool:

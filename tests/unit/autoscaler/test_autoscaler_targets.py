@@ -124,6 +124,18 @@ def test_a_stateless_query_s_slots_run_its_source_partitions_in_as_few_waves(bus
     assert d.inputs.true_rate_per_slot == pytest.approx(1000.0)
 
 
+def test_without_busy_time_each_batch_s_rate_per_slot_is_read_over_its_own_tasks() -> None:
+    # The source had 42 partitions at the last evaluation, then 60: 16 slots run 60 tasks in
+    # 4 waves (15 busy), where over 42 they would keep 14 busy and read 7% fast.
+    q = make(rate=14000, per_slot=1000, slots=16, partitions=180, max_useful_slots=42,
+             busy=False)
+    q.evaluate()
+    q.max_useful_slots = 60
+    q.run(90, trigger_interval=0.0, tasks=60)
+    d = q.evaluate()
+    assert d.inputs.true_rate_per_slot == pytest.approx(1000.0)
+
+
 def test_a_stateless_query_s_wave_counts_are_whole_executors() -> None:
     # 42 source tasks on executors of 4 slots: 24 slots run them in 2 waves (21 busy).
     q = make(rate=16000, per_slot=1000, slots=16, partitions=90, max_useful_slots=42,
