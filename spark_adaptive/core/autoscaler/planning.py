@@ -4,9 +4,10 @@ Pure functions over a :class:`Plan` (what the policy measured and needs). The
 rules, in the order they apply:
 
 1. **Never more slots than tasks.** A query runs at most ``P`` tasks at once
-   (a stateless query at most its source partitions, ``max_useful_slots``);
-   slots beyond that idle. Slot targets are whole executors, so the top is the
-   executor count that hosts every task, and never above the cluster maximum.
+   (a stateless query its source partitions, ``max_useful_slots``, fewer or
+   more than ``P``; more only up to its upper bound); slots beyond that idle.
+   Slot targets are whole executors, so the top is the executor count that
+   hosts every task, and never above the cluster maximum.
 2. **Live candidates** keep ``P`` and change the slots to a count at which the
    query's tasks run in balanced waves: a divisor of ``P`` (the project's live
    rule, ``P % s == 0``), with ``P`` within the query's bounds. A stateless
@@ -245,8 +246,13 @@ class Plan:
         return task_count(partitions, self.max_useful_slots)
 
     def slot_limit(self, partitions: int) -> int:
-        """Most slots worth giving at ``partitions`` partitions (rule 1)."""
-        top = round_up(self.task_cap(partitions), self.per_executor)
+        """Most slots worth giving at ``partitions`` partitions (rule 1). A stateless query
+        whose source has more partitions than it has runs more tasks than ``partitions``,
+        and the upper bound, not the partitions, keeps its slots in."""
+        tasks = self.task_cap(partitions)
+        if tasks > partitions:
+            tasks = max(partitions, min(tasks, self.upper))
+        top = round_up(tasks, self.per_executor)
         if self.cluster_max_slots is not None:
             top = min(top, round_down(self.cluster_max_slots, self.per_executor))
         return top
@@ -263,10 +269,15 @@ class Choice:
 
 
 def tasks_phrase(partitions: int, max_useful_slots: int | None) -> str:
-    """"P partitions", or "T tasks of its P partitions" for a capped query (for reasons)."""
+    """"P partitions", or "T tasks of its P partitions" for a stateless query whose source
+    has fewer partitions, "T tasks of its source (P partitions)" for one whose has more
+    (for reasons)."""
     tasks = task_count(partitions, max_useful_slots)
-    return (f"{partitions} partitions" if tasks == partitions
-            else f"{tasks} tasks of its {partitions} partitions")
+    if tasks == partitions:
+        return f"{partitions} partitions"
+    if tasks < partitions:
+        return f"{tasks} tasks of its {partitions} partitions"
+    return f"{tasks} tasks of its source ({partitions} partitions)"
 
 
 def busy_slots(slots: int, partitions: int, max_useful_slots: int | None) -> float:
@@ -292,11 +303,11 @@ def _live_slots(p: int, in_bounds: bool, cap: int, spe: int, limit: int,
                 current: int) -> tuple[int, ...]:
     if not in_bounds:
         return ()
-    if cap < p:
-        # A stateless query capped by its source partitions runs ``cap`` tasks whatever
-        # its partitions: the fewest whole executors for each number of waves (the
-        # divisors of ``cap`` and the counts between them, each leaving less than an
-        # executor idle), not only the divisors.
+    if cap != p:
+        # A stateless query runs its source's ``cap`` tasks whatever its partitions: the
+        # fewest whole executors for each number of waves (the divisors of ``cap`` and the
+        # counts between them, each leaving less than an executor idle), not only the
+        # divisors.
         counts: tuple[int, ...] = tuple(sorted({round_up(-(-cap // w), spe)
                                                 for w in range(1, cap + 1)}))
         out = [d for d in counts if d <= limit]
@@ -382,8 +393,8 @@ def choose(plan: Plan, model: ScalabilityModel) -> Choice | None:
             return _with(restart, f"restart at {restart.partitions} partitions: {figures}")
         return _with(live, f"live: {head}; {figures}")
     largest = cands[-1] if cands else None
-    why_live = (f"no balanced slot count of the {p} partitions reaches "
-                f"{plan.need_live:.0f} rows/s" if cands else
+    why_live = (f"no balanced slot count of the {tasks_phrase(p, plan.max_useful_slots)} "
+                f"reaches {plan.need_live:.0f} rows/s" if cands else
                 f"{p} partitions are outside the bounds [{plan.lower}, {plan.upper}]")
     best_live = None
     if largest is not None:

@@ -99,9 +99,10 @@ def entry_from(sample: LoadSample, last_time: float | None,
 
 
 def task_count(partitions: int, max_useful_slots: int | None) -> int:
-    """The tasks a micro-batch runs at once: its ``partitions``, or fewer for a stateless
-    query capped by its source partitions (``max_useful_slots``), whatever its partitions."""
-    return partitions if max_useful_slots is None else min(partitions, max_useful_slots)
+    """The tasks a micro-batch runs at once: its ``partitions``, or for a stateless query
+    its source's partitions (``max_useful_slots``), fewer or more, whatever its partitions:
+    its micro-batches run in one stage, with no shuffle into the partitions."""
+    return partitions if max_useful_slots is None else max_useful_slots
 
 
 def effective_slots(slots: int, partitions: int) -> float:

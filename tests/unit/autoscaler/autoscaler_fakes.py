@@ -62,10 +62,9 @@ class FakeQuery:
     decisions: list[ScalingDecision] = field(default_factory=list)
 
     def busy_slots(self) -> float:
-        """A stateless query capped by its source partitions runs those tasks only."""
+        """A stateless query runs its source's partitions' tasks, whatever its partitions."""
         cap = self.max_useful_slots
-        return effective_slots(self.slots, self.partitions if cap is None
-                               else min(self.partitions, cap))
+        return effective_slots(self.slots, self.partitions if cap is None else cap)
 
     def rate_per_slot(self) -> float:
         eff = self.busy_slots()

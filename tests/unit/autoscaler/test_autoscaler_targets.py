@@ -109,6 +109,20 @@ def test_a_stateless_query_runs_balanced_waves_of_its_source_partitions() -> Non
     assert "21 slots run the 42 tasks of its 90 partitions balanced" in d.reason
 
 
+@pytest.mark.parametrize(("upper", "expected"), [(240, 21), (16, 14)])
+def test_a_stateless_query_with_more_source_partitions_than_partitions_runs_them_all(
+        upper: int, expected: int) -> None:
+    # 42 source partitions on 8 partitions: its one stage runs 42 tasks, not 8, so 21 slots
+    # run them in 2 waves at the 20 busy slots 16000 rows/s need at 0.8. An upper bound of
+    # 16 stops it at 14 (3 waves; 15 and 16 run them in as many).
+    q = make(rate=16000, per_slot=1000, slots=4, partitions=8, max_useful_slots=42,
+             upper=upper, can_restart=False)
+    q.run(90, trigger_interval=0.0)
+    d = q.evaluate()
+    assert (d.outcome, d.target_slots, d.target_partitions) == ("scale-up", expected, 8), d.reason
+    assert "the 42 tasks of its source (8 partitions)" in d.reason
+
+
 @pytest.mark.parametrize("busy", [True, False])
 def test_a_stateless_query_s_slots_run_its_source_partitions_in_as_few_waves(busy: bool) -> None:
     # 62 source partitions on 180 partitions. 16000 rows/s at 0.8 need 20 busy slots: 21 run
