@@ -140,6 +140,13 @@ def test_held_back_scale_up_is_forced_after_scaling_interval_max() -> None:
     assert "scaling-interval.max" in forced.reason
 
 
+def test_a_query_that_cannot_restart_is_not_held_back_by_min_parallelism_increase() -> None:
+    # Its slots follow the share live (a stateless query runs its source's tasks on slots
+    # beyond its partitions): nothing is restarted, so nothing is held back.
+    d = decide(8, 16, 21, bounds=R(1, 64), min_parallelism_increase=16, support=NO)
+    assert (d.kind, d.target_parallelism, d.target_slots, d.held_back) == ("live", 8, 21, False)
+
+
 def test_without_scaling_interval_max_it_stays_held_back() -> None:
     d = decide(4, 4, 5, min_parallelism_increase=2, held_back_since=0.0, now=1e9)
     assert d.held_back

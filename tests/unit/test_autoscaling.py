@@ -549,7 +549,35 @@ def test_a_stateless_query_s_task_cap_holds_once_its_slots_match_it() -> None:
     assert _useful_slots(cast(QueryScheduler, q), watched) == 42
     q.running_slots = 42  # the autoscaler gave it a slot per task: still its cap
     assert _useful_slots(cast(QueryScheduler, q), watched) == 42
+    q.observed_tasks = None  # a batch of more stages (foreachBatch's extra job): still
+    assert _useful_slots(cast(QueryScheduler, q), watched) == 42
+    q.observed_tasks = 42
+    assert _useful_slots(cast(QueryScheduler, q), watched) == 42
     # A source that sizes its tasks by the slots (the file source) is never capped there.
     sized = SimpleNamespace(observed_tasks=8, running_slots=8)
     fresh = _Watched(cast(QueryAutoscaler, None), cast(QueryScheduler, sized), {})
     assert _useful_slots(cast(QueryScheduler, sized), fresh) is None
+
+
+@pytest.mark.parametrize("stages", [1, 2])
+def test_a_batch_of_one_stage_tells_the_policy_its_tasks(stages: int,
+                                                          monkeypatch: Any) -> None:
+    app, driver, autoscaling, load = _setup(executors=2)
+    load.run(1)
+    policy = autoscaling._queries["q"].policy
+    seen: list[Any] = []
+    observe = policy.observe
+    monkeypatch.setattr(policy, "observe", lambda s: (seen.append(s), observe(s))[1])
+    run = driver.run_id
+    ids = tuple(range(100, 100 + stages))
+    events: list[Any] = [JobStarted(0.0, 100, ids, job_group=run)]
+    for i, tasks in zip(ids, (42, 1), strict=False):  # the source's 42, then an extra job's
+        events += [StageSubmitted(0.0, i, 0, tasks),
+                   StageCompleted(0.0, i, 0, tasks, 0, 0, 0, 1.0, task_time=2.0)]
+    events.append(QueryProgress(0.0, "qid-1", run, "q", load.batch, 50, 50.0, 50.0, 1.0, 1.0))
+    for event in events:
+        app.event(event)
+        autoscaling.on_event(event)
+    (sample,) = seen
+    assert sample.tasks == (42 if stages == 1 else 43)
+    assert sample.stage_tasks == (42 if stages == 1 else None)

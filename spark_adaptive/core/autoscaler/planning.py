@@ -325,8 +325,8 @@ def _live_slots(p: int, in_bounds: bool, cap: int, spe: int, limit: int,
 
 
 def restart_candidate(plan: Plan, model: ScalabilityModel) -> Choice | None:
-    if not plan.can_restart:
-        return None
+    if not plan.can_restart or plan.max_useful_slots is not None:
+        return None  # a stateless query's tasks are its source's, whatever its partitions
     x = model.slots_for(plan.need_restart, plan.eff_now, plan.rate_per_slot)
     limit = plan.upper
     if plan.cluster_max_slots is not None:

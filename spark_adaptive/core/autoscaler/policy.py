@@ -213,13 +213,15 @@ class QueryAutoscaler:
                                 "collected again after a stabilization interval")
         if t < self._stable_from:
             return False  # stabilizing: not an error, just not used
-        tasks = sample.tasks if sample.tasks is not None and sample.tasks > 0 else None
-        # A capped query's batch runs one stage: its own tasks, where the newest view's cap
-        # is the newest batch's (a source whose partition count changes mixes them).
-        w.add(entry_from(sample, last, tasks if self._useful is not None and tasks
+        # A batch of one stage ran its own tasks, whatever the newest view's cap (that of
+        # the newest batch: a source whose partition count changes mixes them); one of more
+        # stages is read over the view's (a stateless query's extra job, as foreachBatch
+        # runs, adds tasks of its own).
+        one = sample.stage_tasks
+        w.add(entry_from(sample, last, one if isinstance(one, int) and one > 0
                          else self._useful))
-        if tasks is not None:
-            self._tasks = tasks
+        if sample.tasks is not None and sample.tasks > 0:
+            self._tasks = sample.tasks
         return True
 
     def observe_start(self, batch_id: int, input_rate: float) -> bool:

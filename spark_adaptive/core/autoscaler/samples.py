@@ -40,6 +40,8 @@ class LoadSample:
       behind latest), None when the source reports none.
     * ``busy_time``: total task run time of the batch's stages, in slot-seconds.
     * ``tasks``: how many tasks the batch's stages ran in all, None when unknown.
+    * ``stage_tasks``: the tasks of a batch that ran in one stage (no shuffle: its
+      source's partitions), None for a batch of more stages or when unknown.
     """
 
     time: float
@@ -54,6 +56,7 @@ class LoadSample:
     backlog: float | None = None
     busy_time: float | None = None
     tasks: int | None = None
+    stage_tasks: int | None = None
 
     @classmethod
     def from_progress(
@@ -67,6 +70,7 @@ class LoadSample:
         backlog: float | None = None,
         busy_time: float | None = None,
         tasks: int | None = None,
+        stage_tasks: int | None = None,
     ) -> LoadSample:
         """A sample from Spark's progress event plus what the wiring measures itself.
 
@@ -79,7 +83,7 @@ class LoadSample:
             input_rows_per_second=progress.input_rows_per_second,
             processed_rows_per_second=progress.processed_rows_per_second,
             batch_duration=progress.batch_duration, trigger_interval=trigger_interval,
-            backlog=backlog, busy_time=busy_time, tasks=tasks)
+            backlog=backlog, busy_time=busy_time, tasks=tasks, stage_tasks=stage_tasks)
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,8 +73,8 @@ def entry_from(sample: LoadSample, last_time: float | None,
                max_useful_slots: int | None = None) -> Entry:
     """A window entry from a sample whose time, slots and partitions were checked, each
     other field cleaned to a usable number or None; ``last_time`` is the previous entry's.
-    ``max_useful_slots``: the query's tasks are its source partitions, when fewer than its
-    partitions (a stateless query), for the rate per busy slot."""
+    ``max_useful_slots``: the tasks of a stateless query's batch (its source's partitions,
+    whatever its partitions), for the rate per busy slot."""
     t, slots, partitions = sample.time, sample.slots, sample.partitions
     dt = t - last_time if last_time is not None else None
     rows = clean(sample.num_input_rows)

@@ -167,7 +167,8 @@ def decide_rescale(
        Bounds always win: a count outside the bounds is restarted even if balanced.
     4. A scale-up within the bounds smaller than ``min_parallelism_increase`` is
        held back, unless it has been held back (since ``held_back_since``) for
-       ``scaling_interval_max`` seconds already.
+       ``scaling_interval_max`` seconds already, or the query cannot restart (rule 5:
+       it follows its share live, which costs no restart).
     5. A query whose partition count cannot change (``repartition.possible`` is
        false) never restarts: it keeps its partitions and follows its share live.
     6. ``target_partitions`` (the autoscaler's, within the bounds) overrides the
@@ -209,7 +210,10 @@ def decide_rescale(
     else:
         why = f"{p} partitions do not divide evenly over {share} slots"
     forced = False
-    if in_bounds and share > p and share - p < min_parallelism_increase:
+    # Held back: a restart for a small gain. A query that cannot restart follows its share
+    # live at no such cost (a stateless one runs its source's tasks on slots beyond ``p``).
+    if (in_bounds and share > p and share - p < min_parallelism_increase
+            and repartition.possible):
         waited = None if held_back_since is None else now - held_back_since
         if scaling_interval_max is None or waited is None or waited < scaling_interval_max:
             return RescaleDecision(

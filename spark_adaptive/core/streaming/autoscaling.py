@@ -159,7 +159,8 @@ class Autoscaling:
             event, time=self._timers.now(), slots=max(1, q.running_slots),
             partitions=max(1, q.partitions), trigger_interval=q.trigger_interval,
             backlog=backlog_rows(event), busy_time=batch.busy_time,
-            tasks=batch.task_total or None)
+            tasks=batch.task_total or None,
+            stage_tasks=(batch.tasks or None) if batch.stages == 1 else None)
         watched.policy.observe(sample)
 
     def _on_state_change(self, change: StateChange) -> None:
@@ -423,11 +424,13 @@ def _useful_slots(q: QueryScheduler, watched: _Watched) -> int | None:
     there are slots, and capping it there would keep it from ever growing. A cap seen
     before still holds when the slots have come to match it (the autoscaler gave the
     query as many slots as its source has partitions): without it the policy would size
-    the query on its partitions again, and take back slots that run its tasks."""
+    the query on its partitions again, and take back slots that run its tasks. So does it
+    across a batch of more stages (an extra job of a stateless query's, as foreachBatch
+    runs): without it, the slots beyond its partitions would look idle and be given back,
+    and taken again at its next batch of one stage."""
     tasks = q.observed_tasks
     if tasks is None:
-        watched.useful = None
-        return None
+        return watched.useful
     if tasks != q.running_slots:
         watched.useful = tasks
         return tasks

@@ -6,10 +6,13 @@ import pytest
 from autoscaler_fakes import config, make
 
 from spark_adaptive.core.autoscaler.planning import (
+    Plan,
     divisors,
     expected_overshoot,
+    restart_candidate,
     restart_target,
 )
+from spark_adaptive.core.autoscaler.scalability import ScalabilityModel
 
 
 # -- live first ---------------------------------------------------------------------------
@@ -123,6 +126,18 @@ def test_a_stateless_query_with_more_source_partitions_than_partitions_runs_them
     assert "the 42 tasks of its source (8 partitions)" in d.reason
 
 
+@pytest.mark.parametrize("cap", [None, 8])
+def test_a_stateless_query_has_no_restart_candidate(cap: int | None) -> None:
+    # Its tasks are its source's partitions whatever its partition count: a restart onto
+    # other partitions would change nothing, even where the view says it could restart.
+    plan = Plan(slots=4, partitions=8, lower=1, upper=120, max_useful_slots=cap,
+                can_restart=True, per_executor=1, cluster_max_slots=None, rate_per_slot=1000.0,
+                input_rate=9000.0, need_live=11250.0, need_restart=12375.0, downtime=5.0,
+                horizon=300.0, utilization_min=0.5, utilization_target=0.8, per_slot_max=4)
+    candidate = restart_candidate(plan, ScalabilityModel(3, 0.5))
+    assert (candidate is None) == (cap is not None)
+
+
 @pytest.mark.parametrize("busy", [True, False])
 def test_a_stateless_query_s_slots_run_its_source_partitions_in_as_few_waves(busy: bool) -> None:
     # 62 source partitions on 180 partitions. 16000 rows/s at 0.8 need 20 busy slots: 21 run
@@ -145,7 +160,18 @@ def test_without_busy_time_each_batch_s_rate_per_slot_is_read_over_its_own_tasks
              busy=False)
     q.evaluate()
     q.max_useful_slots = 60
-    q.run(90, trigger_interval=0.0, tasks=60)
+    q.run(90, trigger_interval=0.0, tasks=60, stage_tasks=60)
+    d = q.evaluate()
+    assert d.inputs.true_rate_per_slot == pytest.approx(1000.0)
+
+
+def test_a_batch_of_more_stages_is_read_over_the_query_s_source_tasks() -> None:
+    # foreachBatch's extra one-task job: 43 tasks in two stages, where the source's 42 ran
+    # on 21 slots in 2 waves (21 busy); over 43 they would read 21.5 busy.
+    q = make(rate=14000, per_slot=1000, slots=21, partitions=180, max_useful_slots=42,
+             busy=False)
+    q.evaluate()
+    q.run(90, trigger_interval=0.0, tasks=43)
     d = q.evaluate()
     assert d.inputs.true_rate_per_slot == pytest.approx(1000.0)
 
