@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import spark_adaptive
-from spark_adaptive.testing.session import wait_for_executors
+from spark_adaptive.testing.session import registered_executors, wait_for_executors
 from spark_adaptive.testing.streaming import history, snapshot, wait_until
 
 pytestmark = pytest.mark.timeout(600)
@@ -139,6 +139,36 @@ def test_socket_query_with_a_checkpoint_is_rescaled_live_only_and_loses_nothing(
         query.stop()
     finally:
         server.close()
+
+
+def test_a_query_that_runs_its_source_s_partitions_keeps_the_executors_they_run_on(
+        local_cluster_factory: Any, cluster_spark_factory: Any, tmp_path: Path) -> None:
+    """No state, no shuffle: its micro-batches run the rate source's 3 partitions as their
+    tasks, whatever its 1 configured partition, and on plain Spark on all 3 executors. Its
+    default upper bound becomes 3, and no executor is released."""
+    cluster = local_cluster_factory(3)
+    spark = cluster_spark_factory(cluster, **{"spark.sql.shuffle.partitions": "1"})
+    rt = spark_adaptive.enable(spark, **QUICK)
+    wait_for_executors(spark, 3)
+    rows = (spark.readStream.format("rate").option("rowsPerSecond", 30)
+            .option("numPartitions", 3).load())
+    query = (rows.selectExpr("value * 2 AS doubled").writeStream.format("noop")
+             .option("checkpointLocation", str(tmp_path / "cp"))
+             .trigger(processingTime="1 second").start())
+    try:
+        def upper() -> int:
+            return int(snapshot(rt, query.key)["requirements"]["parallelism"]["upperBound"])
+
+        wait_until(what="upper bound 3", check=lambda: upper() == 3, timeout=60)
+        wait_until(what="3 slots", check=lambda: snapshot(rt, query.key)["slots"] == 3,
+                   timeout=60)
+        batch = query.lastProgress["batchId"]
+        wait_until(what="three more micro-batches", timeout=60,
+                   check=lambda: query.lastProgress["batchId"] >= batch + 3)
+        assert registered_executors(spark.sparkContext) == 3
+        assert all(r["kind"] != "restart" for r in history(rt, query.key))
+    finally:
+        query.stop()
 
 
 def test_spark_refusal_at_start_is_raised_at_once_as_sparks_own(

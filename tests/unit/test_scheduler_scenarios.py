@@ -267,6 +267,7 @@ def test_an_executor_that_joins_after_the_declaration_is_released() -> None:
     app.add("2")
     driver = FakeDriver(query_info("q", partitions=2))
     app.register(driver)
+    app.event(driver.progress())  # its first micro-batch completed
     assert app.actuator.requested == [2]
     app.actuator.release_next = ["3"]
     app.add("3")
@@ -291,6 +292,7 @@ def test_requirements_update_rescales_the_query() -> None:
         app.add(e)
     driver = FakeDriver(query_info("q", partitions=4, name="orders"))
     app.register(driver)
+    app.event(driver.progress())  # its first micro-batch completed
     app.advance(40)
     assert app.actuator.requested == [4]
     new = app.scheduler.update_requirements("orders", -1, 2)
@@ -679,6 +681,47 @@ def test_a_query_without_a_shuffle_follows_its_executors_live_and_never_restarts
     app.event(StageSubmitted(0.0, 3, 0, 3))
     app.event(driver.progress())
     assert q.repartition_support().possible
+
+
+def test_a_query_that_runs_its_source_s_tasks_keeps_the_executors_they_run_on() -> None:
+    # 2 configured partitions, 4 source partitions in one stage: plain Spark runs its 4
+    # tasks on all 4 executors, so its default upper bound becomes 4, not 2.
+    app = App()
+    for e in "1234":
+        app.add(e)
+    driver = FakeDriver(query_info("q", partitions=2))
+    app.register(driver)
+    q = app.scheduler.query("q")
+    assert q.requirements.upper == 2
+    _one_stage_batch(app, driver, 1, tasks=4)
+    assert q.requirements == ResourceRequirements(1, 4)
+    assert app.actuator.requested[-1] == 4
+    app.advance(120)
+    assert q.running_slots == 4 and driver.calls == [("start", 2)]
+    # The default for a PUT of -1 is the same 4; bounds of the user's own are kept.
+    assert app.scheduler.check_requirements("q", -1, -1) == ResourceRequirements(1, 4)
+    app.scheduler.update_requirements("q", 1, 3)
+    _one_stage_batch(app, driver, 2, tasks=6)
+    assert q.requirements == ResourceRequirements(1, 3)
+
+
+def test_no_executor_is_released_before_a_query_s_first_micro_batch_says_what_it_runs() -> None:
+    # A shuffle onto its 2 partitions: its upper bound stays 2, and the executors beyond
+    # them go once its first micro-batch has completed, not as it starts.
+    app = App()
+    for e in "1234":
+        app.add(e)
+    driver = FakeDriver(query_info("q", partitions=2))
+    app.register(driver)
+    app.advance(5)
+    assert app.actuator.requested == [4]
+    assert driver.run_id is not None
+    app.event(JobStarted(0.0, 1, (1, 2), job_group=driver.run_id))
+    app.event(StageSubmitted(0.0, 1, 0, 4))
+    app.event(StageSubmitted(0.0, 2, 0, 2))
+    app.event(driver.progress())
+    assert app.scheduler.query("q").requirements == ResourceRequirements(1, 2)
+    assert app.actuator.requested == [4, 2]
 
 
 def test_a_restart_onto_joining_executors_waits_for_their_warm_up() -> None:

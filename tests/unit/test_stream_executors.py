@@ -153,23 +153,25 @@ def test_an_executor_whose_release_was_refused_counts_again_and_is_retried_betwe
 ) -> None:
     app = _app()
     driver = FakeDriver(query_info("q", partitions=2))
+    app.register(driver)
+    assert app.actuator.requested == [4]  # nothing released before its first micro-batch
     app.actuator.release_next = ["3", "4"]
-    app.register(driver)  # upper bound 2: the two newest are released
+    app.event(driver.progress())  # upper bound 2: then the two newest are released
     assert (app.actuator.requested, _alive(app), app.scheduler.resources.slots) == (
-        [2], {"1", "2"}, 2)
+        [4, 2], {"1", "2"}, 2)
     app.scheduler.release_refused(["3", "4"], "the cluster manager refused")
     # They are alive and get tasks: they count again ...
     assert (_alive(app), app.scheduler.resources.slots) == ({"1", "2", "3", "4"}, 4)
     # ... and are not released again at once (that could loop on refusals), but between
     # two micro-batches.
-    assert app.actuator.requested == [2]
+    assert app.actuator.requested == [4, 2]
     app.actuator.release_next = ["3", "4"]
     app.event(driver.progress())
-    assert app.actuator.requested == [2, 2]
+    assert app.actuator.requested == [4, 2, 2]
     assert _alive(app) == {"1", "2"}
     app.scheduler.release_refused(["3", "4"], "the cluster manager refused")
     app.advance(30)
-    assert app.actuator.requested == [2, 2]  # refused again: the next boundary, not now
+    assert app.actuator.requested == [4, 2, 2]  # refused again: the next boundary, not now
     # One removed since, or never released by spark-adaptive, does not come back.
     app.actuator.release_next = ["3", "4"]
     app.event(driver.progress())

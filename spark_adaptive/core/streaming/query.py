@@ -209,6 +209,9 @@ class QueryScheduler:
         self._target: ScalingTarget | None = None
         self.observed_tasks: int | None = None
         """Tasks of its micro-batches' only stage, when they run in one (no shuffle)."""
+        self.default_upper = False
+        """Whether its upper bound is the default one (neither persisted nor put), which
+        follows its source's tasks (:attr:`source_tasks`) when they are more."""
         self.last_batch: BatchLoad | None = None
         """What the stages of its last completed micro-batch cost."""
         self._stateful = driver.info.stateful or driver.info.state_partitions is not None
@@ -621,6 +624,12 @@ class QueryScheduler:
             self.observed_tasks = batch.tasks
         elif batch.stages > 1:
             self.observed_tasks = None
+
+    @property
+    def source_tasks(self) -> int | None:
+        """The tasks of its micro-batches when it keeps no state and they run in one stage:
+        its source's partitions, whatever its partition count."""
+        return None if self._stateful else self.observed_tasks
 
     def repartition_support(self) -> RepartitionSupport:
         if self.observed_tasks is not None and not self._stateful:
