@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from scheduler_fakes import App, FakeDriver, query_info
 
-from spark_adaptive.core.events import JobStarted, StageCompleted, StageSubmitted
+from spark_adaptive.core.events import JobStarted, QueryProgress, StageCompleted, StageSubmitted
 from spark_adaptive.core.ports import RepartitionSupport
 from spark_adaptive.core.streaming.history import Trigger
 from spark_adaptive.core.streaming.requirements import ResourceRequirements, ScalingTarget
@@ -685,24 +685,86 @@ def test_a_query_without_a_shuffle_follows_its_executors_live_and_never_restarts
 
 def test_a_query_that_runs_its_source_s_tasks_keeps_the_executors_they_run_on() -> None:
     # 2 configured partitions, 4 source partitions in one stage: plain Spark runs its 4
-    # tasks on all 4 executors, so its default upper bound becomes 4, not 2.
+    # tasks on all 4 executors, and so they are kept; its bounds and share stay its own.
     app = App()
     for e in "1234":
         app.add(e)
     driver = FakeDriver(query_info("q", partitions=2))
     app.register(driver)
-    q = app.scheduler.query("q")
-    assert q.requirements.upper == 2
     _one_stage_batch(app, driver, 1, tasks=4)
-    assert q.requirements == ResourceRequirements(1, 4)
-    assert app.actuator.requested[-1] == 4
     app.advance(120)
-    assert q.running_slots == 4 and driver.calls == [("start", 2)]
-    # The default for a PUT of -1 is the same 4; bounds of the user's own are kept.
-    assert app.scheduler.check_requirements("q", -1, -1) == ResourceRequirements(1, 4)
-    app.scheduler.update_requirements("q", 1, 3)
-    _one_stage_batch(app, driver, 2, tasks=6)
-    assert q.requirements == ResourceRequirements(1, 3)
+    q = app.scheduler.query("q")
+    assert q.requirements == ResourceRequirements(1, 2)
+    assert app.actuator.requested == [4] and app.actuator.killed == []
+    assert driver.calls == [("start", 2)]
+    # A batch of more stages (an extra job of foreachBatch's) does not give them back.
+    assert driver.run_id is not None
+    app.event(JobStarted(0.0, 2, (2, 3), job_group=driver.run_id))
+    app.event(StageSubmitted(0.0, 2, 0, 4))
+    app.event(StageSubmitted(0.0, 3, 0, 1))
+    app.event(driver.progress())
+    app.remove("4")
+    app.add("5")  # the declaration is made again
+    app.advance(120)
+    assert app.actuator.requested[-1] == 4 and app.actuator.killed == []
+    assert driver.calls == [("start", 2)]
+
+
+def test_a_stateless_query_s_source_tasks_take_no_slots_from_another_query() -> None:
+    # 6 executors: a stateless query on 2 partitions running 8 source tasks, and a stateful
+    # one on 4. Their shares stay 2 and 4 (nothing restarts); all 6 executors are kept.
+    app = App()
+    for e in "123456":
+        app.add(e)
+    a = FakeDriver(query_info("a", partitions=2), query_id="qa")
+    b = FakeDriver(query_info("b", partitions=4, state_partitions=4, checkpoint="/cp/b"),
+                   query_id="qb")
+    app.register(a)
+    app.register(b)
+    _one_stage_batch(app, a, 1, tasks=8)
+    app.event(b.progress())
+    app.advance(120)
+    assert (app.scheduler.slot_share("a"), app.scheduler.slot_share("b")) == (2, 4)
+    assert a.calls == [("start", 2)] and b.calls == [("start", 4)]
+    assert app.actuator.killed == [] and app.actuator.requested[-1] >= 6
+
+
+def test_an_empty_first_batch_does_not_end_the_hold_on_the_executors() -> None:
+    # The rate source's first micro-batch reads nothing and runs no task: what the query
+    # runs is still unknown, and its 4 source tasks show in the next one.
+    app = App()
+    for e in "1234":
+        app.add(e)
+    driver = FakeDriver(query_info("q", partitions=2))
+    app.register(driver)
+    assert driver.run_id is not None
+    app.event(QueryProgress(0.0, driver.query_id, driver.run_id, "q", 0, 0, 0.0, 0.0, 0.1, 0.1))
+    assert app.actuator.requested == [4]
+    _one_stage_batch(app, driver, 1, tasks=4)
+    app.advance(60)
+    assert app.actuator.requested == [4] and app.actuator.killed == []
+    # Without any task or row, the second micro-batch ends the hold all the same.
+    other = App()
+    for e in "1234":
+        other.add(e)
+    quiet = FakeDriver(query_info("q", partitions=2))
+    other.register(quiet)
+    assert quiet.run_id is not None
+    for batch in (0, 1):
+        other.event(QueryProgress(0.0, quiet.query_id, quiet.run_id, "q", batch, 0, 0.0, 0.0,
+                                  0.1, 0.1))
+    assert other.actuator.requested == [4, 2]
+
+
+def test_a_query_whose_trigger_finds_no_data_ends_the_hold_on_the_executors() -> None:
+    app = App()
+    for e in "1234":
+        app.add(e)
+    driver = FakeDriver(query_info("q", partitions=2))
+    app.register(driver)
+    assert app.actuator.requested == [4]
+    app.event(driver.idle())
+    assert app.actuator.requested == [4, 2]
 
 
 def test_no_executor_is_released_before_a_query_s_first_micro_batch_says_what_it_runs() -> None:

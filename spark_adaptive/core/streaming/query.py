@@ -34,7 +34,13 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from spark_adaptive.core.clock import Action, Cancellable, Timers
-from spark_adaptive.core.events import BATCH_BOUNDARIES, Event, QueryProgress, QueryTerminated
+from spark_adaptive.core.events import (
+    BATCH_BOUNDARIES,
+    Event,
+    QueryIdle,
+    QueryProgress,
+    QueryTerminated,
+)
 from spark_adaptive.core.ports import QueryDriver, RepartitionSupport, StartResult, StopResult
 from spark_adaptive.core.streaming import restart
 from spark_adaptive.core.streaming.allocator import FirstStart, RescaleDecision
@@ -209,9 +215,12 @@ class QueryScheduler:
         self._target: ScalingTarget | None = None
         self.observed_tasks: int | None = None
         """Tasks of its micro-batches' only stage, when they run in one (no shuffle)."""
-        self.default_upper = False
-        """Whether its upper bound is the default one (neither persisted nor put), which
-        follows its source's tasks (:attr:`source_tasks`) when they are more."""
+        self._source_tasks: int | None = None
+        """The tasks of its newest micro-batch that ran in one stage."""
+        self.boundary_seen = False
+        """Whether a micro-batch of its has completed that read rows or ran tasks (what it
+        runs is known then), or a trigger found no data, or two micro-batches completed."""
+        self._progresses = 0
         self.last_batch: BatchLoad | None = None
         """What the stages of its last completed micro-batch cost."""
         self._stateful = driver.info.stateful or driver.info.state_partitions is not None
@@ -350,6 +359,12 @@ class QueryScheduler:
             self._last_progress = event
             if event.state_operators:
                 self._stateful = True
+        if isinstance(event, QueryProgress):
+            self._progresses += 1
+        if isinstance(event, QueryIdle) or (isinstance(event, QueryProgress) and (
+                self._progresses >= 2 or event.num_input_rows > 0
+                or (self.last_batch is not None and self.last_batch.stages > 0))):
+            self.boundary_seen = True
         if isinstance(event, BATCH_BOUNDARIES) and self._slots_held > self._running_slots:
             # A micro-batch completed (or, QueryIdle, none runs: the trigger found no new
             # data) after a live rescale onto fewer slots: the surplus executors are free.
@@ -621,15 +636,16 @@ class QueryScheduler:
         no shuffle: its tasks are its source's partitions, whatever the partition count."""
         self.last_batch = batch
         if batch.stages == 1 and batch.tasks:
-            self.observed_tasks = batch.tasks
+            self.observed_tasks = self._source_tasks = batch.tasks
         elif batch.stages > 1:
             self.observed_tasks = None
 
     @property
     def source_tasks(self) -> int | None:
-        """The tasks of its micro-batches when it keeps no state and they run in one stage:
-        its source's partitions, whatever its partition count."""
-        return None if self._stateful else self.observed_tasks
+        """When it keeps no state, the tasks of its newest micro-batch that ran in one stage:
+        its source's partitions, whatever its partition count (kept across a batch of more
+        stages, as an extra job of foreachBatch's runs)."""
+        return None if self._stateful else self._source_tasks
 
     def repartition_support(self) -> RepartitionSupport:
         if self.observed_tasks is not None and not self._stateful:

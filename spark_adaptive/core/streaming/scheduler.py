@@ -185,12 +185,14 @@ class AdaptiveScheduler:
             return
         q = self.query_of_run(event.run_id)
         if q is not None:
+            tasks = q.source_tasks
             if isinstance(event, QueryProgress):
                 q.observe_batch(self.load.take(event.run_id))
             q.on_query_event(event)
-            if isinstance(event, QueryProgress):
-                self._follow_source_tasks(q)
-            if isinstance(event, BATCH_BOUNDARIES) and self._surplus_waits:
+            # A query that runs its source's partitions as its tasks keeps as many executors
+            # (see _runs_source_tasks): declared again when they change.
+            changed = q.source_tasks != tasks and not self._autoscaled
+            if isinstance(event, BATCH_BOUNDARIES) and (self._surplus_waits or changed):
                 # Between micro-batches (a QueryIdle: the trigger ran none): it may go now.
                 self._surplus_waits = False
                 self._declare(self._active(), between_batches=True)
@@ -288,20 +290,22 @@ class AdaptiveScheduler:
             # The autoscaler sizes the executors from the load; until it has decided for
             # every query (or when it only recommends), the app keeps what Spark gave it.
             return
-        wanted = desired_slots(active, self.settings.max_parallelism)
+        wanted = desired_slots(active if self._autoscaled else self._runs_source_tasks(active),
+                               self.settings.max_parallelism)
         in_use = sum(q.slots_in_use for q in self._queries.values())
         slots = max(wanted, in_use)
-        first = (not self._autoscaled and slots < self.resources.slots
-                 and any(self._queries[k].last_progress is None for k in active))
-        if first:
-            # A query's first micro-batch says what it runs (a stateless query its source's
-            # partitions, which may lift its upper bound: _follow_source_tasks); until it
-            # completes, nothing is released, and what is surplus then goes at its end.
-            slots = self.resources.slots
-            self._surplus_waits = True
         total = self.resources.executors_for(slots, self._default_slots_per_executor)
         if total is None:
             return
+        alive = len(self.resources.executors)
+        first = (not self._autoscaled and self.settings.mode == "adaptive" and total < alive
+                 and any(not self._queries[k].boundary_seen for k in active))
+        if first:
+            # Until a query's first micro-batch has completed (or its trigger found no data),
+            # what it runs is not known (a query without state may run more tasks than its
+            # partitions): nothing is released, and what is surplus goes at that boundary.
+            total = alive
+            self._surplus_waits = True
         if total == self._declared:
             if self._releasing or len(self.resources.executors) <= total:
                 return  # declared already, and no executor beyond it joined since
@@ -315,6 +319,9 @@ class AdaptiveScheduler:
             held = ("; nothing is released before each query's first micro-batch has said "
                     "what it runs")
         whose = "the autoscaler's targets" if self._autoscaled else "the queries' upper bounds"
+        if not self._autoscaled and wanted > desired_slots(active, self.settings.max_parallelism):
+            whose += (" (a query without state that runs its source's partitions as its "
+                      "tasks: those)")
         decision_log.info("request %d executors in total: %s want %d slots, %s slots per "
                           "executor%s", total, whose, wanted, per, held)
         self._request(total)
@@ -497,7 +504,6 @@ class AdaptiveScheduler:
             timers=self._timers, post=self._post, app=self, autoscaled=self._autoscaled,
             history=history, history_writer=self._history_writer)
         q.add_listener(self._on_state_change)
-        q.default_upper = requirements == self.default_requirements(info)
         self._start = None  # the hold ends: the autoscaler sizes the app from here
         self._queries[info.key] = q
         q.adopt_first_run(plan, result)
@@ -591,30 +597,24 @@ class AdaptiveScheduler:
             raise RequirementsError([LOCAL_MODE_REQUIREMENTS])
         if q.finished:
             raise ConflictError(f"query {q.key} has finished; its requirements cannot change")
-        default = self.settings.effective_upper_bound(q.configured_partitions, q.source_tasks)
+        default = self.settings.effective_upper_bound(q.configured_partitions)
         return check(default)
 
-    def _follow_source_tasks(self, q: QueryScheduler) -> None:
-        """A query on the default upper bound whose micro-batches run its source's partitions
-        as their tasks (one stage, no state) gets them as its upper bound when they are
-        more than its configured partitions: plain Spark runs them on as many executors,
-        and spark-adaptive must not hold it to fewer. Raised only, never lowered."""
-        tasks = q.source_tasks
-        r = q.requirements
-        if not q.default_upper or tasks is None or tasks <= r.upper:
-            return
-        upper = self.settings.effective_upper_bound(q.configured_partitions, tasks)
-        if upper <= r.upper or q.finished:
-            return
-        decision_log.info("query %s: upper bound %d -> %d: its micro-batches run its "
-                          "source's %d partitions as their tasks (one stage), whatever its "
-                          "%d partitions", q.name or q.key, r.upper, upper, tasks, q.partitions)
-        q.set_requirements(req.ResourceRequirements(r.lower, upper))
-        self._reallocate(f"upper bound of {q.key} follows its source", quiet=q.key)
-        q.on_requirements_changed()
+    def _runs_source_tasks(self, active: dict[str, req.ResourceRequirements]
+                           ) -> dict[str, req.ResourceRequirements]:
+        """``active`` with the upper bound of a query without state whose micro-batches run
+        in one stage raised to its source's partitions when they are more: they are its
+        tasks, whatever its partitions and bounds, and plain Spark runs them on as many
+        executors, which spark-adaptive therefore keeps (for the executors it declares only:
+        the query's share, and the other queries', are those of its bounds)."""
+        out = dict(active)
+        for key, r in active.items():
+            tasks = self._queries[key].source_tasks
+            if tasks is not None and tasks > r.upper:
+                out[key] = req.ResourceRequirements(r.lower, tasks)
+        return out
 
     def _apply(self, q: QueryScheduler, new: req.ResourceRequirements) -> req.ResourceRequirements:
-        q.default_upper = False  # bounds of the user's own, persisted or put
         if q.set_requirements(new):
             q.set_target(None)  # the autoscaler decides again within the new bounds
             self._reallocate(f"requirements of {q.key} changed", quiet=q.key)

@@ -88,28 +88,21 @@ class SchedulerSettings:
     upper_bound: int | None = option(
         "parallelism.upper-bound", "int", None,
         "Default highest parallelism of a streaming query. -1 or unset: the query's "
-        "configured partitions (adaptive) or max-parallelism (reactive); in adaptive mode, "
-        "a query without state whose micro-batches run in one stage runs its source's "
-        "partitions as its tasks, and its default is those when they are more (known from "
-        "its first micro-batch, before which no executor is released).",
+        "configured partitions (adaptive) or max-parallelism (reactive).",
         default_text="the query's partitions (reactive: max-parallelism)",
         minus_one_is_default=True)
     max_parallelism: int = option(
         "max-parallelism", "int", MAX_PARALLELISM_LIMIT,
         "No query's parallelism ever exceeds this.", minimum=1, maximum=MAX_PARALLELISM_LIMIT)
 
-    def effective_upper_bound(self, configured_partitions: int,
-                              source_tasks: int | None = None) -> int:
+    def effective_upper_bound(self, configured_partitions: int) -> int:
         """A query's default upper bound: the set one, else max-parallelism in reactive mode,
-        else its configured partitions, or its ``source_tasks`` when more: a stateless
-        query whose micro-batches run in one stage runs its source's partitions as its
-        tasks, whatever its configured partitions (on plain Spark, on as many executors)."""
+        else its configured partitions."""
         if self.upper_bound is not None:
             return self.upper_bound
         if self.mode == "reactive":
             return self.max_parallelism
-        parallelism = max(configured_partitions, source_tasks or 0)
-        return max(self.lower_bound, min(parallelism, self.max_parallelism))
+        return max(self.lower_bound, min(configured_partitions, self.max_parallelism))
 
     def problems(self) -> list[str]:
         """Rules between this group's keys, each broken one naming them."""
