@@ -343,7 +343,7 @@ class StreamingManager:
         one persisted beside its checkpoint (read once Spark has resolved the checkpoint).
         """
         try:
-            driver, requirements, plan = self._prepare(writer, start)
+            driver, requirements, plan, own_bounds = self._prepare(writer, start)
         except Exception as e:
             log.warning("spark-adaptive cannot manage this streaming query (%s: %s); it runs "
                         "as Spark runs it", type(e).__name__, e)
@@ -356,7 +356,7 @@ class StreamingManager:
             handle = self._cls(self, info.key, driver)
             self._handles[info.key] = handle
             self._rt.loop.call_sync(lambda: self._sched.adopt_query(
-                driver, requirements, plan, result, history=history))
+                driver, requirements, plan, result, history=history, own_bounds=own_bounds))
         except Exception:
             log.exception("spark-adaptive could not take over streaming query %s; it runs "
                           "as Spark runs it", info.key)
@@ -409,12 +409,12 @@ class StreamingManager:
             and not memory_sink and _session_checkpoint_root(spark) is not None,
             local_slots=self._rt.local_slots)
         # Bounds a REST PUT persisted beside the checkpoint win over the defaults.
-        requirements = (self._rt.persisted.load(info)
-                        or self._sched.default_requirements(info))
+        persisted = self._rt.persisted.load(info)
+        requirements = persisted or self._sched.default_requirements(info)
         support = driver.repartition_support(info.stateful)
         first = self._rt.loop.call_sync(
             lambda: self._sched.plan_first_start(info, requirements, support))
-        return driver, requirements, first
+        return driver, requirements, first, persisted is not None
 
     def cancel(self, key: str) -> None:
         self._rt.loop.call_sync(lambda: self._sched.cancel(key))

@@ -420,7 +420,7 @@ class App:
         bounds = requirements or s.default_requirements(driver.info)
         plan = s.plan_first_start(driver.info, bounds, driver.support)
         q = s.adopt_query(driver, bounds, plan, driver.first_start(plan.parallelism),
-                          history=history)
+                          history=history, own_bounds=requirements is not None)
         self.vt.run_pending()
         return q
 

@@ -710,6 +710,27 @@ def test_a_query_that_runs_its_source_s_tasks_keeps_the_executors_they_run_on() 
     assert driver.calls == [("start", 2)]
 
 
+def test_the_most_source_tasks_a_batch_ran_are_kept_and_bounds_of_the_user_s_own_rule() -> None:
+    app = App()
+    for e in "1234":
+        app.add(e)
+    driver = FakeDriver(query_info("q", partitions=2))
+    app.register(driver)
+    app.actuator.release_next = ["3", "4"]
+    app.event(driver.idle())  # the hold ends before any batch ran: 2 are declared
+    assert app.actuator.requested == [4, 2] and app.scheduler.executor_count == 2
+    _one_stage_batch(app, driver, 1, tasks=4)  # 4 source tasks: declared again for them
+    assert app.actuator.requested == [4, 2, 4]
+    app.add("5")
+    app.add("6")
+    for stage, tasks in ((2, 2), (3, 3), (4, 4)):  # a source that runs fewer some batches
+        _one_stage_batch(app, driver, stage, tasks=tasks)
+    assert app.actuator.requested == [4, 2, 4]  # nothing given back for a smaller batch
+    app.scheduler.update_requirements("q", 1, 1)  # the user's own bounds: they rule
+    app.event(driver.progress())
+    assert app.actuator.requested[-1] == 1
+
+
 def test_a_stateless_query_s_source_tasks_take_no_slots_from_another_query() -> None:
     # 6 executors: a stateless query on 2 partitions running 8 source tasks, and a stateful
     # one on 4. Their shares stay 2 and 4 (nothing restarts); all 6 executors are kept.

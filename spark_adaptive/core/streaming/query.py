@@ -216,7 +216,10 @@ class QueryScheduler:
         self.observed_tasks: int | None = None
         """Tasks of its micro-batches' only stage, when they run in one (no shuffle)."""
         self._source_tasks: int | None = None
-        """The tasks of its newest micro-batch that ran in one stage."""
+        """The most tasks a micro-batch of its ran in one stage."""
+        self.own_bounds = False
+        """Whether its bounds are the user's (put, or persisted beside its checkpoint)
+        rather than the defaults."""
         self.boundary_seen = False
         """Whether a micro-batch of its has completed that read rows or ran tasks (what it
         runs is known then), or a trigger found no data, or two micro-batches completed."""
@@ -636,15 +639,18 @@ class QueryScheduler:
         no shuffle: its tasks are its source's partitions, whatever the partition count."""
         self.last_batch = batch
         if batch.stages == 1 and batch.tasks:
-            self.observed_tasks = self._source_tasks = batch.tasks
+            self.observed_tasks = batch.tasks
+            self._source_tasks = max(self._source_tasks or 0, batch.tasks)
         elif batch.stages > 1:
             self.observed_tasks = None
 
     @property
     def source_tasks(self) -> int | None:
-        """When it keeps no state, the tasks of its newest micro-batch that ran in one stage:
-        its source's partitions, whatever its partition count (kept across a batch of more
-        stages, as an extra job of foreachBatch's runs)."""
+        """When it keeps no state, the most tasks a micro-batch of its ran in one stage: its
+        source's partitions, whatever its partition count. The most, as a source may run
+        fewer in a batch (Kafka drops empty offset ranges, a file source runs one task per
+        split), and plain Spark keeps the executors all the same; kept across a batch of
+        more stages (an extra job of foreachBatch's)."""
         return None if self._stateful else self._source_tasks
 
     def repartition_support(self) -> RepartitionSupport:

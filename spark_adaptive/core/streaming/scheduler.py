@@ -473,7 +473,7 @@ class AdaptiveScheduler:
 
     def adopt_query(
         self, driver: QueryDriver, requirements: req.ResourceRequirements, plan: FirstStart,
-        result: StartResult, *, history: SavedHistory | None = None,
+        result: StartResult, *, history: SavedHistory | None = None, own_bounds: bool = False,
     ) -> QueryScheduler:
         """Manage a query whose first run the app's ``start()`` has just started at
         ``plan.parallelism``: it goes Created → Executing at once.
@@ -504,6 +504,7 @@ class AdaptiveScheduler:
             timers=self._timers, post=self._post, app=self, autoscaled=self._autoscaled,
             history=history, history_writer=self._history_writer)
         q.add_listener(self._on_state_change)
+        q.own_bounds = own_bounds
         self._start = None  # the hold ends: the autoscaler sizes the app from here
         self._queries[info.key] = q
         q.adopt_first_run(plan, result)
@@ -606,15 +607,18 @@ class AdaptiveScheduler:
         in one stage raised to its source's partitions when they are more: they are its
         tasks, whatever its partitions and bounds, and plain Spark runs them on as many
         executors, which spark-adaptive therefore keeps (for the executors it declares only:
-        the query's share, and the other queries', are those of its bounds)."""
+        the query's share, and the other queries', are those of its bounds). Bounds of the
+        user's own (put, or persisted) are kept to: they are how executors are given back."""
         out = dict(active)
         for key, r in active.items():
-            tasks = self._queries[key].source_tasks
-            if tasks is not None and tasks > r.upper:
+            q = self._queries[key]
+            tasks = q.source_tasks
+            if tasks is not None and tasks > r.upper and not q.own_bounds:
                 out[key] = req.ResourceRequirements(r.lower, tasks)
         return out
 
     def _apply(self, q: QueryScheduler, new: req.ResourceRequirements) -> req.ResourceRequirements:
+        q.own_bounds = True
         if q.set_requirements(new):
             q.set_target(None)  # the autoscaler decides again within the new bounds
             self._reallocate(f"requirements of {q.key} changed", quiet=q.key)
