@@ -27,6 +27,7 @@ from spark_adaptive.core.events import (
     QueryIdle,
     QueryProgress,
     QueryTerminated,
+    StageSubmitted,
 )
 from spark_adaptive.core.ports import (
     QueryInfo,
@@ -388,6 +389,7 @@ class App:
         self.changes: list[Any] = []
         self.scheduler.add_listener(self.changes.append)
         self.beating: set[str] = set()
+        self._stages = itertools.count(1000)
 
     def add(self, executor_id: str, cores: int = 1, host: str | None = None) -> None:
         self.event(ExecutorAdded(self.vt.wall(), executor_id, host or f"host-{executor_id}",
@@ -404,6 +406,17 @@ class App:
     def event(self, event: Any) -> None:
         self.scheduler.on_event(event)
         self.vt.run_pending()
+
+    def batch(self, driver: FakeDriver, tasks: tuple[int, ...] = (1,)) -> None:
+        """A micro-batch of ``driver``'s current run whose stages (of ``tasks`` tasks each)
+        Spark reported, then its progress: by default one stage of one task, which shows
+        what the query runs and raises nothing."""
+        assert driver.run_id is not None
+        stages = tuple(next(self._stages) for _ in tasks)
+        self.event(JobStarted(0.0, stages[0], stages, job_group=driver.run_id))
+        for stage, count in zip(stages, tasks, strict=True):
+            self.event(StageSubmitted(0.0, stage, 0, count))
+        self.event(driver.progress())
 
     def advance(self, seconds: float) -> None:
         end = self.vt.now() + seconds

@@ -267,7 +267,7 @@ def test_an_executor_that_joins_after_the_declaration_is_released() -> None:
     app.add("2")
     driver = FakeDriver(query_info("q", partitions=2))
     app.register(driver)
-    app.event(driver.progress())  # its first micro-batch completed
+    app.batch(driver)  # its first micro-batch completed
     assert app.actuator.requested == [2]
     app.actuator.release_next = ["3"]
     app.add("3")
@@ -292,7 +292,8 @@ def test_requirements_update_rescales_the_query() -> None:
         app.add(e)
     driver = FakeDriver(query_info("q", partitions=4, name="orders"))
     app.register(driver)
-    app.event(driver.progress())  # its first micro-batch completed
+    for _ in range(3):  # a shuffle and no state: three micro-batches end the first hold
+        app.batch(driver, tasks=(4, 4))
     app.advance(40)
     assert app.actuator.requested == [4]
     new = app.scheduler.update_requirements("orders", -1, 2)
@@ -596,7 +597,7 @@ def test_an_autoscaler_target_on_a_divisor_is_a_live_rescale_and_executors_go_af
         app.add(e)
     driver = FakeDriver(query_info("q", partitions=4))
     app.register(driver)
-    app.event(driver.progress())
+    app.batch(driver)
     app.advance(60)
     assert app.actuator.requested == [4]
     app.actuator.release_next = ["3", "4"]
@@ -751,7 +752,7 @@ def test_a_stateless_query_s_source_tasks_take_no_slots_from_another_query() -> 
 
 
 def test_an_empty_first_batch_does_not_end_the_hold_on_the_executors() -> None:
-    # The rate source's first micro-batch reads nothing and runs no task: what the query
+    # The rate source's first micro-batch reads nothing and runs one task: what the query
     # runs is still unknown, and its 4 source tasks show in the next one.
     app = App()
     for e in "1234":
@@ -759,20 +760,23 @@ def test_an_empty_first_batch_does_not_end_the_hold_on_the_executors() -> None:
     driver = FakeDriver(query_info("q", partitions=2))
     app.register(driver)
     assert driver.run_id is not None
+    app.event(JobStarted(0.0, 90, (90,), job_group=driver.run_id))
+    app.event(StageSubmitted(0.0, 90, 0, 1))
     app.event(QueryProgress(0.0, driver.query_id, driver.run_id, "q", 0, 0, 0.0, 0.0, 0.1, 0.1))
     assert app.actuator.requested == [4]
     _one_stage_batch(app, driver, 1, tasks=4)
     app.advance(60)
     assert app.actuator.requested == [4] and app.actuator.killed == []
-    # Without any task or row, the second micro-batch ends the hold all the same.
+    # Without any task Spark reported, the third micro-batch ends the hold all the same.
     other = App()
     for e in "1234":
         other.add(e)
     quiet = FakeDriver(query_info("q", partitions=2))
     other.register(quiet)
     assert quiet.run_id is not None
-    for batch in (0, 1):
-        other.event(QueryProgress(0.0, quiet.query_id, quiet.run_id, "q", batch, 0, 0.0, 0.0,
+    for batch in (0, 1, 2):
+        assert other.actuator.requested == [4]
+        other.event(QueryProgress(0.0, quiet.query_id, quiet.run_id, "q", batch, 10, 1.0, 1.0,
                                   0.1, 0.1))
     assert other.actuator.requested == [4, 2]
 
@@ -789,12 +793,12 @@ def test_a_query_whose_trigger_finds_no_data_ends_the_hold_on_the_executors() ->
 
 
 def test_no_executor_is_released_before_a_query_s_first_micro_batch_says_what_it_runs() -> None:
-    # A shuffle onto its 2 partitions: its upper bound stays 2, and the executors beyond
-    # them go once its first micro-batch has completed, not as it starts.
+    # State in 2 partitions: its upper bound stays 2, and the executors beyond them go
+    # once its first micro-batch has completed, not as it starts.
     app = App()
     for e in "1234":
         app.add(e)
-    driver = FakeDriver(query_info("q", partitions=2))
+    driver = FakeDriver(query_info("q", partitions=2, state_partitions=2))
     app.register(driver)
     app.advance(5)
     assert app.actuator.requested == [4]

@@ -18,7 +18,13 @@ from __future__ import annotations
 import pytest
 from scheduler_fakes import App, FakeDriver, query_info
 
-from spark_adaptive.core.events import JobStarted, QueryProgress, QueryStarted, QueryTerminated
+from spark_adaptive.core.events import (
+    JobStarted,
+    QueryProgress,
+    QueryStarted,
+    QueryTerminated,
+    StageSubmitted,
+)
 from spark_adaptive.core.ports import RepartitionSupport
 from spark_adaptive.core.streaming.start_hold import UNMANAGED_GRACE
 from spark_adaptive.settings import Settings
@@ -44,6 +50,7 @@ def test_a_live_scale_down_during_the_first_batch_waits_for_it_to_complete() -> 
     app.register(driver)
     assert app.actuator.requested == [4]
     app.event(driver.job_started())
+    app.event(StageSubmitted(0.0, 1, 0, 4))
     app.actuator.release_next = ["3", "4"]
     app.scheduler.update_requirements("q", 1, 2)  # the first micro-batch runs on 4 slots
     q = app.scheduler.query("q")
@@ -57,7 +64,7 @@ def test_a_surplus_executor_goes_when_the_query_reports_idle() -> None:
     app = _app(2)
     driver = FakeDriver(query_info("q", partitions=2))
     app.register(driver)
-    app.event(driver.progress())
+    app.batch(driver)
     app.actuator.release_next = ["3"]
     app.add("3")  # launched before the master heard the total: surplus
     assert app.actuator.requested == [2]  # a batch may run on it: it waits for a boundary
@@ -156,7 +163,7 @@ def test_an_executor_whose_release_was_refused_counts_again_and_is_retried_betwe
     app.register(driver)
     assert app.actuator.requested == [4]  # nothing released before its first micro-batch
     app.actuator.release_next = ["3", "4"]
-    app.event(driver.progress())  # upper bound 2: then the two newest are released
+    app.batch(driver)  # upper bound 2: then the two newest are released
     assert (app.actuator.requested, _alive(app), app.scheduler.resources.slots) == (
         [4, 2], {"1", "2"}, 2)
     app.scheduler.release_refused(["3", "4"], "the cluster manager refused")

@@ -221,8 +221,11 @@ class QueryScheduler:
         """Whether its bounds are the user's (put, or persisted beside its checkpoint)
         rather than the defaults."""
         self.boundary_seen = False
-        """Whether a micro-batch of its has completed that read rows or ran tasks (what it
-        runs is known then), or a trigger found no data, or two micro-batches completed."""
+        """Whether what it runs is known at a batch boundary: it keeps state (its batches
+        shuffle into its partitions), or a micro-batch of one stage that read rows showed
+        its source's tasks (an empty one may run fewer: the rate source's first runs one),
+        or a trigger found no data, or three micro-batches completed (a query with a
+        shuffle but no state shows nothing more)."""
         self._progresses = 0
         self.last_batch: BatchLoad | None = None
         """What the stages of its last completed micro-batch cost."""
@@ -365,8 +368,8 @@ class QueryScheduler:
         if isinstance(event, QueryProgress):
             self._progresses += 1
         if isinstance(event, QueryIdle) or (isinstance(event, QueryProgress) and (
-                self._progresses >= 2 or event.num_input_rows > 0
-                or (self.last_batch is not None and self.last_batch.stages > 0))):
+                self._progresses >= 3 or self._stateful
+                or (event.num_input_rows > 0 and self._source_tasks is not None))):
             self.boundary_seen = True
         if isinstance(event, BATCH_BOUNDARIES) and self._slots_held > self._running_slots:
             # A micro-batch completed (or, QueryIdle, none runs: the trigger found no new
