@@ -365,7 +365,6 @@ class QueryScheduler:
             self._last_progress = event
             if event.state_operators:
                 self._stateful = True
-        if isinstance(event, QueryProgress):
             self._progresses += 1
         if isinstance(event, QueryIdle) or (isinstance(event, QueryProgress) and (
                 self._progresses >= 3 or self._stateful

@@ -301,9 +301,9 @@ class AdaptiveScheduler:
         first = (not self._autoscaled and self.settings.mode == "adaptive" and total < alive
                  and any(not self._queries[k].boundary_seen for k in active))
         if first:
-            # Until a query's first micro-batch has completed (or its trigger found no data),
-            # what it runs is not known (a query without state may run more tasks than its
-            # partitions): nothing is released, and what is surplus goes at that boundary.
+            # Until what a query runs is known (QueryScheduler.boundary_seen: a query
+            # without state may run more tasks than its partitions), nothing is released;
+            # what is surplus then goes at a batch boundary.
             total = alive
             self._surplus_waits = True
         if total == self._declared:
