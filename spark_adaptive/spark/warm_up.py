@@ -23,6 +23,10 @@ restart rescale's way, on a thread of their own while the query runs on:
    stateful query's checkpoint (a file system every executor reaches) and are deleted
    afterwards. It has twice as many partitions as executors joined (at least 4, at most
    :data:`STATE_PARTITIONS_MAX`), and is stopped after :data:`STREAM_TIMEOUT_MS`.
+3. Then, in the same session, Spark's offline state repartition of that micro-batch's
+   checkpoint onto half its partitions (at least 2): the state data source's reader and
+   writer on the executors and the repartition's own code on the driver, which a restart
+   rescale runs next and nothing else loads.
 
 A failure is logged and otherwise ignored: a warm-up is an optimization only.
 """
@@ -141,6 +145,9 @@ def _stateful_batch(app: SparkSession, session: SparkSession, root: str, tasks: 
         query = writer._jwrite.start()
         if not query.awaitTermination(STREAM_TIMEOUT_MS):
             query.stop()
+            return
+        session._streamingCheckpointManager.repartition(f"{scratch}/checkpoint",
+                                                        max(2, tasks // 2))
     finally:
         _delete(app, scratch)
 

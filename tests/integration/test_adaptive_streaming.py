@@ -74,6 +74,12 @@ def test_stateful_query_follows_workers_one_three_two_exactly_once(
     assert warm, "no warm-up job ran for the executors that joined"
     assert any(isinstance(e, ev.QueryProgress) and e.name == WARM_UP_QUERY
                for e in rec.events[mark:]), "no stateful warm-up micro-batch ran"
+    # ... and by an offline repartition of that micro-batch's state (Spark names the stages
+    # of a job after the call that ran it).
+    warm_stages = {s for e in warm for s in e.stage_ids}
+    assert any(isinstance(e, ev.StageCompleted) and e.stage_id in warm_stages
+               and e.name.startswith("repartition at") and e.failure is None
+               for e in rec.events[mark:]), "the warm-up repartitioned no state"
     assert rt.warm_up is not None and not rt.warm_up.in_flight
     assert "warm-up" not in dict(records[-1]["timings"]), records[-1]
     assert [q.name for q in spark.streams.active] == [None], "the app sees only its query"
