@@ -7,12 +7,14 @@ there. Later starts (restarts) are completed by hand with ``App.start``.
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from scheduler_fakes import App, FakeDriver, query_info
 
 from spark_adaptive.core.events import JobStarted, QueryProgress, StageCompleted, StageSubmitted
 from spark_adaptive.core.ports import RepartitionSupport
-from spark_adaptive.core.streaming.history import Trigger
+from spark_adaptive.core.streaming.history import LOGGER_NAME, Trigger
 from spark_adaptive.core.streaming.requirements import ResourceRequirements, ScalingTarget
 from spark_adaptive.core.streaming.scheduler import LOCAL_MODE_REQUIREMENTS, REACTIVE_REQUIREMENTS
 from spark_adaptive.errors import ConflictError, RequirementsError, UnknownQueryError
@@ -711,17 +713,23 @@ def test_a_query_that_runs_its_source_s_tasks_keeps_the_executors_they_run_on() 
     assert driver.calls == [("start", 2)]
 
 
-def test_the_most_source_tasks_a_batch_ran_are_kept_and_bounds_of_the_user_s_own_rule() -> None:
+def test_the_most_source_tasks_a_batch_ran_are_kept_and_bounds_of_the_user_s_own_rule(
+        caplog: pytest.LogCaptureFixture) -> None:
     app = App()
     for e in "1234":
         app.add(e)
     driver = FakeDriver(query_info("q", partitions=2))
     app.register(driver)
     app.actuator.release_next = ["3", "4"]
-    app.event(driver.idle())  # the hold ends before any batch ran: 2 are declared
-    assert app.actuator.requested == [4, 2] and app.scheduler.executor_count == 2
-    _one_stage_batch(app, driver, 1, tasks=4)  # 4 source tasks: declared again for them
+    with caplog.at_level(logging.INFO, logger=LOGGER_NAME):
+        app.event(driver.idle())  # the hold ends before any batch ran: 2 are declared
+        assert app.actuator.requested == [4, 2] and app.scheduler.executor_count == 2
+        _one_stage_batch(app, driver, 1, tasks=4)  # 4 source tasks: declared again for them
     assert app.actuator.requested == [4, 2, 4]
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("request ")]
+    assert len(said) == 2, said
+    assert "upper bounds want 2 slots" in said[0] and "source's partitions" not in said[0]
+    assert "runs its source's partitions as its tasks: those) want 4 slots" in said[1], said
     app.add("5")
     app.add("6")
     for stage, tasks in ((2, 2), (3, 3), (4, 4)):  # a source that runs fewer some batches

@@ -290,8 +290,8 @@ class AdaptiveScheduler:
             # The autoscaler sizes the executors from the load; until it has decided for
             # every query (or when it only recommends), the app keeps what Spark gave it.
             return
-        wanted = desired_slots(active if self._autoscaled else self._runs_source_tasks(active),
-                               self.settings.max_parallelism)
+        counted = active if self._autoscaled else self._runs_source_tasks(active)
+        wanted = desired_slots(counted, self.settings.max_parallelism)
         in_use = sum(q.slots_in_use for q in self._queries.values())
         slots = max(wanted, in_use)
         total = self.resources.executors_for(slots, self._default_slots_per_executor)
@@ -319,7 +319,7 @@ class AdaptiveScheduler:
             held = ("; nothing is released before each query's first micro-batch has said "
                     "what it runs")
         whose = "the autoscaler's targets" if self._autoscaled else "the queries' upper bounds"
-        if not self._autoscaled and wanted > desired_slots(active, self.settings.max_parallelism):
+        if counted != active:
             whose += (" (a query without state that runs its source's partitions as its "
                       "tasks: those)")
         decision_log.info("request %d executors in total: %s want %d slots, %s slots per "
