@@ -1,7 +1,7 @@
 """The warm-up job that :class:`~spark_adaptive.core.streaming.warm_up.WarmUp` runs.
 
 A new executor's first tasks of a kind are slow: its JVM loads the classes, compiles the
-generated code and has not been through the JIT yet. Two steps take most of that out of a
+generated code and has not been through the JIT yet. Three steps take most of that out of a
 restart rescale's way, on a thread of their own while the query runs on:
 
 1. A small aggregation with a shuffle, written to Spark's ``noop`` sink, in the job group
@@ -23,10 +23,13 @@ restart rescale's way, on a thread of their own while the query runs on:
    stateful query's checkpoint (a file system every executor reaches) and are deleted
    afterwards. It has twice as many partitions as executors joined (at least 4, at most
    :data:`STATE_PARTITIONS_MAX`), and is stopped after :data:`STREAM_TIMEOUT_MS`.
-3. Then, in the same session, Spark's offline state repartition of that micro-batch's
-   checkpoint onto half its partitions (at least 2): the state data source's reader and
-   writer on the executors and the repartition's own code on the driver, which a restart
-   rescale runs next and nothing else loads.
+3. At the app's first stateful warm-up only: Spark's offline state repartition of that
+   micro-batch's checkpoint onto one partition more, in the same session. It loads the
+   repartition's code on the driver, which a restart rescale runs next and nothing else
+   loads (the app's first repartition is the slow one). Later warm-ups leave it out:
+   the driver stays warm, a new executor's share of a repartition is warmed enough by
+   step 2, and every job of a warm-up holds back the query's tasks on the executors
+   it takes (see docs/benchmarks.md, Rescale downtime).
 
 A failure is logged and otherwise ignored: a warm-up is an optimization only.
 """
@@ -105,9 +108,10 @@ def _run(spark: SparkSession, own: list[SparkSession], lock: threading.Lock,
         if root is not None:
             partitions = min(max(4, 2 * len(executor_ids)), STATE_PARTITIONS_MAX)
             with lock:
-                if not own:
+                first = not own
+                if first:
                     own.append(spark.newSession())
-                _stateful_batch(spark, own[0], root, partitions)
+                _stateful_batch(spark, own[0], root, partitions, repartition=first)
     except Exception as e:  # the context may be stopping; a warm-up is only an optimization
         log.info("warming up executor(s) %s did not complete: %s", which, error_text(e))
     finally:
@@ -118,10 +122,11 @@ def _run(spark: SparkSession, own: list[SparkSession], lock: threading.Lock,
         post(done)
 
 
-def _stateful_batch(app: SparkSession, session: SparkSession, root: str, tasks: int) -> None:
+def _stateful_batch(app: SparkSession, session: SparkSession, root: str, tasks: int,
+                    repartition: bool) -> None:
     """One micro-batch of a stateful aggregation on RocksDB, read from parquet, on scratch
     files under ``root`` (deleted afterwards), in ``session`` with the runtime settings of
-    the ``app``'s session."""
+    the ``app``'s session; then, with ``repartition``, its state repartitioned offline."""
     from pyspark.sql import functions as F
 
     for key, value in app.conf.getAll.items():
@@ -146,8 +151,8 @@ def _stateful_batch(app: SparkSession, session: SparkSession, root: str, tasks: 
         if not query.awaitTermination(STREAM_TIMEOUT_MS):
             query.stop()
             return
-        session._streamingCheckpointManager.repartition(f"{scratch}/checkpoint",
-                                                        max(2, tasks // 2))
+        if repartition:
+            session._streamingCheckpointManager.repartition(f"{scratch}/checkpoint", tasks + 1)
     finally:
         _delete(app, scratch)
 

@@ -74,8 +74,8 @@ def test_stateful_query_follows_workers_one_three_two_exactly_once(
     assert warm, "no warm-up job ran for the executors that joined"
     assert any(isinstance(e, ev.QueryProgress) and e.name == WARM_UP_QUERY
                for e in rec.events[mark:]), "no stateful warm-up micro-batch ran"
-    # ... and by an offline repartition of that micro-batch's state (Spark names the stages
-    # of a job after the call that ran it).
+    # ... and, this being the app's first stateful warm-up, by an offline repartition of
+    # that micro-batch's state (Spark names the stages of a job after the call that ran it).
     warm_stages = {s for e in warm for s in e.stage_ids}
     assert any(isinstance(e, ev.StageCompleted) and e.stage_id in warm_stages
                and e.name.startswith("repartition at") and e.failure is None
