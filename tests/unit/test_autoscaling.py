@@ -46,6 +46,7 @@ class Load:
         self.app, self.driver, self.autoscaling = app, driver, autoscaling
         self.rate = 50.0
         self.overhead = 0.0  # slot-seconds every batch costs whatever its rows (its tasks')
+        self.tasks: int | None = None  # its one stage's tasks (its source's); None: partitions
         self.batch = 0
         self.stage = 0
 
@@ -54,13 +55,14 @@ class Load:
         slots = max(1, q.running_slots)
         rows = self.rate
         busy = self.overhead + rows * COST
-        duration = max(0.1, busy / min(slots, q.partitions))
+        tasks = self.tasks or q.partitions
+        duration = max(0.1, busy / min(slots, tasks))
         run = self.driver.run_id
         assert run is not None
         self.stage += 1
         for event in (JobStarted(0.0, self.stage, (self.stage,), job_group=run),
-                      StageSubmitted(0.0, self.stage, 0, q.partitions),
-                      StageCompleted(0.0, self.stage, 0, q.partitions, 0, 0, 0, duration,
+                      StageSubmitted(0.0, self.stage, 0, tasks),
+                      StageCompleted(0.0, self.stage, 0, tasks, 0, 0, 0, duration,
                                      task_time=busy),
                       QueryProgress(0.0, "qid-1", run, "q", self.batch, int(rows), rows,
                                     rows / duration, duration, duration)):
@@ -541,6 +543,37 @@ def test_what_is_kept_for_a_query_the_scheduler_forgot_goes_with_it() -> None:
     assert "q" not in {x.key for x in app.scheduler.queries()}
     app.advance(10)
     assert "q" not in autoscaling._queries and "q" not in autoscaling._outcomes
+
+
+@pytest.mark.parametrize("own_bounds", [False, True])
+def test_a_stateless_query_runs_its_source_s_tasks_on_more_slots_than_its_default_bound(
+        own_bounds: bool) -> None:
+    # 24 source partitions on 8 configured ones: its one stage runs 24 tasks, which plain
+    # Spark runs on as many executors. Its default upper bound (8) does not cap its slots
+    # there; bounds of the user's own do.
+    app, driver, autoscaling, load = _setup()
+    q = app.scheduler.query("q")
+    assert q.requirements == ResourceRequirements(1, 8)
+    if own_bounds:
+        app.scheduler.update_requirements("q", 1, 8)
+    load.tasks = 24
+    load.run(40)
+    load.rate = 1600.0  # 16 slots' worth
+    load.run(30)
+    assert q.target is not None
+    wanted = q.target.slots
+    if own_bounds:
+        assert wanted == 8 and app.actuator.requested[-1] == 8
+        return
+    assert wanted == 24, autoscaling.status(q).decision  # 24 tasks in one wave
+    assert app.actuator.requested[-1] == 24 and q.allocation == ResourceRequirements(1, 24)
+    assert autoscaling.status(q).waiting_for_resources  # 1 executor of 24: they are coming
+    for e in range(2, 25):
+        app.add(str(e))
+    load.run(10)
+    assert q.snapshot().slots == 24 and q.requirements == ResourceRequirements(1, 8)
+    assert not autoscaling.status(q).waiting_for_resources
+    assert driver.calls == [("start", 8)]  # followed live: never restarted
 
 
 def test_a_stateless_query_s_task_cap_holds_once_its_slots_match_it() -> None:

@@ -5,7 +5,8 @@ rules, in the order they apply:
 
 1. **Never more slots than tasks.** A query runs at most ``P`` tasks at once
    (a stateless query its source partitions, ``max_useful_slots``, fewer or
-   more than ``P``; more only up to its upper bound); slots beyond that idle.
+   more than ``P``; more only up to its upper bound, or ``slot_upper``); slots
+   beyond that idle.
    Slot targets are whole executors, so the top is the executor count that
    hosts every task, and never above the cluster maximum.
 2. **Live candidates** keep ``P`` and change the slots to a count at which the
@@ -220,6 +221,7 @@ class Plan:
     per_slot_max: int
     urgent: bool = False  # falling behind: capacity below the input, or an old backlog
     per_partition: float = 0.0  # slots a partition's fixed task cost keeps busy
+    slot_upper: int = 0  # most slots, when more than upper (QueryView.slot_upper)
     eff_now: float = 0.0  # effective slots now, computed from slots and partitions
 
     def __post_init__(self) -> None:
@@ -240,7 +242,7 @@ class Plan:
             horizon=cfg.stabilization_interval + cfg.metrics_window + cfg.scale_down_interval,
             utilization_min=cfg.utilization_min, utilization_target=cfg.utilization_target,
             per_slot_max=cfg.restart_max_partitions_per_slot, urgent=urgent,
-            per_partition=per_partition)
+            per_partition=per_partition, slot_upper=view.slot_upper or 0)
 
     def task_cap(self, partitions: int) -> int:
         return task_count(partitions, self.max_useful_slots)
@@ -248,10 +250,10 @@ class Plan:
     def slot_limit(self, partitions: int) -> int:
         """Most slots worth giving at ``partitions`` partitions (rule 1). A stateless query
         whose source has more partitions than it has runs more tasks than ``partitions``,
-        and the upper bound, not the partitions, keeps its slots in."""
+        and the upper bound (or ``slot_upper``), not the partitions, keeps its slots in."""
         tasks = self.task_cap(partitions)
         if tasks > partitions:
-            tasks = max(partitions, min(tasks, self.upper))
+            tasks = max(partitions, min(tasks, max(self.upper, self.slot_upper)))
         top = round_up(tasks, self.per_executor)
         if self.cluster_max_slots is not None:
             top = min(top, round_down(self.cluster_max_slots, self.per_executor))

@@ -646,8 +646,9 @@ class QueryAutoscaler:
         # A need that could not go below the current slots cannot when it is higher: the
         # choice is monotone in the need, so that answer is reused (queries that sit below the
         # band on their smallest useful slot count are common and evaluated every interval).
-        key = (s, p, view.lower, view.upper, view.can_restart, view.max_useful_slots,
-               view.slots_per_executor, view.cluster_max_slots, downtime, m.fit())
+        key = (s, p, view.lower, view.upper, view.slot_upper, view.can_restart,
+               view.max_useful_slots, view.slots_per_executor, view.cluster_max_slots,
+               downtime, m.fit())
         floor = self._floor
         if floor is not None and floor[0] == key and xl >= floor[1] and xr >= floor[2]:
             self._pending_down.clear()

@@ -105,6 +105,9 @@ class QueryView:
       the query's start counts as one.
     * ``slots_per_executor``: slot targets are whole executors.
     * ``cluster_max_slots``: the most slots the query could be given, if known.
+    * ``slot_upper``: the most slots it may be given, when more than ``upper`` (a
+      stateless query whose source has more partitions than its default bounds
+      allow: plain Spark runs those tasks on as many executors); None: ``upper``.
     """
 
     now: float
@@ -119,6 +122,7 @@ class QueryView:
     last_rescale_completed: float | None = None
     slots_per_executor: int = 1
     cluster_max_slots: int | None = None
+    slot_upper: int | None = None
 
     def problem(self) -> str | None:
         """Why this view cannot be evaluated, or None when it can."""
@@ -132,6 +136,8 @@ class QueryView:
             return f"the parallelism bounds [{self.lower}, {self.upper}] are not valid"
         if self.slots_per_executor < 1:
             return f"{self.slots_per_executor} slots per executor"
+        if self.slot_upper is not None and self.slot_upper < 1:
+            return f"the query may be given {self.slot_upper} slots"
         if self.max_useful_slots is not None and self.max_useful_slots < 1:
             return f"the query can run {self.max_useful_slots} tasks at once"
         if self.cluster_max_slots is not None and self.cluster_max_slots < 1:

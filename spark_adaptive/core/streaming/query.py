@@ -332,13 +332,27 @@ class QueryScheduler:
         return True
 
     @property
+    def slot_upper(self) -> int:
+        """The most slots the query may be given: its upper bound, or, when it keeps no
+        state and its micro-batches run more tasks of its source's (:attr:`source_tasks`),
+        those, unless its bounds are the user's own (put, or persisted): plain Spark runs
+        such tasks on as many executors, and a default bound (its configured partitions)
+        does not say otherwise."""
+        upper = self._requirements.upper
+        tasks = self.source_tasks
+        if tasks is not None and tasks > upper and not self.own_bounds:
+            return tasks
+        return upper
+
+    @property
     def allocation(self) -> ResourceRequirements:
         """What the application's slots are shared by: the bounds, with the upper one at
-        the autoscaler's slots when it set a target."""
+        the autoscaler's slots when it set a target (at most :attr:`slot_upper`)."""
         r = self._requirements
         if self._target is None:
             return r
-        return ResourceRequirements(r.lower, max(r.lower, min(r.upper, self._target.slots)))
+        return ResourceRequirements(r.lower,
+                                    max(r.lower, min(self.slot_upper, self._target.slots)))
 
     @property
     def target_partitions(self) -> int | None:

@@ -136,6 +136,7 @@ def test_a_clock_going_back_restarts_the_window_without_scaling() -> None:
 @pytest.mark.parametrize("view", [
     dict(slots=0), dict(partitions=0), dict(now=math.nan), dict(lower=5, upper=2),
     dict(slots_per_executor=0), dict(cluster_max_slots=0), dict(max_useful_slots=0),
+    dict(slot_upper=0),
 ])
 def test_a_bad_view_is_not_evaluated(view: dict[str, Any]) -> None:
     q = _overloaded()
