@@ -2,7 +2,8 @@
 
 A load step up gives the query more executors and slots, a step down gives them
 back after the scale-down interval, and every row is written exactly once
-across it all; recommend-only mode shows its decisions and changes nothing;
+across it all; a query that runs its source's tasks gets executors past its
+configured partitions; recommend-only mode shows its decisions and changes nothing;
 with reactive mode the app refuses to start, naming both keys; with
 ``autoscaler.initial-slots`` an app holds that few executors from its start until
 its first query, and its own batch job before then gets the others back.
@@ -108,6 +109,25 @@ def test_a_load_step_takes_executors_and_gives_them_back_exactly_once(
     ids = _written_ids(tmp_path / "out")
     total = _total_rows(app)
     assert len(ids) == total and len(np.unique(ids)) == total
+
+
+def test_a_query_runs_its_source_s_tasks_on_more_executors_than_its_configured_partitions(
+        local_cluster_factory: Any, tmp_path: Path) -> None:
+    cluster = local_cluster_factory(4)
+    # 2 configured partitions (its default upper bound), 4 source partitions in one stage:
+    # its micro-batches run 4 tasks, which plain Spark runs on 4 executors. 20 rows/s for
+    # 60 s, then 800 rows/s (3.2 slots of work) for 90 s: on 2 slots it falls behind.
+    profile: list[list[float]] = [[0, 20], [60, 20], [61, 800], [150, 800]]
+    app, sampler = _run(cluster, tmp_path, profile, {**FAST, "spark.sql.shuffle.partitions": "2"})
+
+    ours = [r for r in sampler.rescales if r["trigger"] == "AUTOSCALER"]
+    ups = [r for r in ours if r["toSlots"] > r["fromSlots"] and r["outcome"] == "completed"]
+    assert ups and max(r["toSlots"] for r in ups) > 2, ours
+    assert all(r["kind"] == "live" and r["toParallelism"] == 2 for r in ours), ours
+    step = [s for s in sampler.samples if 100 <= sampler.since(s) <= 150 and s.slots is not None]
+    assert step and max(s.executors for s in step) > 2, step
+    ids = _written_ids(tmp_path / "out")
+    assert len(ids) == _total_rows(app) == len(np.unique(ids))
 
 
 def test_recommend_only_shows_decisions_and_changes_nothing(

@@ -218,6 +218,14 @@ class StateContext:
     def requirements(self, value: ResourceRequirements) -> None:
         self._requirements = value
 
+    @property
+    def allocation(self) -> ResourceRequirements:
+        """As QueryScheduler's, for a query without source tasks beyond its bounds."""
+        r, t = self._requirements, self.target
+        if t is None:
+            return r
+        return ResourceRequirements(r.lower, max(r.lower, min(r.upper, t.slots)))
+
     def repartition_support(self) -> RepartitionSupport:
         return self.support
 

@@ -76,10 +76,10 @@ class Load:
             self.second()
 
 
-def _setup(executors: int = 1, resource_wait: float = 60.0,
+def _setup(executors: int = 1, resource_wait: float = 60.0, conf: dict[str, str] | None = None,
            **config: Any) -> tuple[App, FakeDriver, Autoscaling, Load]:
     app = App(Settings.from_conf({"spark.adaptive.scheduler.executing.cooldown-after-rescaling":
-                                  "5s"}), autoscaled=True)
+                                  "5s", **(conf or {})}), autoscaled=True)
     for e in range(1, executors + 1):
         app.add(str(e))
     driver = FakeDriver(query_info("q", partitions=8))
@@ -545,16 +545,17 @@ def test_what_is_kept_for_a_query_the_scheduler_forgot_goes_with_it() -> None:
     assert "q" not in autoscaling._queries and "q" not in autoscaling._outcomes
 
 
-@pytest.mark.parametrize("own_bounds", [False, True])
+@pytest.mark.parametrize("bounds", ["default", "put", "conf"])
 def test_a_stateless_query_runs_its_source_s_tasks_on_more_slots_than_its_default_bound(
-        own_bounds: bool) -> None:
+        bounds: str) -> None:
     # 24 source partitions on 8 configured ones: its one stage runs 24 tasks, which plain
     # Spark runs on as many executors. Its default upper bound (8) does not cap its slots
-    # there; bounds of the user's own do.
-    app, driver, autoscaling, load = _setup()
+    # there; bounds of the user's own (put, or set with the key) do.
+    conf = {"spark.adaptive.parallelism.upper-bound": "8"} if bounds == "conf" else {}
+    app, driver, autoscaling, load = _setup(conf=conf)
     q = app.scheduler.query("q")
     assert q.requirements == ResourceRequirements(1, 8)
-    if own_bounds:
+    if bounds == "put":
         app.scheduler.update_requirements("q", 1, 8)
     load.tasks = 24
     load.run(40)
@@ -562,7 +563,7 @@ def test_a_stateless_query_runs_its_source_s_tasks_on_more_slots_than_its_defaul
     load.run(30)
     assert q.target is not None
     wanted = q.target.slots
-    if own_bounds:
+    if bounds != "default":
         assert wanted == 8 and app.actuator.requested[-1] == 8
         return
     assert wanted == 24, autoscaling.status(q).decision  # 24 tasks in one wave
@@ -574,6 +575,27 @@ def test_a_stateless_query_runs_its_source_s_tasks_on_more_slots_than_its_defaul
     assert q.snapshot().slots == 24 and q.requirements == ResourceRequirements(1, 8)
     assert not autoscaling.status(q).waiting_for_resources
     assert driver.calls == [("start", 8)]  # followed live: never restarted
+    # The user puts the bounds it shows: they are the user's own now, and cap it.
+    app.scheduler.update_requirements("q", 1, 8)
+    assert q.target is None and q.allocation == ResourceRequirements(1, 8)
+    load.run(30)
+    assert q.snapshot().slots == 8 and app.actuator.requested[-1] == 8
+
+
+def test_a_stateless_query_s_source_tasks_count_up_to_max_parallelism() -> None:
+    app, driver, autoscaling, load = _setup(conf={"spark.adaptive.max-parallelism": "16"})
+    q = app.scheduler.query("q")
+    load.tasks = 24
+    load.run(40)
+    load.rate = 1600.0
+    load.run(30)
+    assert q.slot_upper == 16
+    assert q.target is not None and q.target.slots <= 16, autoscaling.status(q).decision
+    assert app.actuator.requested[-1] == q.target.slots
+    for e in range(2, q.target.slots + 1):
+        app.add(str(e))
+    load.run(10)
+    assert q.snapshot().slots == q.target.slots and not autoscaling.status(q).waiting_for_resources
 
 
 def test_a_stateless_query_s_task_cap_holds_once_its_slots_match_it() -> None:

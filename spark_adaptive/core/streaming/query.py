@@ -218,8 +218,8 @@ class QueryScheduler:
         self._source_tasks: int | None = None
         """The most tasks a micro-batch of its ran in one stage."""
         self.own_bounds = False
-        """Whether its bounds are the user's (put, or persisted beside its checkpoint)
-        rather than the defaults."""
+        """Whether its bounds are the user's (put, persisted beside its checkpoint, or from
+        spark.adaptive.parallelism.upper-bound) rather than the defaults."""
         self.boundary_seen = False
         """Whether what it runs is known at a batch boundary: it keeps state (its batches
         shuffle into its partitions), or a micro-batch of one stage that read rows showed
@@ -335,13 +335,14 @@ class QueryScheduler:
     def slot_upper(self) -> int:
         """The most slots the query may be given: its upper bound, or, when it keeps no
         state and its micro-batches run more tasks of its source's (:attr:`source_tasks`),
-        those, unless its bounds are the user's own (put, or persisted): plain Spark runs
-        such tasks on as many executors, and a default bound (its configured partitions)
-        does not say otherwise."""
+        those (never above max-parallelism), unless its bounds are the user's own (put,
+        persisted, or spark.adaptive.parallelism.upper-bound set): plain Spark runs such
+        tasks on as many executors, and a default bound (its configured partitions) does
+        not say otherwise."""
         upper = self._requirements.upper
         tasks = self.source_tasks
         if tasks is not None and tasks > upper and not self.own_bounds:
-            return tasks
+            return max(upper, min(tasks, self._params.max_parallelism))
         return upper
 
     @property

@@ -504,7 +504,7 @@ class AdaptiveScheduler:
             timers=self._timers, post=self._post, app=self, autoscaled=self._autoscaled,
             history=history, history_writer=self._history_writer)
         q.add_listener(self._on_state_change)
-        q.own_bounds = own_bounds
+        q.own_bounds = own_bounds or self.settings.upper_bound is not None
         self._start = None  # the hold ends: the autoscaler sizes the app from here
         self._queries[info.key] = q
         q.adopt_first_run(plan, result)
@@ -618,8 +618,11 @@ class AdaptiveScheduler:
         return out
 
     def _apply(self, q: QueryScheduler, new: req.ResourceRequirements) -> req.ResourceRequirements:
+        # Bounds put equal to the defaults still change what the query may be given: they
+        # are the user's own from now (QueryScheduler.slot_upper).
+        before = q.slot_upper
         q.own_bounds = True
-        if q.set_requirements(new):
+        if q.set_requirements(new) or q.slot_upper != before:
             q.set_target(None)  # the autoscaler decides again within the new bounds
             self._reallocate(f"requirements of {q.key} changed", quiet=q.key)
             q.on_requirements_changed()

@@ -89,7 +89,10 @@ class SchedulerSettings:
     upper_bound: int | None = option(
         "parallelism.upper-bound", "int", None,
         "Default highest parallelism of a streaming query. -1 or unset: the query's "
-        "configured partitions (adaptive) or max-parallelism (reactive).",
+        "configured partitions (adaptive) or max-parallelism (reactive). Set, it also "
+        "caps the slots of a query without state whose micro-batches run more tasks of "
+        "its source's; unset, such a query keeps, and with the autoscaler may be given, "
+        "as many as those tasks, as on plain Spark.",
         default_text="the query's partitions (reactive: max-parallelism)",
         minus_one_is_default=True)
     max_parallelism: int = option(

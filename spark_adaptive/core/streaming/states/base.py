@@ -22,6 +22,7 @@ from typing import ClassVar, Literal, Protocol
 
 from spark_adaptive.core.clock import Action, Cancellable
 from spark_adaptive.core.events import Event
+from spark_adaptive.core.options import MAX_PARALLELISM_LIMIT
 from spark_adaptive.core.ports import RepartitionSupport, StartResult, StopResult
 from spark_adaptive.core.streaming.history import RescaleHistory, Trigger
 from spark_adaptive.core.streaming.requirements import ResourceRequirements, ScalingTarget
@@ -65,6 +66,7 @@ class SchedulingParams:
     trigger_max_delay: float
     min_parallelism_increase: int = 1
     scaling_interval_max: float | None = None
+    max_parallelism: int = MAX_PARALLELISM_LIMIT
 
     @classmethod
     def of(cls, settings: SchedulerSettings, trigger_interval: float) -> SchedulingParams:
@@ -82,6 +84,7 @@ class SchedulingParams:
             trigger_max_delay=max_delay,
             min_parallelism_increase=settings.min_parallelism_increase,
             scaling_interval_max=settings.scaling_interval_max,
+            max_parallelism=settings.max_parallelism,
         )
 
 
@@ -251,6 +254,11 @@ class SeesResources(Protocol):
 
     @property
     def requirements(self) -> ResourceRequirements: ...
+
+    @property
+    def allocation(self) -> ResourceRequirements:
+        """The bounds, with the upper one at the autoscaler's slots when it set a target."""
+        ...
 
     @property
     def target_partitions(self) -> int | None:

@@ -182,11 +182,10 @@ class Executing(State):
 
     def _asked(self) -> tuple[int, int]:
         """The slots and partitions the query's requirements and target ask for now: the
-        upper bound, or the target within the bounds (a change of either resets
+        upper bound, or the target within the bounds (and up to a query's source tasks,
+        QueryScheduler.slot_upper) (a change of either resets
         ``_changed_by``, so this is what the last change asked for)."""
-        r = self._ctx.requirements
-        target = self._ctx.target
-        slots = r.upper if target is None else max(r.lower, min(r.upper, target.slots))
+        slots = self._ctx.allocation.upper
         partitions = self._ctx.target_partitions
         return slots, slots if partitions is None else partitions
 
