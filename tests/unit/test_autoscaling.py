@@ -29,7 +29,7 @@ from spark_adaptive.core.ports import StartedBatch
 from spark_adaptive.core.streaming.autoscaling import Autoscaling, _useful_slots, _Watched
 from spark_adaptive.core.streaming.history import Kind, Trigger
 from spark_adaptive.core.streaming.query import QueryScheduler
-from spark_adaptive.core.streaming.requirements import ResourceRequirements
+from spark_adaptive.core.streaming.requirements import ResourceRequirements, ScalingTarget
 from spark_adaptive.settings import Settings
 
 #: Each row costs this many seconds of one task slot.
@@ -577,7 +577,9 @@ def test_a_stateless_query_runs_its_source_s_tasks_on_more_slots_than_its_defaul
     assert driver.calls == [("start", 8)]  # followed live: never restarted
     # The user puts the bounds it shows: they are the user's own now, and cap it.
     app.scheduler.update_requirements("q", 1, 8)
-    assert q.target is None and q.allocation == ResourceRequirements(1, 8)
+    assert q.target == ScalingTarget(8, 8) and q.allocation == ResourceRequirements(1, 8)
+    load.run(1)  # the executors go once the micro-batch that may use them has completed
+    assert q.snapshot().slots == 8 and app.actuator.requested[-1] == 8
     load.run(30)
     assert q.snapshot().slots == 8 and app.actuator.requested[-1] == 8
 

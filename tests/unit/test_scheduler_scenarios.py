@@ -639,7 +639,7 @@ def test_an_autoscaler_target_with_other_partitions_restarts_at_them_when_the_sl
         Trigger.AUTOSCALER, "restart", 6, 3)
 
 
-def test_new_bounds_from_the_rest_api_clear_the_autoscaler_target() -> None:
+def test_new_bounds_from_the_rest_api_bring_the_autoscaler_target_within_them() -> None:
     app = App()
     for e in "1234":
         app.add(e)
@@ -648,7 +648,9 @@ def test_new_bounds_from_the_rest_api_clear_the_autoscaler_target() -> None:
     app.scheduler.set_scaling_target("q", ScalingTarget(slots=2, partitions=4))
     assert app.scheduler.query("q").target == ScalingTarget(2, 4)
     app.scheduler.update_requirements("q", 1, 3)
-    assert app.scheduler.query("q").target is None
+    assert app.scheduler.query("q").target == ScalingTarget(2, 3)
+    app.scheduler.update_requirements("q", 3, 3)
+    assert app.scheduler.query("q").target == ScalingTarget(3, 3)
 
 
 def _one_stage_batch(app: App, driver: FakeDriver, stage: int, tasks: int) -> None:

@@ -332,11 +332,6 @@ class Autoscaling:
                 watched.asked = (view.now, decision.target_slots)
             target = ScalingTarget(decision.target_slots, decision.target_partitions)
             self._sched.set_scaling_target(q.key, target)
-        elif q.target is None and decision.outcome == "no-change" and self.config.scaling_enabled:
-            # New bounds cleared its target, and the policy keeps the query where it runs:
-            # that is its target, so that the executors beyond it are given back (without
-            # one, the app keeps what it has).
-            self._sched.set_scaling_target(q.key, ScalingTarget(view.slots, view.partitions))
         return decision
 
     def _start_small(self, q: QueryScheduler) -> bool:

@@ -608,7 +608,8 @@ class AdaptiveScheduler:
         tasks, whatever its partitions and bounds, and plain Spark runs them on as many
         executors, which spark-adaptive therefore keeps (for the executors it declares only:
         the query's share, and the other queries', are those of its bounds). Bounds of the
-        user's own (put, or persisted) are kept to: they are how executors are given back."""
+        user's own (put, persisted, or set with spark.adaptive.parallelism.upper-bound) are
+        kept to: they are how executors are given back."""
         out = dict(active)
         for key, r in active.items():
             q = self._queries[key]
@@ -623,7 +624,14 @@ class AdaptiveScheduler:
         before = q.slot_upper
         q.own_bounds = True
         if q.set_requirements(new) or q.slot_upper != before:
-            q.set_target(None)  # the autoscaler decides again within the new bounds
+            # The autoscaler decides again within the new bounds; until then its target is
+            # brought within them, so that executors beyond them go at once (with no
+            # target, the app would keep what it has until the query's next decision).
+            t = q.target
+            if t is not None:
+                t = req.ScalingTarget(max(new.lower, min(t.slots, q.slot_upper)),
+                                      max(new.lower, min(t.partitions, new.upper)))
+            q.set_target(t)
             self._reallocate(f"requirements of {q.key} changed", quiet=q.key)
             q.on_requirements_changed()
         return new
