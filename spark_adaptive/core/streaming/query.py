@@ -351,6 +351,11 @@ class QueryScheduler:
         the autoscaler's slots when it set a target (at most :attr:`slot_upper`)."""
         r = self._requirements
         if self._target is None:
+            if self._autoscaled and self.slot_upper > r.upper:
+                # Until the autoscaler's first target its micro-batches run their source's
+                # tasks on every executor there is: its share counts them, so that the
+                # executors its first target gives back go only at a batch boundary.
+                return ResourceRequirements(r.lower, self.slot_upper)
             return r
         return ResourceRequirements(r.lower,
                                     max(r.lower, min(self.slot_upper, self._target.slots)))

@@ -185,10 +185,12 @@ class AdaptiveScheduler:
             return
         q = self.query_of_run(event.run_id)
         if q is not None:
-            tasks = q.source_tasks
+            tasks, allocation = q.source_tasks, q.allocation
             if isinstance(event, QueryProgress):
                 q.observe_batch(self.load.take(event.run_id))
             q.on_query_event(event)
+            if q.allocation != allocation:  # its source's tasks count in its share
+                self._reallocate(f"query {q.key} runs {q.source_tasks} tasks of its source")
             # A query that runs its source's partitions as its tasks keeps as many executors
             # (see _runs_source_tasks): declared again when they change.
             changed = q.source_tasks != tasks and not self._autoscaled
