@@ -728,7 +728,11 @@ class QueryScheduler:
         if share is None:
             return False
         fixed = self._fixed_partitions()
-        return share >= (fixed[0] if fixed is not None else self.allocation.upper)
+        if fixed is not None:
+            return share >= fixed[0]
+        # Before a target, the bounds: a share counting a stateless query's source tasks is
+        # what it may use, not what a (re)start waits for.
+        return share >= (self.allocation if self._target is not None else self._requirements).upper
 
     def handle_failure(self, failure: Failure) -> FailureResult:
         self._rescaled_from = None  # whatever restart follows is this failure's

@@ -189,8 +189,8 @@ class AdaptiveScheduler:
             if isinstance(event, QueryProgress):
                 q.observe_batch(self.load.take(event.run_id))
             q.on_query_event(event)
-            if q.allocation != allocation:  # its source's tasks count in its share
-                self._reallocate(f"query {q.key} runs {q.source_tasks} tasks of its source")
+            if q.allocation != allocation:  # e.g. its source's tasks count in its share now
+                self._reallocate(f"the slots query {q.key} is counted on changed")
             # A query that runs its source's partitions as its tasks keeps as many executors
             # (see _runs_source_tasks): declared again when they change.
             changed = q.source_tasks != tasks and not self._autoscaled
@@ -294,7 +294,9 @@ class AdaptiveScheduler:
             return
         counted = active if self._autoscaled else self._runs_source_tasks(active)
         wanted = desired_slots(counted, self.settings.max_parallelism)
-        in_use = sum(q.slots_in_use for q in self._queries.values())
+        # Never more than are alive: a share a neighbour freed may be counted by two
+        # queries while the batch running on it completes.
+        in_use = min(sum(q.slots_in_use for q in self._queries.values()), self.resources.slots)
         slots = max(wanted, in_use)
         total = self.resources.executors_for(slots, self._default_slots_per_executor)
         if total is None:
@@ -627,12 +629,15 @@ class AdaptiveScheduler:
         q.own_bounds = True
         if q.set_requirements(new) or q.slot_upper != before:
             # The autoscaler decides again within the new bounds; until then its target is
-            # brought within them, so that executors beyond them go at once (with no
-            # target, the app would keep what it has until the query's next decision).
+            # brought within them, so that executors beyond them go (with no target, the
+            # app would keep what it has until the query's next decision). Partitions
+            # outside them become the ones it runs, within them: no restart nobody chose.
             t = q.target
             if t is not None:
-                t = req.ScalingTarget(max(new.lower, min(t.slots, q.slot_upper)),
-                                      max(new.lower, min(t.partitions, new.upper)))
+                partitions = t.partitions
+                if not new.lower <= partitions <= new.upper:
+                    partitions = max(new.lower, min(q.partitions or new.lower, new.upper))
+                t = req.ScalingTarget(max(new.lower, min(t.slots, q.slot_upper)), partitions)
             q.set_target(t)
             self._reallocate(f"requirements of {q.key} changed", quiet=q.key)
             q.on_requirements_changed()
