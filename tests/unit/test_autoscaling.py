@@ -639,20 +639,3 @@ def test_a_batch_of_one_stage_tells_the_policy_its_tasks(stages: int,
     assert sample.tasks == (42 if stages == 1 else 43)
     assert sample.stage_tasks == (42 if stages == 1 else None)
 
-
-def test_a_stateless_query_s_first_target_gives_no_executor_back_under_a_running_batch(
-        ) -> None:
-    # 16 executors run the 16 source tasks of a query of 8 configured partitions before the
-    # autoscaler has decided: its share counts them, so that its first target (fewer slots)
-    # releases them at a micro-batch boundary, not under the batch.
-    app, driver, autoscaling, load = _setup(executors=16)
-    q = app.scheduler.query("q")
-    load.tasks = 16
-    load.run(2)
-    assert q.allocation == ResourceRequirements(1, 16) and q.snapshot().slots == 16
-    while q.target is None:
-        load.run(1)
-    assert q.target.slots < 16
-    assert app.actuator.requested[0] == 16  # declared with the batch's executors kept
-    load.run(2)
-    assert app.actuator.requested[-1] == q.target.slots  # given back after a batch

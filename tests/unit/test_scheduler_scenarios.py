@@ -7,19 +7,12 @@ there. Later starts (restarts) are completed by hand with ``App.start``.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 
 import pytest
 from scheduler_fakes import App, FakeDriver, query_info
 
-from spark_adaptive.core.events import (
-    JobStarted,
-    QueryProgress,
-    StageCompleted,
-    StageSubmitted,
-    StateOperatorProgress,
-)
+from spark_adaptive.core.events import JobStarted, QueryProgress, StageCompleted, StageSubmitted
 from spark_adaptive.core.ports import RepartitionSupport
 from spark_adaptive.core.streaming.history import LOGGER_NAME, Trigger
 from spark_adaptive.core.streaming.requirements import ResourceRequirements, ScalingTarget
@@ -879,60 +872,3 @@ def test_new_bounds_below_a_pending_target_s_partitions_restart_nothing() -> Non
         app.advance(1)
     assert driver.calls == [("start", 8)]
 
-
-def test_a_failure_restart_before_the_autoscaler_s_first_target_waits_for_its_bounds_only(
-        ) -> None:
-    # A stateless query counted on its 16 source tasks (12 slots alive) restarts after the
-    # strategy's delay: its share covers its bounds (8), which is what a restart waits for.
-    app = App(Settings.from_conf({"spark.adaptive.restart-strategy.type": "fixed-delay"}),
-              autoscaled=True)
-    for e in range(1, 13):
-        app.add(str(e))
-    driver = FakeDriver(query_info("q", partitions=8))
-    app.register(driver)
-    app.batch(driver, (16,))
-    app.advance(1)
-    app.batch(driver, (16, 1))  # foreachBatch's extra job: its partitions could change
-    app.advance(1)
-    assert app.scheduler.query("q").allocation == ResourceRequirements(1, 16)
-    app.event(driver.terminated("boom"))
-    app.advance(1.5)
-    assert driver.pending_starts, app.state("q")
-
-
-def test_the_executors_declared_are_never_more_than_are_alive() -> None:
-    # A stateless query counted on its 16 source tasks takes at once the share a stateful
-    # neighbour's target freed, while the neighbour's running batch still uses it: both
-    # count it, and the executors declared stay within the 20 alive.
-    app = App(autoscaled=True)
-    for e in range(1, 21):
-        app.add(str(e))
-    a = FakeDriver(query_info("a", partitions=8, checkpoint="/cp/a"), query_id="qa")
-    b = FakeDriver(query_info("b", partitions=8, checkpoint="/cp/b"), query_id="qb")
-    app.register(a)
-    app.register(b)
-    stages = iter(range(1, 1000))
-
-    def batch(driver: FakeDriver, tasks: tuple[int, ...], stateful: bool = False) -> None:
-        ids = tuple(next(stages) for _ in tasks)
-        app.event(JobStarted(0.0, ids[0], ids, job_group=driver.run_id))
-        for stage, n in zip(ids, tasks, strict=True):
-            app.event(StageSubmitted(0.0, stage, 0, n))
-            app.event(StageCompleted(0.0, stage, 0, n, 0, 0, 0, 0.5, task_time=1.0))
-        p = driver.progress()
-        if stateful:
-            p = dataclasses.replace(p, state_operators=(StateOperatorProgress("agg", 1, 1, 8, 1),))
-        app.event(p)
-
-    for _ in range(3):
-        batch(b, (8, 8), stateful=True)
-        batch(a, (16,))
-        app.advance(1)
-    app.scheduler.set_scaling_target("b", ScalingTarget(4, 8))
-    app.scheduler.set_scaling_target("a", ScalingTarget(6, 8))
-    for _ in range(2):
-        batch(b, (8, 8), stateful=True)
-        batch(a, (16,))
-        app.advance(1)
-    assert app.actuator.requested and max(app.actuator.requested) <= 20, app.actuator.requested
-    assert app.actuator.requested[-1] == 10

@@ -351,11 +351,6 @@ class QueryScheduler:
         the autoscaler's slots when it set a target (at most :attr:`slot_upper`)."""
         r = self._requirements
         if self._target is None:
-            if self._autoscaled and self.slot_upper > r.upper:
-                # Until the autoscaler's first target its micro-batches run their source's
-                # tasks on every executor there is: its share counts them, so that the
-                # executors its first target gives back go only at a batch boundary.
-                return ResourceRequirements(r.lower, self.slot_upper)
             return r
         return ResourceRequirements(r.lower,
                                     max(r.lower, min(self.slot_upper, self._target.slots)))
@@ -728,11 +723,7 @@ class QueryScheduler:
         if share is None:
             return False
         fixed = self._fixed_partitions()
-        if fixed is not None:
-            return share >= fixed[0]
-        # Before a target, the bounds: a share counting a stateless query's source tasks is
-        # what it may use, not what a (re)start waits for.
-        return share >= (self.allocation if self._target is not None else self._requirements).upper
+        return share >= (fixed[0] if fixed is not None else self.allocation.upper)
 
     def handle_failure(self, failure: Failure) -> FailureResult:
         self._rescaled_from = None  # whatever restart follows is this failure's

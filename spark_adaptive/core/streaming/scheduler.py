@@ -294,9 +294,7 @@ class AdaptiveScheduler:
             return
         counted = active if self._autoscaled else self._runs_source_tasks(active)
         wanted = desired_slots(counted, self.settings.max_parallelism)
-        # Never more than are alive: a share a neighbour freed may be counted by two
-        # queries while the batch running on it completes.
-        in_use = min(sum(q.slots_in_use for q in self._queries.values()), self.resources.slots)
+        in_use = sum(q.slots_in_use for q in self._queries.values())
         slots = max(wanted, in_use)
         total = self.resources.executors_for(slots, self._default_slots_per_executor)
         if total is None:
