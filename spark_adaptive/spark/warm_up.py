@@ -23,12 +23,12 @@ restart rescale's way, on a thread of their own while the query runs on:
    stateful query's checkpoint (a file system every executor reaches) and are deleted
    afterwards. It has twice as many partitions as executors joined (at least 4, at most
    :data:`STATE_PARTITIONS_MAX`), and is stopped after :data:`STREAM_TIMEOUT_MS`.
-3. At the app's first stateful warm-up only: Spark's offline state repartition of that
-   micro-batch's checkpoint onto one partition more, in the same session. It loads the
-   repartition's code on the driver, which a restart rescale runs next and nothing else
-   loads (the app's first repartition is the slow one). Later warm-ups leave it out:
-   the driver stays warm, a new executor's share of a repartition is warmed enough by
-   step 2, and every job of a warm-up holds back the query's tasks on the executors
+3. Once per app (until one succeeds), after such a micro-batch: Spark's offline state
+   repartition of its checkpoint onto one partition more, in the same session. It loads
+   the repartition's code on the driver, which a restart rescale runs next and nothing
+   else loads (the app's first repartition is the slow one). Later warm-ups leave it
+   out: the driver stays warm, a new executor's share of a repartition is warmed enough
+   by step 2, and every job of a warm-up holds back the query's tasks on the executors
    it takes (see docs/benchmarks.md, Rescale downtime).
 
 A failure is logged and otherwise ignored: a warm-up is an optimization only.
@@ -74,6 +74,7 @@ def warm_up_launcher(
     state (None: there is none, and no stateful step is run)."""
 
     own: list[SparkSession] = []  # spark-adaptive's own session, created at the first use
+    repartitioned: list[bool] = [False]  # step 3 has run (once per app)
     lock = threading.Lock()  # one stateful warm-up at a time (one query name in one session)
 
     def launch(executor_ids: Sequence[str], done: Callable[[], None]) -> None:
@@ -83,15 +84,15 @@ def warm_up_launcher(
             return
         tasks = min(max(4, 2 * slots()), 512)
         root = state_root()
-        threading.Thread(target=_run, args=(spark, own, lock, tuple(executor_ids), tasks, root,
-                                            done, post),
+        threading.Thread(target=_run, args=(spark, own, repartitioned, lock, tuple(executor_ids),
+                                            tasks, root, done, post),
                          name="spark-adaptive-warm-up", daemon=True).start()
 
     return launch
 
 
-def _run(spark: SparkSession, own: list[SparkSession], lock: threading.Lock,
-         executor_ids: tuple[str, ...], tasks: int, root: str | None,
+def _run(spark: SparkSession, own: list[SparkSession], repartitioned: list[bool],
+         lock: threading.Lock, executor_ids: tuple[str, ...], tasks: int, root: str | None,
          done: Callable[[], None], post: Callable[[Callable[[], None]], None]) -> None:
     from pyspark.sql import functions as F
 
@@ -108,10 +109,11 @@ def _run(spark: SparkSession, own: list[SparkSession], lock: threading.Lock,
         if root is not None:
             partitions = min(max(4, 2 * len(executor_ids)), STATE_PARTITIONS_MAX)
             with lock:
-                first = not own
-                if first:
+                if not own:
                     own.append(spark.newSession())
-                _stateful_batch(spark, own[0], root, partitions, repartition=first)
+                if _stateful_batch(spark, own[0], root, partitions,
+                                   repartition=not repartitioned[0]):
+                    repartitioned[0] = True
     except Exception as e:  # the context may be stopping; a warm-up is only an optimization
         log.info("warming up executor(s) %s did not complete: %s", which, error_text(e))
     finally:
@@ -123,10 +125,11 @@ def _run(spark: SparkSession, own: list[SparkSession], lock: threading.Lock,
 
 
 def _stateful_batch(app: SparkSession, session: SparkSession, root: str, tasks: int,
-                    repartition: bool) -> None:
+                    repartition: bool) -> bool:
     """One micro-batch of a stateful aggregation on RocksDB, read from parquet, on scratch
     files under ``root`` (deleted afterwards), in ``session`` with the runtime settings of
-    the ``app``'s session; then, with ``repartition``, its state repartitioned offline."""
+    the ``app``'s session; then, with ``repartition``, its state repartitioned offline.
+    True if it was."""
     from pyspark.sql import functions as F
 
     for key, value in app.conf.getAll.items():
@@ -150,9 +153,11 @@ def _stateful_batch(app: SparkSession, session: SparkSession, root: str, tasks: 
         query = writer._jwrite.start()
         if not query.awaitTermination(STREAM_TIMEOUT_MS):
             query.stop()
-            return
-        if repartition:
-            session._streamingCheckpointManager.repartition(f"{scratch}/checkpoint", tasks + 1)
+            return False
+        if not repartition:
+            return False
+        session._streamingCheckpointManager.repartition(f"{scratch}/checkpoint", tasks + 1)
+        return True
     finally:
         _delete(app, scratch)
 

@@ -871,4 +871,3 @@ def test_new_bounds_below_a_pending_target_s_partitions_restart_nothing() -> Non
         app.batch(driver, (8, 8))
         app.advance(1)
     assert driver.calls == [("start", 8)]
-

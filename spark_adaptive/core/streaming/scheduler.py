@@ -189,7 +189,7 @@ class AdaptiveScheduler:
             if isinstance(event, QueryProgress):
                 q.observe_batch(self.load.take(event.run_id))
             q.on_query_event(event)
-            if q.allocation != allocation:  # e.g. its source's tasks count in its share now
+            if q.allocation != allocation:  # a target past its upper bound: slot_upper moved
                 self._reallocate(f"the slots query {q.key} is counted on changed")
             # A query that runs its source's partitions as its tasks keeps as many executors
             # (see _runs_source_tasks): declared again when they change.

@@ -182,9 +182,9 @@ class Executing(State):
 
     def _asked(self) -> tuple[int, int]:
         """The slots and partitions the query's requirements and target ask for now: the
-        upper bound, or the target within the bounds (and up to a query's source tasks,
-        QueryScheduler.slot_upper) (a change of either resets
-        ``_changed_by``, so this is what the last change asked for)."""
+        upper bound, or the target's slots within [lower, QueryScheduler.slot_upper] (a
+        change of either resets ``_changed_by``, so this is what the last change asked
+        for)."""
         slots = self._ctx.allocation.upper
         partitions = self._ctx.target_partitions
         return slots, slots if partitions is None else partitions
