@@ -73,9 +73,7 @@ def warm_up_launcher(
     scheduler thread. ``state_root()`` is the checkpoint of a managed query that keeps
     state (None: there is none, and no stateful step is run)."""
 
-    own: list[SparkSession] = []  # spark-adaptive's own session, created at the first use
-    repartitioned: list[bool] = [False]  # step 3 has run (once per app)
-    lock = threading.Lock()  # one stateful warm-up at a time (one query name in one session)
+    stateful = _StatefulSteps()
 
     def launch(executor_ids: Sequence[str], done: Callable[[], None]) -> None:
         spark = session()
@@ -84,16 +82,27 @@ def warm_up_launcher(
             return
         tasks = min(max(4, 2 * slots()), 512)
         root = state_root()
-        threading.Thread(target=_run, args=(spark, own, repartitioned, lock, tuple(executor_ids),
-                                            tasks, root, done, post),
+        threading.Thread(target=_run, args=(spark, stateful, tuple(executor_ids), tasks, root,
+                                            done, post),
                          name="spark-adaptive-warm-up", daemon=True).start()
 
     return launch
 
 
-def _run(spark: SparkSession, own: list[SparkSession], repartitioned: list[bool],
-         lock: threading.Lock, executor_ids: tuple[str, ...], tasks: int, root: str | None,
-         done: Callable[[], None], post: Callable[[Callable[[], None]], None]) -> None:
+class _StatefulSteps:
+    """What the stateful steps of an app's warm-ups share: spark-adaptive's own session
+    (created at the first use), whether the offline repartition has run (once per app,
+    until one succeeds), and a lock, as one query name runs once at a time in a session."""
+
+    def __init__(self) -> None:
+        self.session: SparkSession | None = None
+        self.repartitioned = False
+        self.lock = threading.Lock()
+
+
+def _run(spark: SparkSession, stateful: _StatefulSteps, executor_ids: tuple[str, ...],
+         tasks: int, root: str | None, done: Callable[[], None],
+         post: Callable[[Callable[[], None]], None]) -> None:
     from pyspark.sql import functions as F
 
     sc = spark.sparkContext
@@ -108,12 +117,12 @@ def _run(spark: SparkSession, own: list[SparkSession], repartitioned: list[bool]
          .write.format("noop").mode("overwrite").save())
         if root is not None:
             partitions = min(max(4, 2 * len(executor_ids)), STATE_PARTITIONS_MAX)
-            with lock:
-                if not own:
-                    own.append(spark.newSession())
-                if _stateful_batch(spark, own[0], root, partitions,
-                                   repartition=not repartitioned[0]):
-                    repartitioned[0] = True
+            with stateful.lock:
+                if stateful.session is None:
+                    stateful.session = spark.newSession()
+                if _stateful_batch(spark, stateful.session, root, partitions,
+                                   repartition=not stateful.repartitioned):
+                    stateful.repartitioned = True
     except Exception as e:  # the context may be stopping; a warm-up is only an optimization
         log.info("warming up executor(s) %s did not complete: %s", which, error_text(e))
     finally:

@@ -6,7 +6,11 @@ from typing import Any
 
 import pytest
 
-from spark_adaptive.core.streaming.requirements import ResourceRequirements, validate
+from spark_adaptive.core.streaming.requirements import (
+    ResourceRequirements,
+    ScalingTarget,
+    validate,
+)
 from spark_adaptive.errors import RequirementsError
 
 
@@ -64,3 +68,23 @@ def test_error_message_joins_reasons_with_newlines() -> None:
 def test_requirements_value_refuses_invalid_bounds() -> None:
     with pytest.raises(RequirementsError):
         ResourceRequirements(3, 2)
+
+
+@pytest.mark.parametrize("target, bounds, slot_upper, running, expected", [
+    # within the bounds already: unchanged
+    (ScalingTarget(4, 8), ResourceRequirements(1, 8), 8, 8, ScalingTarget(4, 8)),
+    # slots above the new upper bound come down to it; partitions within it are kept
+    (ScalingTarget(6, 4), ResourceRequirements(1, 4), 4, 8, ScalingTarget(4, 4)),
+    # slots below the new lower bound come up to it
+    (ScalingTarget(1, 8), ResourceRequirements(3, 8), 8, 8, ScalingTarget(3, 8)),
+    # slots up to slot_upper (a stateless query's source tasks), not the bound's upper
+    (ScalingTarget(20, 8), ResourceRequirements(1, 8), 16, 8, ScalingTarget(16, 8)),
+    # partitions outside the bounds: the running ones, brought within them
+    (ScalingTarget(16, 16), ResourceRequirements(1, 12), 12, 8, ScalingTarget(12, 8)),
+    (ScalingTarget(16, 16), ResourceRequirements(1, 6), 6, 8, ScalingTarget(6, 6)),
+    (ScalingTarget(2, 2), ResourceRequirements(4, 12), 12, 3, ScalingTarget(4, 4)),
+])
+def test_a_target_is_brought_within_new_bounds(
+        target: ScalingTarget, bounds: ResourceRequirements, slot_upper: int, running: int,
+        expected: ScalingTarget) -> None:
+    assert target.within(bounds, slot_upper, running) == expected

@@ -355,7 +355,8 @@ class Autoscaling:
         now = self._timers.now()
         share = q.slot_share() or 0
         target = q.target
-        waiting = target is not None and share < min(target.slots, q.slot_upper)
+        slot_upper = q.slot_upper
+        waiting = target is not None and share < min(target.slots, slot_upper)
         if waiting and (watched.unmet_since is None or share != watched.unmet_share):
             watched.unmet_since, watched.unmet_share = now, share  # executors still come
         elif not waiting:
@@ -372,7 +373,7 @@ class Autoscaling:
         return QueryView(
             now=now, slots=max(1, q.running_slots), partitions=max(1, q.partitions),
             lower=r.lower, upper=r.upper,
-            slot_upper=q.slot_upper if q.slot_upper > r.upper else None,
+            slot_upper=slot_upper if slot_upper > r.upper else None,
             max_useful_slots=_useful_slots(q, watched),
             can_restart=q.repartition_support().possible,
             restart_downtimes=tuple(x.duration for x in completed

@@ -340,10 +340,17 @@ class QueryScheduler:
         tasks on as many executors, and a default bound (its configured partitions) does
         not say otherwise."""
         upper = self._requirements.upper
+        tasks = self.source_tasks_above(upper)
+        return upper if tasks is None else max(upper, min(tasks, self._params.max_parallelism))
+
+    def source_tasks_above(self, upper: int) -> int | None:
+        """:attr:`source_tasks` when they are more than ``upper`` and the query's bounds are
+        not the user's own (their upper one is then kept to: it is how executors are given
+        back); else None."""
         tasks = self.source_tasks
         if tasks is not None and tasks > upper and not self.own_bounds:
-            return max(upper, min(tasks, self._params.max_parallelism))
-        return upper
+            return tasks
+        return None
 
     @property
     def allocation(self) -> ResourceRequirements:

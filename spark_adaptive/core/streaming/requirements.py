@@ -57,6 +57,17 @@ class ScalingTarget:
             raise ValueError(f"invalid scaling target {self.slots} slots, "
                              f"{self.partitions} partitions")
 
+    def within(self, bounds: ResourceRequirements, slot_upper: int,
+               running_partitions: int) -> ScalingTarget:
+        """This target brought within new ``bounds``: its slots between the lower bound and
+        ``slot_upper`` (the most the query may be given), its partitions kept when the
+        bounds hold them, else the ``running_partitions`` brought within them, so that
+        new bounds restart the query only where the target already would have."""
+        partitions = self.partitions
+        if not bounds.lower <= partitions <= bounds.upper:
+            partitions = max(bounds.lower, min(running_partitions, bounds.upper))
+        return ScalingTarget(max(bounds.lower, min(self.slots, slot_upper)), partitions)
+
 
 def _bound_reasons(name: str, value: int, max_parallelism: int) -> list[str]:
     reasons = []

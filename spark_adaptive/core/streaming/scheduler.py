@@ -614,9 +614,8 @@ class AdaptiveScheduler:
         kept to: they are how executors are given back."""
         out = dict(active)
         for key, r in active.items():
-            q = self._queries[key]
-            tasks = q.source_tasks
-            if tasks is not None and tasks > r.upper and not q.own_bounds:
+            tasks = self._queries[key].source_tasks_above(r.upper)
+            if tasks is not None:
                 out[key] = req.ResourceRequirements(r.lower, tasks)
         return out
 
@@ -631,12 +630,8 @@ class AdaptiveScheduler:
             # app would keep what it has until the query's next decision). Partitions
             # outside them become the ones it runs, within them: no restart nobody chose.
             t = q.target
-            if t is not None:
-                partitions = t.partitions
-                if not new.lower <= partitions <= new.upper:
-                    partitions = max(new.lower, min(q.partitions or new.lower, new.upper))
-                t = req.ScalingTarget(max(new.lower, min(t.slots, q.slot_upper)), partitions)
-            q.set_target(t)
+            q.set_target(None if t is None
+                         else t.within(new, q.slot_upper, q.partitions or new.lower))
             self._reallocate(f"requirements of {q.key} changed", quiet=q.key)
             q.on_requirements_changed()
         return new
