@@ -871,3 +871,53 @@ def test_new_bounds_below_a_pending_target_s_partitions_restart_nothing() -> Non
         app.batch(driver, (8, 8))
         app.advance(1)
     assert driver.calls == [("start", 8)]
+
+
+def _batch(app: App, driver: FakeDriver, first_stage: int, stages: int,
+           end: bool = True) -> None:
+    """A micro-batch whose first stage runs 4 tasks (4 source partitions), then ``stages``
+    - 1 stages of 2 (a shuffle onto 2 partitions); ``end``: it completes."""
+    assert driver.run_id is not None
+    ids = tuple(range(first_stage, first_stage + stages))
+    app.event(JobStarted(0.0, first_stage, ids, job_group=driver.run_id))
+    app.event(StageSubmitted(0.0, first_stage, 0, 4))
+    if end:
+        _end_batch(app, driver, first_stage, stages)
+
+
+def _end_batch(app: App, driver: FakeDriver, first_stage: int, stages: int) -> None:
+    for stage in range(first_stage, first_stage + stages):
+        tasks = 4 if stage == first_stage else 2
+        if stage > first_stage:
+            app.event(StageSubmitted(0.0, stage, 0, tasks))
+        app.event(StageCompleted(0.0, stage, 0, tasks, 0, 0, 0, 0.5, task_time=1.0))
+    app.event(driver.progress())
+
+
+@pytest.mark.parametrize("change, stages", [("autoscaler target", 1),
+                                            ("autoscaler target", 2), ("bounds put", 1)])
+def test_executors_under_a_running_batch_s_wider_stage_go_only_once_it_completes(
+        change: str, stages: int) -> None:
+    # 2 partitions, 4 source partitions: a batch's first stage runs 4 tasks on the 4
+    # executors, whatever the 2 slots the query is counted on (with state or without).
+    # A lower total declared while it runs waits for its end.
+    app = App(autoscaled=change == "autoscaler target")
+    for e in "1234":
+        app.add(e)
+    driver = FakeDriver(query_info("q", partitions=2))
+    app.register(driver)
+    app.advance(60)
+    for b in range(3):
+        _batch(app, driver, 10 * b + 1, stages)
+    assert app.actuator.requested in ([], [4])  # nothing released yet
+    before = len(app.actuator.requested)
+    _batch(app, driver, 100, stages, end=False)
+    if change == "autoscaler target":
+        app.scheduler.set_scaling_target("q", ScalingTarget(1, 2))
+    else:
+        app.scheduler.update_requirements("q", 1, 2)  # the user's own: its 2 slots
+    app.advance(5)
+    assert all(total >= 4 for total in app.actuator.requested[before:]), app.actuator.requested
+    _end_batch(app, driver, 100, stages)  # the batch completed: its executors may go now
+    assert app.actuator.requested[-1] == (1 if change == "autoscaler target" else 2)
+    assert driver.calls == [("start", 2)]

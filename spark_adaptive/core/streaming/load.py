@@ -116,6 +116,12 @@ class LoadTracker:
             for stage in [st for st, run in self._run_of_stage.items() if run == event.run_id]:
                 del self._run_of_stage[stage]
 
+    def running_tasks(self, run_id: str) -> int:
+        """The most tasks a stage of the run's micro-batch in flight was submitted with (0
+        before its first stage): Spark spreads them over every executor with a free slot,
+        whatever slots the query is counted on (a source's partitions in its first stage)."""
+        return self._tasks.get(run_id, 0)
+
     def take(self, run_id: str) -> BatchLoad:
         """What the run's stages cost since the last call for it, and start again."""
         busy = self._busy.pop(run_id, 0.0) if run_id in self._timed else None

@@ -271,7 +271,9 @@ class AdaptiveScheduler:
         """Declare the executors the active queries want, but never fewer than their running
         micro-batches use: a lower total releases executors, and tasks lost under a running
         batch would have to run again (Flink, too, releases only free slots). What is held
-        back is declared once the queries let go (:meth:`released_slots`). An executor that
+        back is declared once the queries let go (:meth:`released_slots`); a stage of a
+        running batch with more tasks than its query's slots holds the executors it may
+        run on until a micro-batch boundary (:meth:`_held_by_running_batches`). An executor that
         joins after the declaration (the master launched it before it heard the total)
         is surplus: the same total is declared again, which releases it, but only at a
         micro-batch boundary (``between_batches``: a progress, or an idle report) if a
@@ -295,7 +297,10 @@ class AdaptiveScheduler:
         counted = active if self._autoscaled else self._runs_source_tasks(active)
         wanted = desired_slots(counted, self.settings.max_parallelism)
         in_use = sum(q.slots_in_use for q in self._queries.values())
-        slots = max(wanted, in_use)
+        held = in_use if between_batches else self._held_by_running_batches(in_use)
+        slots = max(wanted, held)
+        if held > max(wanted, in_use):
+            self._surplus_waits = True  # released at the next micro-batch boundary
         total = self.resources.executors_for(slots, self._default_slots_per_executor)
         if total is None:
             return
@@ -315,18 +320,32 @@ class AdaptiveScheduler:
                 self._surplus_waits = True  # released at the next micro-batch boundary
                 return
         per = self.resources.slots_per_executor(self._default_slots_per_executor)
-        held = (f"; the running queries still use {in_use} slots, the rest are released when "
-                "they let go" if in_use > wanted else "")
+        held_text = (f"; the running queries still use {held} slots, the rest are released "
+                     "when they let go" if held > wanted else "")
         if first:
-            held = ("; nothing is released before each query's first micro-batch has said "
+            held_text = ("; nothing is released before each query's first micro-batch has said "
                     "what it runs")
         whose = "the autoscaler's targets" if self._autoscaled else "the queries' upper bounds"
         if counted != active:
             whose += (" (a query without state that runs its source's partitions as its "
                       "tasks: those)")
         decision_log.info("request %d executors in total: %s want %d slots, %s slots per "
-                          "executor%s", total, whose, wanted, per, held)
+                          "executor%s", total, whose, wanted, per, held_text)
         self._request(total)
+
+    def _held_by_running_batches(self, in_use: int) -> int:
+        """``in_use`` (the slots the queries' runs are counted on) raised to the slots their
+        micro-batches in flight may run tasks on: a stage of more tasks than the query's
+        slots (a source's partitions) runs on every executor with a free slot, and an
+        executor released under it loses those tasks (Spark's killExecutors does not wait
+        for them). Never more than are alive: nothing is asked for on that account."""
+        alive = self.resources.slots
+        spread = 0
+        for q in self._queries.values():
+            if q.slots_in_use and q.run_id is not None:
+                tasks = min(self.load.running_tasks(q.run_id), alive)
+                spread += max(0, tasks - q.slots_in_use)
+        return max(in_use, min(in_use + spread, alive))
 
     def _hold(self, slots: int) -> None:
         """Before its first query, an autoscaled app holds the executors of ``slots``
