@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from spark_adaptive.core.events import (
     JobStarted,
+    QueryIdle,
     QueryProgress,
     QueryTerminated,
     SourceProgress,
@@ -57,6 +58,28 @@ def test_a_stage_that_completes_after_its_run_ended_is_not_kept() -> None:
     t.on_event(_completed(1, 2.0))  # the stage the stop cancelled, reported after the stop
     t.on_event(StageSubmitted(0.0, 1, 0, 8))
     assert (t._busy, t._timed, t._tasks, t._stages, t._total) == ({}, set(), {}, {}, {})
+    assert t.running_tasks("stopped-run") == 0
+
+
+def test_running_tasks_are_those_of_stages_submitted_and_not_completed() -> None:
+    t = LoadTracker()
+    assert t.running_tasks("run-a") == 0
+    t.on_event(JobStarted(0.0, 1, (1, 2), job_group="run-a"))
+    t.on_event(StageSubmitted(0.0, 1, 0, 24))  # the source's 24 partitions
+    assert t.running_tasks("run-a") == 24
+    t.on_event(StageSubmitted(0.0, 2, 0, 4))
+    t.on_event(_completed(1, 2.0))
+    assert t.running_tasks("run-a") == 4  # the wide stage is done
+    t.on_event(StageSubmitted(0.0, 1, 1, 6))  # a second attempt of stage 1 (a fetch failure)
+    t.on_event(_completed(2, 1.0))
+    assert t.running_tasks("run-a") == 6
+    t.on_event(QueryIdle(0.0, "q", "run-a"))  # no batch runs: a lost completion is let go
+    assert t.running_tasks("run-a") == 0
+    t.on_event(JobStarted(0.0, 2, (3,), job_group="run-a"))
+    t.on_event(StageSubmitted(0.0, 3, 0, 8))
+    t.on_event(QueryProgress(0.0, "q", "run-a", "q", 1, 10, 1.0, 1.0, 0.1, 0.1))
+    t.take("run-a")  # the batch's progress
+    assert t.running_tasks("run-a") == 0
 
 
 def test_without_task_time_busy_time_is_unknown() -> None:

@@ -894,6 +894,21 @@ def _end_batch(app: App, driver: FakeDriver, first_stage: int, stages: int) -> N
     app.event(driver.progress())
 
 
+def _app_after_three_batches(executors: str, stages: int, *, autoscaled: bool = True
+                             ) -> tuple[App, FakeDriver]:
+    """An app with ``executors`` (one slot each), a query of 2 partitions whose source has
+    4, and three micro-batches of ``stages`` stages (:func:`_batch`) completed."""
+    app = App(autoscaled=autoscaled)
+    for e in executors:
+        app.add(e)
+    driver = FakeDriver(query_info("q", partitions=2))
+    app.register(driver)
+    app.advance(60)
+    for b in range(3):
+        _batch(app, driver, 10 * b + 1, stages)
+    return app, driver
+
+
 @pytest.mark.parametrize("change, stages", [("autoscaler target", 1),
                                             ("autoscaler target", 2), ("bounds put", 1)])
 def test_executors_under_a_running_batch_s_wider_stage_go_only_once_it_completes(
@@ -901,14 +916,8 @@ def test_executors_under_a_running_batch_s_wider_stage_go_only_once_it_completes
     # 2 partitions, 4 source partitions: a batch's first stage runs 4 tasks on the 4
     # executors, whatever the 2 slots the query is counted on (with state or without).
     # A lower total declared while it runs waits for its end.
-    app = App(autoscaled=change == "autoscaler target")
-    for e in "1234":
-        app.add(e)
-    driver = FakeDriver(query_info("q", partitions=2))
-    app.register(driver)
-    app.advance(60)
-    for b in range(3):
-        _batch(app, driver, 10 * b + 1, stages)
+    app, driver = _app_after_three_batches("1234", stages,
+                                           autoscaled=change == "autoscaler target")
     assert app.actuator.requested in ([], [4])  # nothing released yet
     before = len(app.actuator.requested)
     _batch(app, driver, 100, stages, end=False)
@@ -917,7 +926,33 @@ def test_executors_under_a_running_batch_s_wider_stage_go_only_once_it_completes
     else:
         app.scheduler.update_requirements("q", 1, 2)  # the user's own: its 2 slots
     app.advance(5)
-    assert all(total >= 4 for total in app.actuator.requested[before:]), app.actuator.requested
+    assert all(total == 4 for total in app.actuator.requested[before:]), app.actuator.requested
     _end_batch(app, driver, 100, stages)  # the batch completed: its executors may go now
     assert app.actuator.requested[-1] == (1 if change == "autoscaler target" else 2)
     assert driver.calls == [("start", 2)]
+
+
+def test_a_wide_stage_that_completed_holds_nothing_and_the_hold_asks_for_nothing() -> None:
+    app, driver = _app_after_three_batches("12", 2)
+    # A target of 2 slots; then executors 3 and 4 join while a batch's 4-task stage runs:
+    # they are surplus, released at the boundary, and the stage asks for nothing more.
+    app.scheduler.set_scaling_target("q", ScalingTarget(2, 2))
+    assert app.actuator.requested == [2]
+    _batch(app, driver, 100, 2, end=False)
+    app.add("3")
+    app.add("4")
+    app.advance(5)
+    assert app.actuator.requested == [2]
+    _end_batch(app, driver, 100, 2)
+    assert app.actuator.requested == [2, 2]
+
+
+def test_a_wide_stage_that_completed_holds_no_executor() -> None:
+    app, driver = _app_after_three_batches("1234", 2)
+    # The first target comes while the batch's narrow stage runs (its 4-task one has
+    # completed): the executors beyond its 2 slots in use go at once.
+    _batch(app, driver, 100, 2, end=False)
+    app.event(StageCompleted(0.0, 100, 0, 4, 0, 0, 0, 0.5, task_time=1.0))
+    app.event(StageSubmitted(0.0, 101, 0, 2))
+    app.scheduler.set_scaling_target("q", ScalingTarget(1, 2))
+    assert app.actuator.requested == [2]

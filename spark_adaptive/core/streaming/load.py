@@ -31,6 +31,7 @@ from typing import Any
 from spark_adaptive.core.events import (
     Event,
     JobStarted,
+    QueryIdle,
     QueryProgress,
     QueryTerminated,
     SourceProgress,
@@ -71,6 +72,8 @@ class LoadTracker:
         self._timed: set[str] = set()
         # Job groups (a streaming run's is its run id) that have started a job, newest last.
         self._working: OrderedDict[str, None] = OrderedDict()
+        # Per run, its stages submitted and not completed: (stage, attempt) -> tasks.
+        self._running: dict[str, dict[tuple[int, int], int]] = {}
 
     def started_work(self, run_id: str) -> bool:
         """Whether a job of the run has started (Spark runs its micro-batches as jobs
@@ -90,6 +93,9 @@ class LoadTracker:
             # (an event the listener bus dropped).
             self._worked(event.run_id)
             return
+        if isinstance(event, QueryIdle):
+            self._running.pop(event.run_id, None)  # no batch runs (a completion was lost)
+            return
         if isinstance(event, JobStarted) and event.job_group:
             self._worked(event.job_group)
             for stage in event.stage_ids:
@@ -103,8 +109,12 @@ class LoadTracker:
                 self._tasks[run] = max(self._tasks.get(run, 0), event.num_tasks)
                 self._stages[run] = self._stages.get(run, 0) + 1
                 self._total[run] = self._total.get(run, 0) + event.num_tasks
+                self._running.setdefault(run, {})[(event.stage_id, event.attempt)] = \
+                    event.num_tasks
         elif isinstance(event, StageCompleted):
             run = self._run_of_stage.get(event.stage_id)
+            if run is not None:
+                self._running.get(run, {}).pop((event.stage_id, event.attempt), None)
             if run is not None and event.task_time is not None:
                 self._busy[run] = self._busy.get(run, 0.0) + event.task_time
                 self._timed.add(run)
@@ -117,14 +127,15 @@ class LoadTracker:
                 del self._run_of_stage[stage]
 
     def running_tasks(self, run_id: str) -> int:
-        """The most tasks a stage of the run's micro-batch in flight was submitted with (0
-        before its first stage): Spark spreads them over every executor with a free slot,
-        whatever slots the query is counted on (a source's partitions in its first stage)."""
-        return self._tasks.get(run_id, 0)
+        """The most tasks of a stage of the run's that was submitted and has not completed
+        (0: none runs): Spark spreads them over every executor with a free slot, whatever
+        slots the query is counted on (a source's partitions in a batch's first stage)."""
+        return max(self._running.get(run_id, {}).values(), default=0)
 
     def take(self, run_id: str) -> BatchLoad:
         """What the run's stages cost since the last call for it, and start again."""
         busy = self._busy.pop(run_id, 0.0) if run_id in self._timed else None
+        self._running.pop(run_id, None)  # the batch completed (or the run ended)
         self._timed.discard(run_id)
         return BatchLoad(busy, self._tasks.pop(run_id, None), self._stages.pop(run_id, 0),
                          self._total.pop(run_id, 0))

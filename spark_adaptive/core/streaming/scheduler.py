@@ -297,14 +297,21 @@ class AdaptiveScheduler:
         counted = active if self._autoscaled else self._runs_source_tasks(active)
         wanted = desired_slots(counted, self.settings.max_parallelism)
         in_use = sum(q.slots_in_use for q in self._queries.values())
-        held = in_use if between_batches else self._held_by_running_batches(in_use)
-        slots = max(wanted, held)
-        if held > max(wanted, in_use):
-            self._surplus_waits = True  # released at the next micro-batch boundary
+        slots = max(wanted, in_use)
         total = self.resources.executors_for(slots, self._default_slots_per_executor)
         if total is None:
             return
         alive = len(self.resources.executors)
+        held = in_use if between_batches else self._held_by_running_batches(in_use)
+        spread = False
+        if held > slots:
+            # The hold only delays a release: never more than declared (or alive, before
+            # any declaration), so nothing is asked for on its account.
+            kept = self.resources.executors_for(held, self._default_slots_per_executor) or 0
+            kept = min(kept, alive if self._declared is None else min(alive, self._declared))
+            if kept > total:
+                total, spread = kept, True
+                self._surplus_waits = True  # released at the next micro-batch boundary
         first = (not self._autoscaled and self.settings.mode == "adaptive" and total < alive
                  and any(not self._queries[k].boundary_seen for k in active))
         if first:
@@ -320,11 +327,14 @@ class AdaptiveScheduler:
                 self._surplus_waits = True  # released at the next micro-batch boundary
                 return
         per = self.resources.slots_per_executor(self._default_slots_per_executor)
-        held_text = (f"; the running queries still use {held} slots, the rest are released "
-                     "when they let go" if held > wanted else "")
+        held_text = (f"; the running queries still use {in_use} slots, the rest are released "
+                     "when they let go" if in_use > wanted else "")
+        if spread:
+            held_text = (f"; a running micro-batch's stage may use {held} slots, the rest are "
+                         "released once it completes")
         if first:
-            held_text = ("; nothing is released before each query's first micro-batch has said "
-                    "what it runs")
+            held_text = ("; nothing is released before each query's first micro-batch has "
+                         "said what it runs")
         whose = "the autoscaler's targets" if self._autoscaled else "the queries' upper bounds"
         if counted != active:
             whose += (" (a query without state that runs its source's partitions as its "
