@@ -72,6 +72,7 @@ def test_running_tasks_are_those_of_stages_submitted_and_not_completed() -> None
     assert t.running_tasks("run-a") == 4  # the wide stage is done
     t.on_event(StageSubmitted(0.0, 1, 1, 6))  # a second attempt of stage 1 (a fetch failure)
     t.on_event(_completed(2, 1.0))
+    t.on_event(_completed(1, 1.0))  # attempt 0's completion, reported again: not attempt 1's
     assert t.running_tasks("run-a") == 6
     t.on_event(QueryIdle(0.0, "q", "run-a"))  # no batch runs: a lost completion is let go
     assert t.running_tasks("run-a") == 0

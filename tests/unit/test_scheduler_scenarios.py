@@ -932,7 +932,7 @@ def test_executors_under_a_running_batch_s_wider_stage_go_only_once_it_completes
     assert driver.calls == [("start", 2)]
 
 
-def test_a_wide_stage_that_completed_holds_nothing_and_the_hold_asks_for_nothing() -> None:
+def test_the_hold_of_a_wide_stage_asks_for_no_executor_that_joins_mid_batch() -> None:
     app, driver = _app_after_three_batches("12", 2)
     # A target of 2 slots; then executors 3 and 4 join while a batch's 4-task stage runs:
     # they are surplus, released at the boundary, and the stage asks for nothing more.

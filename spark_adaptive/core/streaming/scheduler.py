@@ -331,7 +331,7 @@ class AdaptiveScheduler:
                      "when they let go" if in_use > wanted else "")
         if spread:
             held_text = (f"; a running micro-batch's stage may use {held} slots, the rest are "
-                         "released once it completes")
+                         "released once it has completed")
         if first:
             held_text = ("; nothing is released before each query's first micro-batch has "
                          "said what it runs")
