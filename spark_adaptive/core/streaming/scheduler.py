@@ -271,16 +271,16 @@ class AdaptiveScheduler:
         """Declare the executors the active queries want, but never fewer than their running
         micro-batches use: a lower total releases executors, and tasks lost under a running
         batch would have to run again (Flink, too, releases only free slots). What is held
-        back is declared once the queries let go (:meth:`released_slots`); a stage of a
-        running batch with more tasks than its query's slots holds the executors it may
-        run on until a micro-batch boundary (:meth:`_held_by_running_batches`). An executor that
-        joins after the declaration (the master launched it before it heard the total)
-        is surplus: the same total is declared again, which releases it, but only at a
-        micro-batch boundary (``between_batches``: a progress, or an idle report) if a
-        query runs, since Spark may already have given it tasks of a running one; so is
-        an executor whose release Spark refused (:meth:`release_refused`), whatever runs.
-        Once no managed query remains, :meth:`_declare_idle` declares what the app holds
-        without spark-adaptive."""
+        back is declared once the queries let go (:meth:`released_slots`); a running stage
+        with more tasks than its query's slots holds the executors they may run on while
+        it runs (:meth:`_held_by_running_batches`). An executor that joins after the
+        declaration (the master launched it before it heard the total) is surplus: the
+        same total is declared again, which releases it, but only at a micro-batch
+        boundary (``between_batches``: a progress, or an idle report) if a query runs,
+        since Spark may already have given it tasks of a running one; so is an executor
+        whose release Spark refused (:meth:`release_refused`), whatever runs. Once no
+        managed query remains, :meth:`_declare_idle` declares what the app holds without
+        spark-adaptive."""
         if self.resources.fixed_slots is not None:
             return  # nothing can change; leave the executors alone
         if not active:
