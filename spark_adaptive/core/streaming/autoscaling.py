@@ -354,9 +354,8 @@ class Autoscaling:
     def _view(self, q: QueryScheduler, watched: _Watched) -> QueryView:
         now = self._timers.now()
         share = q.slot_share() or 0
-        target = q.target
         slot_upper = q.slot_upper
-        waiting = target is not None and share < min(target.slots, slot_upper)
+        waiting = _short_of_target(q, share, slot_upper)
         if waiting and (watched.unmet_since is None or share != watched.unmet_share):
             watched.unmet_since, watched.unmet_share = now, share  # executors still come
         elif not waiting:
@@ -399,8 +398,7 @@ class Autoscaling:
         watched = self._watched(q)
         share = q.slot_share() or 0
         # A finished query waits for nothing (its target, if any, asks for nothing any more).
-        waiting = (not q.finished and q.target is not None
-                   and share < min(q.target.slots, q.slot_upper))
+        waiting = not q.finished and _short_of_target(q, share, q.slot_upper)
         cfg = self.config
         outcomes = self._outcomes.get(q.key, {})
         return AutoscalerStatus(
@@ -417,6 +415,13 @@ class Autoscaling:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+
+def _short_of_target(q: QueryScheduler, share: int, slot_upper: int) -> bool:
+    """The query's ``share`` holds fewer slots than its autoscaler's target asks for (at
+    most ``slot_upper``, :attr:`QueryScheduler.slot_upper`): it waits for executors."""
+    target = q.target
+    return target is not None and share < min(target.slots, slot_upper)
 
 
 def _useful_slots(q: QueryScheduler, watched: _Watched) -> int | None:
