@@ -188,7 +188,32 @@ def test_slots_per_executor_and_executors_for(vt: VirtualTime, rec: Recorder) ->
     t.executor_added("2", "h2", 2)
     t.executor_added("3", "h3", 4)
     assert t.slots_per_executor(default=8) == 2  # the most common size wins over the default
-    assert t.executors_for(7) == 4
+    assert t.executors_for(7) == 3  # the three alive carry 8; a fourth is not needed
+    assert t.executors_for(4) == 2
+    assert t.executors_for(0) == 0
+    assert t.executors_for(11) == 5  # the three alive, and 3 slots more at 2 per executor
+
+
+def test_executors_for_counts_those_that_stay_when_sizes_differ(
+        vt: VirtualTime, rec: Recorder) -> None:
+    """A lower total releases the newest executors: the count declared for some slots is
+    the fewest oldest executors that carry them, not the slots over the common size (which
+    would keep a small old executor and release a big new one the slots need)."""
+    t = tracker(vt, rec)
+    t.executor_added("1", "h1", 1)
+    t.executor_added("2", "h2", 4)
+    t.executor_added("3", "h3", 4)
+    assert t.slots_per_executor() == 4
+    assert t.executors_for(8) == 3  # 1 + 4 carry 5 only
+    assert t.executors_for(5) == 2
+    assert t.executors_for(1) == 1
+    t.release("1", "declared fewer")
+    assert t.restore("1", "Spark refused")  # counts again, in its place as the oldest
+    assert t.executors_for(5) == 2 and t.executors_for(8) == 3
+    t.executor_added("4", "h4", 1)
+    assert t.executors_for(9) == 3
+    assert t.executors_for(10) == 4
+    assert t.executors_for(12) == 6  # the four alive, and 2 slots at 1 (1 and 4 tie: the smaller)
 
 
 def test_refuses_bad_task_cpus(vt: VirtualTime, rec: Recorder) -> None:

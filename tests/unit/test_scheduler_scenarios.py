@@ -956,3 +956,20 @@ def test_a_wide_stage_that_completed_holds_no_executor() -> None:
     app.event(StageSubmitted(0.0, 101, 0, 2))
     app.scheduler.set_scaling_target("q", ScalingTarget(1, 2))
     assert app.actuator.requested == [2]
+
+
+def test_the_executors_declared_for_a_query_s_slots_stay_whatever_their_sizes() -> None:
+    # An old executor of 1 slot and two newer ones of 4: the query's 8 slots need all
+    # three, since a lower total releases the newest (one of 4 slots), not the small one.
+    app = App(autoscaled=False)
+    app.add("1", cores=1)
+    app.add("2", cores=4)
+    app.add("3", cores=4)
+    driver = FakeDriver(query_info("q", partitions=8))
+    app.register(driver)
+    app.advance(60)
+    for b in range(3):
+        _batch(app, driver, 10 * b + 1, 2)
+    app.scheduler.update_requirements("q", 1, 8)
+    app.advance(5)
+    assert app.actuator.requested == [3]

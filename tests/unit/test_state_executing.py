@@ -162,6 +162,33 @@ def test_a_change_is_the_trigger_only_of_rescales_toward_what_it_asked(vt: Virtu
         vt.advance(1000)
 
 
+def test_new_bounds_while_a_target_waits_make_the_rescale_theirs(vt: VirtualTime) -> None:
+    """The autoscaler's target waits for its executors when the bounds change: the rescale
+    the executors bring then is the bounds' (the last change); once it has landed, an
+    executor lost is the resources' and its return toward the target the autoscaler's."""
+    with StateContext(vt, share=4, requirements=ResourceRequirements(1, 12)) as ctx:
+        state = ctx.enter(lambda c: Executing(c, 12, 4))
+        vt.advance(40)
+        ctx.target, ctx.target_partitions = ScalingTarget(6, 12), 12
+        state.on_requirements_changed(autoscaler=True)  # 6 slots asked, 4 alive: it waits
+        assert ctx.live_rescales == []
+        ctx.requirements = ResourceRequirements(2, 12)  # bounds put meanwhile
+        state.on_requirements_changed()
+        assert ctx.live_rescales == []
+        ctx.share = 6
+        state.on_resources_changed()
+        assert (ctx.live_rescales[-1][0].target_slots, ctx.live_rescales[-1][1]) == (
+            6, Trigger.REQUIREMENTS_CHANGED)
+        ctx.share = 4
+        state.on_resources_changed()
+        assert ctx.live_rescales[-1][1] is Trigger.RESOURCES_LOST
+        ctx.share = 6
+        state.on_resources_changed()
+        assert ctx.live_rescales[-1][1] is Trigger.AUTOSCALER
+        vt.advance(1000)
+    assert ctx.transitions == []
+
+
 def test_a_restart_onto_the_partitions_the_autoscaler_asked_is_its_own(vt: VirtualTime) -> None:
     """Even on a slot fewer than before: the partitions it asked for are why it restarts."""
     with StateContext(vt, share=4, requirements=ResourceRequirements(1, 8)) as ctx:

@@ -67,6 +67,8 @@ class Executor:
     host: str
     cores: int
     slots: int
+    joined: int = 0
+    """Its place in the order executors joined (the actuator releases the newest first)."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,7 @@ class ResourceTracker:
         self._listeners: list[Callable[[SlotChange], None]] = [on_change] if on_change else []
         self._on_hung = on_hung
         self._live: dict[str, Executor] = {}
+        self._joined = 0  # executors added so far, for Executor.joined
         self._last_seen: dict[str, float] = {}
         self._lost: list[_Lost] = []  # in grace, oldest first
         # Released by spark-adaptive, their removal not reported yet (oldest first).
@@ -159,11 +162,19 @@ class ResourceTracker:
     def executors_for(
         self, slots: int, default_slots_per_executor: int | None = None
     ) -> int | None:
-        """Executors needed for ``slots`` slots; None while the slots per executor are unknown."""
+        """Executors to declare for ``slots`` slots: the fewest live ones, in the order they
+        joined, whose slots reach it (a lower total releases the newest executors, so those
+        are the ones that stay, whatever their sizes), and beyond all of them as many more
+        as the rest needs at the most common size. None while no size is known."""
         per = self.slots_per_executor(default_slots_per_executor)
         if per is None:
             return None
-        return math.ceil(slots / per)
+        kept = 0
+        for count, executor in enumerate(sorted(self._live.values(), key=lambda e: e.joined)):
+            if kept >= slots:
+                return count
+            kept += executor.slots
+        return len(self._live) + max(0, math.ceil((slots - kept) / per))
 
     # -- events ---------------------------------------------------------------------
     def handle(self, event: Event) -> bool:
@@ -184,7 +195,8 @@ class ResourceTracker:
         if executor_id in self._live:
             return
         before = self.slots
-        executor = Executor(executor_id, host, cores, cores // self._task_cpus)
+        self._joined += 1
+        executor = Executor(executor_id, host, cores, cores // self._task_cpus, self._joined)
         self._live[executor_id] = executor
         self._last_seen[executor_id] = self._timers.now()
         replaced = self._replace_lost(executor)
