@@ -216,6 +216,20 @@ def test_executors_for_counts_those_that_stay_when_sizes_differ(
     assert t.executors_for(12) == 6  # the four alive, and 2 slots at 1 (1 and 4 tie: the smaller)
 
 
+def test_executors_for_orders_executors_by_when_spark_added_them(
+        vt: VirtualTime, rec: Recorder) -> None:
+    """Executors alive when spark-adaptive starts come from Spark's status store, after the
+    listener may have heard of a newer one: the order is Spark's add time (the actuator
+    releases the newest by it), the order of arrival only among equal times."""
+    t = tracker(vt, rec)
+    t.handle(ExecutorAdded(5.0, "10", "h1", 8))  # heard of first, added last
+    t.handle(ExecutorAdded(1.0, "2", "h2", 1))
+    t.handle(ExecutorAdded(5.0, "11", "h3", 1))
+    assert t.executors_for(1) == 1  # "2", the oldest
+    assert t.executors_for(8) == 2  # "2" and "10": "11" came after "10" at the same time
+    assert t.executors_for(10) == 3
+
+
 def test_refuses_bad_task_cpus(vt: VirtualTime, rec: Recorder) -> None:
     with pytest.raises(ValueError, match="task_cpus"):
         tracker(vt, rec, task_cpus=0)

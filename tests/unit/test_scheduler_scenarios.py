@@ -972,4 +972,4 @@ def test_the_executors_declared_for_a_query_s_slots_stay_whatever_their_sizes() 
         _batch(app, driver, 10 * b + 1, 2)
     app.scheduler.update_requirements("q", 1, 8)
     app.advance(5)
-    assert app.actuator.requested == [3]
+    assert app.actuator.requested == [3] and app.actuator.killed == []

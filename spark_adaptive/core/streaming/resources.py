@@ -67,8 +67,11 @@ class Executor:
     host: str
     cores: int
     slots: int
+    added_at: float = 0.0
+    """When Spark added it (its ExecutorAdded event's time): the actuator releases the
+    newest first."""
     joined: int = 0
-    """Its place in the order executors joined (the actuator releases the newest first)."""
+    """Its place among the executors added, for those added at the same time."""
 
 
 @dataclass(frozen=True)
@@ -162,15 +165,17 @@ class ResourceTracker:
     def executors_for(
         self, slots: int, default_slots_per_executor: int | None = None
     ) -> int | None:
-        """Executors to declare for ``slots`` slots: the fewest live ones, in the order they
-        joined, whose slots reach it (a lower total releases the newest executors, so those
-        are the ones that stay, whatever their sizes), and beyond all of them as many more
-        as the rest needs at the most common size. None while no size is known."""
+        """Executors to declare for ``slots`` slots: the fewest live ones, oldest first
+        (by the time Spark added them, as the actuator releases the newest beyond a lower
+        total: those that stay, whatever their sizes), whose slots reach it, and beyond
+        all of them as many more as the rest needs at the most common size. None while no
+        size is known."""
         per = self.slots_per_executor(default_slots_per_executor)
         if per is None:
             return None
         kept = 0
-        for count, executor in enumerate(sorted(self._live.values(), key=lambda e: e.joined)):
+        oldest_first = sorted(self._live.values(), key=lambda e: (e.added_at, e.joined))
+        for count, executor in enumerate(oldest_first):
             if kept >= slots:
                 return count
             kept += executor.slots
@@ -182,7 +187,7 @@ class ResourceTracker:
         if self.fixed_slots is not None:
             return isinstance(event, (ExecutorAdded, ExecutorRemoved, ExecutorHeartbeat))
         if isinstance(event, ExecutorAdded):
-            self.executor_added(event.executor_id, event.host, event.cores)
+            self.executor_added(event.executor_id, event.host, event.cores, event.time)
         elif isinstance(event, ExecutorRemoved):
             self.executor_removed(event.executor_id, event.reason)
         elif isinstance(event, ExecutorHeartbeat):
@@ -191,12 +196,14 @@ class ResourceTracker:
             return False
         return True
 
-    def executor_added(self, executor_id: str, host: str, cores: int) -> None:
+    def executor_added(self, executor_id: str, host: str, cores: int,
+                       added_at: float = 0.0) -> None:
         if executor_id in self._live:
             return
         before = self.slots
         self._joined += 1
-        executor = Executor(executor_id, host, cores, cores // self._task_cpus, self._joined)
+        executor = Executor(executor_id, host, cores, cores // self._task_cpus, added_at,
+                            self._joined)
         self._live[executor_id] = executor
         self._last_seen[executor_id] = self._timers.now()
         replaced = self._replace_lost(executor)
