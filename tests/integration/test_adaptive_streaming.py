@@ -113,3 +113,40 @@ def test_stateful_query_follows_workers_one_three_two_exactly_once(
     for r in rows:
         assert r["n"] == len(range(r["key"], top + 1, 10))
     assert first.state_partitions == 1
+
+
+def test_executors_of_different_sizes_carry_the_slots_a_query_asks_for(
+        local_cluster, cluster_spark_factory, tmp_path):
+    """Without spark.executor.cores each executor takes its worker's free cores: an old one
+    of 1 slot and two newer ones of 2. The query's 4 slots need all three: the total
+    declared counts the executors that stay (a lower total releases the newest, a 2-slot
+    one), so none is released and the query runs on 4 slots, not 3."""
+    spark = cluster_spark_factory(local_cluster, **{"spark.sql.shuffle.partitions": "4"})
+    timing = {**FAST_TIMING, "parallelism.upper-bound": "4",
+              "scheduler.submission.resource-stabilization-timeout": "5s"}
+    rt = spark_adaptive.enable(spark, **timing)
+    rec = EventRecorder()
+    rt.subscribe(rec, "test")
+    wait_for_executors(spark, 1)
+    query = rate_aggregation(spark, str(tmp_path / "out"), str(tmp_path / "checkpoint"))
+
+    def at(partitions: int) -> Any:  # the app's query (the warm-up's query has state too)
+        return lambda e: e.query_id == query.id and e.state_partitions == partitions
+
+    rec.wait_for(ev.QueryProgress, at(1), timeout=120)
+    local_cluster.add_worker(cores=2)
+    local_cluster.add_worker(cores=2)
+    mark = rec.mark()
+    rec.wait_for(ev.QueryProgress, at(4), since=mark, timeout=180)
+    s = snapshot(rt, query.key)
+    assert (s["parallelism"], s["slots"]) == (4, 4), s
+    added = [e for e in rec.events if isinstance(e, ev.ExecutorAdded)]
+    assert sorted(e.cores for e in added) == [1, 2, 2], added
+    # A few micro-batches more: no executor is released, the query stays on 4 slots.
+    mark = rec.mark()
+    for _ in range(3):
+        rec.wait_for(ev.QueryProgress, at(4), since=rec.mark(), timeout=60)
+    assert not [e for e in rec.events[mark:] if isinstance(e, ev.ExecutorRemoved)]
+    assert len(local_cluster.executors(spark.sparkContext.applicationId)) == 3
+    assert (snapshot(rt, query.key)["slots"], snapshot(rt, query.key)["parallelism"]) == (4, 4)
+    query.stop()
