@@ -69,6 +69,9 @@ class SparkExecutorActuator:
         self.task_cpus = int(sc._conf.get("spark.task.cpus", "1") or 1)
         self._alive: dict[str, ev.ExecutorAdded] = {}
         self._releasing: set[str] = set()
+        # Killed as hung: no longer the app's, even if Spark refuses the kill (the scheduler
+        # stopped counting them; counting them here would release a healthy one instead).
+        self._hung: set[str] = set()
         self._on_refused: Callable[[list[str], str], None] | None = None
 
     def on_release_refused(self, callback: Callable[[list[str], str], None]) -> None:
@@ -98,6 +101,7 @@ class SparkExecutorActuator:
         elif isinstance(event, ev.ExecutorRemoved):
             self._alive.pop(event.executor_id, None)
             self._releasing.discard(event.executor_id)
+            self._hung.discard(event.executor_id)
 
     @property
     def executors(self) -> dict[str, int]:
@@ -115,7 +119,7 @@ class SparkExecutorActuator:
     def request_total_executors(self, total: int) -> list[str]:
         """Declare ``total`` executors; release the newest surplus ones if more are alive,
         and return their ids."""
-        staying = [k for k in self._alive if k not in self._releasing]
+        staying = [k for k in self._alive if k not in self._releasing and k not in self._hung]
         surplus = len(staying) - total
         newest: list[str] = []
         if surplus > 0 and self.supported:  # unsupported: no kill is sent, none is released
@@ -130,7 +134,9 @@ class SparkExecutorActuator:
         """Kill a silent executor and have the driver drop it at once (through the shim),
         then declare the total again: Spark's ``killExecutors`` also lowers the app's
         executor target by the executors it kills, so without it no replacement would
-        ever be launched."""
+        ever be launched. It no longer counts among the executors a declared total keeps,
+        even if Spark refuses the kill, as the scheduler no longer counts it."""
+        self._hung.add(executor_id)
         self.kill_executors([executor_id], reason)
         self._enqueue("declare-lost", (executor_id, reason))
         if self._declared_total is not None:

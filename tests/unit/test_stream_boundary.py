@@ -185,6 +185,18 @@ def test_an_accepted_release_is_not_reported() -> None:
     assert (refused, actuator.killed) == ([], ["3"])
 
 
+def test_a_hung_executor_whose_kill_is_refused_is_not_kept_for_a_total() -> None:
+    # The scheduler stopped counting the hung executor: were it counted here as staying, a
+    # declared total would release a healthy one (the newest) in its place.
+    actuator, refused = _actuator(lambda ids: False)
+    actuator.release_hung_executor("1", "no heartbeat for 60s")
+    assert refused and refused[0][0] == ["1"]
+    assert actuator.request_total_executors(2) == []
+    actuator.observe(ev.ExecutorRemoved(9.0, "1", "Executor heartbeat timed out"))
+    assert actuator.request_total_executors(2) == []
+    assert actuator.request_total_executors(1) == ["3"]
+
+
 def test_a_master_without_executor_control_releases_none() -> None:
     actuator, refused = _actuator(lambda ids: True, supported=False)
     assert actuator.request_total_executors(1) == []  # no kill can be sent: none goes
