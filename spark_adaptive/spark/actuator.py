@@ -120,6 +120,9 @@ class SparkExecutorActuator:
         """Declare ``total`` executors; release the newest surplus ones if more are alive,
         and return their ids."""
         staying = [k for k in self._alive if k not in self._releasing and k not in self._hung]
+        # A hung executor whose kill was refused or failed is killed again.
+        self.kill_executors([k for k in self._hung if k in self._alive and k not in
+                             self._releasing], "killed as hung; the kill is tried again")
         surplus = len(staying) - total
         newest: list[str] = []
         if surplus > 0 and self.supported:  # unsupported: no kill is sent, none is released
@@ -237,7 +240,8 @@ class SparkExecutorActuator:
 
     def _kept(self, ids: Sequence[str], why: str) -> None:
         """Executors whose release failed stay the app's: the next declaration of a lower
-        total releases them again, instead of counting them as gone for good; the
+        total releases them again (one killed as hung is killed again at the next
+        declaration, whatever its total), instead of counting them as gone for good; the
         :meth:`on_release_refused` callback is told, so the scheduler counts them again."""
         self._releasing.difference_update(ids)
         callback = self._on_refused

@@ -140,8 +140,9 @@ def test_executors_of_different_sizes_carry_the_slots_a_query_asks_for(
     rec.wait_for(ev.QueryProgress, at(4), since=mark, timeout=180)
     s = snapshot(rt, query.key)
     assert (s["parallelism"], s["slots"]) == (4, 4), s
-    added = [e for e in rec.events if isinstance(e, ev.ExecutorAdded)]
-    assert sorted(e.cores for e in added) == [1, 2, 2], added
+    added = {e.executor_id: e.cores for e in rec.events if isinstance(e, ev.ExecutorAdded)}
+    assert sorted(added.values()) == [1, 2, 2], added
+    assert rt.loop.call_sync(lambda: rt.scheduler.app_snapshot()["declaredExecutors"]) == 3
     # A few micro-batches more: no executor is released, the query stays on 4 slots.
     mark = rec.mark()
     for _ in range(3):

@@ -386,9 +386,12 @@ class App:
     unless a test freezes one (:meth:`freeze`).
     """
 
-    def __init__(self, settings: Settings | None = None, **kw: Any) -> None:
+    def __init__(self, settings: Settings | None = None, *, actuator: Any = None,
+                 **kw: Any) -> None:
+        """``actuator``: another than a FakeActuator (one with ``observe``, as the Spark
+        actuator, hears every event, as from the bus)."""
         self.vt = VirtualTime()
-        self.actuator = FakeActuator()
+        self.actuator = FakeActuator() if actuator is None else actuator
         settings = settings or Settings()
         self.scheduler = AdaptiveScheduler(
             settings.scheduler, self.actuator, self.vt,
@@ -412,6 +415,9 @@ class App:
         self.beating.discard(executor_id)
 
     def event(self, event: Any) -> None:
+        observe = getattr(self.actuator, "observe", None)
+        if observe is not None:
+            observe(event)
         self.scheduler.on_event(event)
         self.vt.run_pending()
 

@@ -187,14 +187,47 @@ def test_an_accepted_release_is_not_reported() -> None:
 
 def test_a_hung_executor_whose_kill_is_refused_is_not_kept_for_a_total() -> None:
     # The scheduler stopped counting the hung executor: were it counted here as staying, a
-    # declared total would release a healthy one (the newest) in its place.
-    actuator, refused = _actuator(lambda ids: False)
+    # declared total would release a healthy one (the newest) in its place. Its kill is
+    # tried again at each declaration, until Spark reports it removed.
+    kills: list[list[str]] = []
+
+    def refuse(ids: list[str]) -> bool:
+        kills.append(list(ids))
+        return False
+
+    actuator, refused = _actuator(refuse)
     actuator.release_hung_executor("1", "no heartbeat for 60s")
-    assert refused and refused[0][0] == ["1"]
+    assert kills == [["1"]] and [ids for ids, _ in refused] == [["1"]]
     assert actuator.request_total_executors(2) == []
+    assert kills == [["1"], ["1"]]
     actuator.observe(ev.ExecutorRemoved(9.0, "1", "Executor heartbeat timed out"))
     assert actuator.request_total_executors(2) == []
     assert actuator.request_total_executors(1) == ["3"]
+    assert kills == [["1"], ["1"], ["3"]]
+
+
+def test_an_executor_found_hung_is_the_only_one_released_for_it() -> None:
+    # Four executors and a stateful query of 2 partitions before its first boundary (the
+    # scheduler releases nothing yet); the oldest hangs. The total declared as its slots
+    # go must not count it among the executors that stay: a healthy one would go instead.
+    kills: list[list[str]] = []
+
+    def kill(ids: list[str]) -> bool:
+        kills.append(list(ids))
+        return True
+
+    real = SparkExecutorActuator(_FakeSparkContext(kill), synchronous=True,  # type: ignore[arg-type]
+                                 shim_jar="/no/shim.jar")
+    real.supported = True
+    app = App(actuator=real)
+    for e in "1234":
+        app.add(e)
+        app.vt.advance(1)
+    app.register(FakeDriver(query_info("q", partitions=2, state_partitions=2)))
+    app.advance(5)
+    app.freeze("1")
+    app.advance(60)
+    assert kills == [["1"]]
 
 
 def test_a_master_without_executor_control_releases_none() -> None:

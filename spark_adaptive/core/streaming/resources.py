@@ -328,12 +328,14 @@ class ResourceTracker:
                 if now >= self._deadline(eid)]
         for executor_id, silent in hung:
             before = self.slots
-            executor = self._live.pop(executor_id)
+            self._live.pop(executor_id)
             self._last_seen.pop(executor_id)
             self._heard.discard(executor_id)
+            # Reported before the listeners hear of the slots: a total they declare then
+            # must not count it among the executors that stay.
+            if self._on_hung is not None:
+                self._on_hung(executor_id, silent)
             self._changed(before, f"executor {executor_id} sent no heartbeat for {silent:g}s "
                                   f"(failure-detection.timeout {self._timeout:g}s); treated as "
                                   "lost")
-            if self._on_hung is not None:
-                self._on_hung(executor.executor_id, silent)
         self._arm_hang_check()
