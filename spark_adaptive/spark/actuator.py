@@ -17,12 +17,15 @@ state-store data).
 
 The py4j calls run on a worker thread of their own, so the scheduler thread
 never waits on an RPC to the cluster manager. Requests coalesce: when several
-totals are declared quickly, only the newest is sent. A call that raises (py4j,
-the cluster manager) is one ERROR line saying what was not done; nothing waits
-on it, so the scheduler and the queries go on. A release that Spark refuses or
-that raises is reported to the :meth:`SparkExecutorActuator.on_release_refused`
-callback (the runtime hands it to the scheduler, which counts those executors
-again).
+totals are declared quickly, only the newest is sent; and the declared total is
+sent again after every release, as Spark's ``killExecutors`` lowers its target
+by the executors it kills. A call that raises (py4j, the cluster manager) is one
+ERROR line saying what was not done; nothing waits on it, so the scheduler and
+the queries go on. A release that Spark refuses or that raises is reported to
+the :meth:`SparkExecutorActuator.on_release_refused` callback (the runtime hands
+it to the scheduler, which counts those executors again), except that of an
+executor killed as hung, which is no longer counted and whose kill is sent again
+at the next declaration.
 """
 
 from __future__ import annotations
@@ -194,7 +197,8 @@ class SparkExecutorActuator:
     def _run(self, what: str, arg: Any) -> None:
         """Send one call to Spark. A call that raises (py4j, the cluster manager) is one
         ERROR line saying what was not done (it is not retried: the scheduler's next
-        declaration is sent as usual); the scheduler and the queries go on."""
+        declaration is sent as usual, with the kill of a hung executor again); the
+        scheduler and the queries go on."""
         jsc = self._sc._jsc.sc()
         doing = what
         try:
@@ -232,6 +236,13 @@ class SparkExecutorActuator:
                     return
                 self.killed.extend(ids)
                 log.info("released executor(s) %s: %s", ", ".join(ids), reason)
+                # Spark's killExecutors also lowers its executor target by the executors
+                # it kills: the declared total goes again after every kill, even when a
+                # request queued before the kill has already sent it.
+                with self._lock:
+                    if self._declared_total is not None:
+                        self._latest_total = self._declared_total
+                self._run("request", None)
         except Exception as e:
             log.error("%s failed (%s); not done, and the queries run on with the executors "
                       "they have", doing, error_text(e), exc_info=True)

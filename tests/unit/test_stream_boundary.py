@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -228,6 +229,38 @@ def test_an_executor_found_hung_is_the_only_one_released_for_it() -> None:
     app.freeze("1")
     app.advance(60)
     assert kills == [["1"]]
+
+
+def test_the_declared_total_goes_again_after_every_release() -> None:
+    # Spark's killExecutors lowers its executor target by the executors it kills. A hung
+    # executor's kill queues a request; a lower total declared meanwhile (the slots of
+    # the hung one gone) releases one more: that request, sent before the second kill,
+    # carries the new total already, so the total is sent again after that kill.
+    calls: list[tuple[str, Any]] = []
+    gate = threading.Event()
+
+    def kill(ids: list[str]) -> bool:
+        calls.append(("kill", list(ids)))
+        gate.wait(5)
+        return True
+
+    sc = _FakeSparkContext(kill)
+    sc.jsc.requestTotalExecutors = (  # type: ignore[method-assign]
+        lambda total, *_: calls.append(("request", total)) is None)
+    actuator = SparkExecutorActuator(sc, shim_jar="/no/shim.jar")  # type: ignore[arg-type]
+    actuator.supported = True
+    for i in "1234":
+        actuator.observe(ev.ExecutorAdded(float(i), i, f"host-{i}", 1))
+    actuator.request_total_executors(4)
+    assert actuator.drain()
+    actuator.release_hung_executor("1", "no heartbeat for 60s")
+    assert actuator.request_total_executors(2) == ["4"]
+    gate.set()
+    assert actuator.drain()
+    actuator.close()
+    kills = [i for i, (what, _) in enumerate(calls) if what == "kill"]
+    assert [arg for what, arg in calls if what == "kill"] == [["1"], ["4"]]
+    assert calls[kills[-1] + 1:] == [("request", 2)], calls
 
 
 def test_a_master_without_executor_control_releases_none() -> None:
