@@ -150,7 +150,7 @@ class ExecutorActuator(Protocol):
         ...
 
     def kill_executors(self, executor_ids: Sequence[str], reason: str) -> None:
-        """Release these executors (lowering the target by as many)."""
+        """Release these executors; the total declared last stays declared."""
         ...
 
     def release_hung_executor(self, executor_id: str, reason: str) -> None:

@@ -122,6 +122,9 @@ class SparkExecutorActuator:
     def request_total_executors(self, total: int) -> list[str]:
         """Declare ``total`` executors; release the newest surplus ones if more are alive,
         and return their ids."""
+        # The total first: a kill sent from here re-sends the declared total once done.
+        with self._lock:
+            self._latest_total = self._declared_total = total
         staying = [k for k in self._alive if k not in self._releasing and k not in self._hung]
         # A hung executor whose kill was refused or failed is killed again.
         self.kill_executors([k for k in self._hung if k in self._alive and k not in
@@ -131,8 +134,6 @@ class SparkExecutorActuator:
         if surplus > 0 and self.supported:  # unsupported: no kill is sent, none is released
             newest = sorted(staying, key=lambda k: self._alive[k].time)[-surplus:]
             self.kill_executors(newest, f"more executors alive than the {total} declared")
-        with self._lock:
-            self._latest_total = self._declared_total = total
         self._enqueue("request", None)
         return newest
 

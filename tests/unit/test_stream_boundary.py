@@ -263,6 +263,22 @@ def test_the_declared_total_goes_again_after_every_release() -> None:
     assert calls[kills[-1] + 1:] == [("request", 2)], calls
 
 
+def test_a_release_sent_at_once_is_followed_by_its_own_total() -> None:
+    # The kill may be done before the declaration returns (here at once): the total sent
+    # after it is the one being declared, not the one before.
+    calls: list[tuple[str, Any]] = []
+    sc = _FakeSparkContext(lambda ids: calls.append(("kill", list(ids))) is None)
+    sc.jsc.requestTotalExecutors = (  # type: ignore[method-assign]
+        lambda total, *_: calls.append(("request", total)) is None)
+    actuator = SparkExecutorActuator(sc, synchronous=True)  # type: ignore[arg-type]
+    actuator.supported = True
+    for i in "1234":
+        actuator.observe(ev.ExecutorAdded(float(i), i, f"host-{i}", 1))
+    actuator.request_total_executors(4)
+    assert actuator.request_total_executors(2) == ["3", "4"]
+    assert calls == [("request", 4), ("kill", ["3", "4"]), ("request", 2)]
+
+
 def test_a_master_without_executor_control_releases_none() -> None:
     actuator, refused = _actuator(lambda ids: True, supported=False)
     assert actuator.request_total_executors(1) == []  # no kill can be sent: none goes
