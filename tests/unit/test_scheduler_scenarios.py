@@ -616,6 +616,33 @@ def test_an_autoscaler_target_on_a_divisor_is_a_live_rescale_and_executors_go_af
     assert driver.calls == [("start", 4)]
 
 
+def test_slots_a_query_gave_up_under_its_running_batch_ask_for_no_executor() -> None:
+    """A gives up a slot live while its micro-batch runs; B is rescaled onto it at once. For
+    a while both count it, but the targets want the 4 executors alive: none is asked for."""
+    app = App(Settings.from_conf({}), autoscaled=True)
+    for e in "1234":
+        app.add(e)
+    a = FakeDriver(query_info("A", partitions=4), query_id="qa")
+    b = FakeDriver(query_info("B", partitions=4), query_id="qb")
+    app.register(a, ResourceRequirements(1, 4))
+    app.register(b, ResourceRequirements(1, 4))
+    for key in "AB":
+        app.scheduler.set_scaling_target(key, ScalingTarget(slots=2, partitions=4))
+    app.batch(a)
+    app.batch(b)
+    app.advance(60)
+    assert app.actuator.requested == [4]
+    app.scheduler.set_scaling_target("A", ScalingTarget(slots=1, partitions=4))
+    app.scheduler.set_scaling_target("B", ScalingTarget(slots=3, partitions=4))
+    qa, qb = app.scheduler.query("A"), app.scheduler.query("B")
+    assert (qa.slots_in_use, qb.slots_in_use) == (2, 3)  # A's batch still runs on 2
+    assert app.actuator.requested == [4]
+    app.event(a.progress())
+    assert (qa.slots_in_use, qb.slots_in_use) == (1, 3)
+    assert app.actuator.requested == [4]
+    assert app.actuator.killed == []
+
+
 def test_an_autoscaler_target_with_other_partitions_restarts_at_them_when_the_slots_come(
         ) -> None:
     app = App(Settings.from_conf({"spark.adaptive.parallelism.upper-bound": "12"}))
