@@ -985,9 +985,11 @@ def test_a_wide_stage_that_completed_holds_no_executor() -> None:
     assert app.actuator.requested == [2]
 
 
-def test_the_executors_declared_for_a_query_s_slots_stay_whatever_their_sizes() -> None:
+def test_the_executors_declared_for_a_query_s_slots_stay_whatever_their_sizes(
+        caplog: pytest.LogCaptureFixture) -> None:
     # An old executor of 1 slot and two newer ones of 4: the query's 8 slots need all
     # three, since a lower total releases the newest (one of 4 slots), not the small one.
+    caplog.set_level(logging.INFO, logger=LOGGER_NAME)
     app = App(autoscaled=False)
     app.add("1", cores=1)
     app.add("2", cores=4)
@@ -1000,3 +1002,5 @@ def test_the_executors_declared_for_a_query_s_slots_stay_whatever_their_sizes() 
     app.scheduler.update_requirements("q", 1, 8)
     app.advance(5)
     assert app.actuator.requested == [3] and app.actuator.killed == []
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("request ")]
+    assert said and "want 8 slots, executors of 1-4 slots (any more at 4)" in said[-1], said

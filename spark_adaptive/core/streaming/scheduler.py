@@ -330,6 +330,9 @@ class AdaptiveScheduler:
                 self._surplus_waits = True  # released at the next micro-batch boundary
                 return
         per = self.resources.slots_per_executor(self._default_slots_per_executor)
+        sizes = sorted({e.slots for e in self.resources.executors if e.slots > 0})
+        per_text = (f"{per} slots per executor" if len(sizes) < 2 else
+                    f"executors of {sizes[0]}-{sizes[-1]} slots (any more at {per})")
         held_text = (f"; the running queries still use {in_use} slots, the rest are released "
                      "when they let go" if in_use > wanted else "")
         if spread:
@@ -342,8 +345,8 @@ class AdaptiveScheduler:
         if counted != active:
             whose += (" (a query without state that runs its source's partitions as its "
                       "tasks: those)")
-        decision_log.info("request %d executors in total: %s want %d slots, %s slots per "
-                          "executor%s", total, whose, wanted, per, held_text)
+        decision_log.info("request %d executors in total: %s want %d slots, %s%s", total,
+                          whose, wanted, per_text, held_text)
         self._request(total)
 
     def _held_by_running_batches(self, in_use: int) -> int:
