@@ -79,13 +79,20 @@ def _refuse_other_settings(running: Settings, wanted: Settings, keys: Iterable[s
         have, want = _value_at(running, path), _value_at(wanted, path)
         if have != want:
             differ.append(key if o.secret else
-                          f"{key}={o.format(want)} (running: {o.format(have)})")
+                          f"{key}={o.format(want)} (running: {_shown(o, have)})")
     if differ:
         raise ConfigurationError([
             "spark-adaptive is already running for this SparkContext with other settings: "
             + "; ".join(differ) + ". A running spark-adaptive is not reconfigured: set these "
             "keys before the context starts (spark-submit --conf, the session builder), or "
             "stop the SparkContext and start it again with them"])
+
+
+def _shown(o: Option, value: Any) -> str:
+    """``value`` as a user would write it; an unset key, as unset, with what that means."""
+    if value is None:
+        return f"unset: {o.default_text}" if o.default_text else "unset"
+    return o.format(value)
 
 
 def _value_at(settings: Settings, path: tuple[str, ...]) -> Any:

@@ -33,6 +33,19 @@ def gateway(sc: SparkContext) -> Any:
     return sc._gateway
 
 
+def clear_spark_properties(context: type[SparkContext], keep: tuple[str, ...]) -> None:
+    """Clear the ``spark.*`` system properties of the JVM this process launched (if it
+    did), but those whose names start with one of ``keep``. ``context``: PySpark's
+    ``SparkContext`` class, which holds the process's gateway."""
+    gw = context._gateway
+    if gw is None:
+        return
+    system = gw.jvm.java.lang.System
+    for key in list(system.getProperties().stringPropertyNames()):
+        if key.startswith("spark.") and not key.startswith(keep):
+            system.clearProperty(key)
+
+
 def ensure_callback_server(sc: SparkContext) -> None:
     """Start py4j's callback server the way PySpark itself does, once."""
     from pyspark.java_gateway import ensure_callback_server_started

@@ -13,7 +13,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from spark_adaptive.spark.jvm import registered_executors
+from spark_adaptive.spark.jvm import clear_spark_properties, registered_executors
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -37,8 +37,22 @@ TEST_CONF = {
 }
 
 
+#: System properties a session's options do not make: PySpark's launch of the JVM sets
+#: them (or a default for them) in any process, and a session without a name or a master
+#: of its own falls back on them there as well.
+_LAUNCH_PROPERTIES = ("spark.submit.", "spark.app.submitTime", "spark.app.name", "spark.master",
+                      "spark.ui.showConsoleProgress")
+
+
 def stop_active_session() -> None:
-    """Stop whatever SparkContext this process has, so a new one can take other settings."""
+    """Stop whatever SparkContext this process has, so a new one can take other settings.
+
+    PySpark hands the options of a process's first session to the JVM it launches as
+    system properties, and every SparkConf made later in the process loads them: a key
+    one test's session set (``spark.adaptive.enabled``, ``spark.executor.cores``) would
+    reach the sessions of the tests after it. They are cleared here (all but those of
+    :data:`_LAUNCH_PROPERTIES`), so the next session has the options it is given and
+    Spark's defaults, as in a new process."""
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
@@ -47,6 +61,7 @@ def stop_active_session() -> None:
         active.stop()
     if SparkContext._active_spark_context is not None:
         SparkContext._active_spark_context.stop()
+    clear_spark_properties(SparkContext, keep=_LAUNCH_PROPERTIES)
 
 
 def stop_session(spark: SparkSession) -> None:

@@ -137,6 +137,35 @@ def test_a_start_that_fails_partway_leaves_nothing_running() -> None:
     assert (r["threads"], r["runtimes"], r["context"]) == ([], 0, False)
 
 
+def test_a_session_after_stop_active_session_has_only_the_options_it_is_given() -> None:
+    """The process's first session enables spark-adaptive and sets spark.executor.cores;
+    PySpark leaves them in the JVM's system properties. After the test helper's
+    stop_active_session, a session made without them has neither, and enabling
+    spark-adaptive on it with settings of its own works."""
+    r = _run("""
+        import spark_adaptive
+        from spark_adaptive.spark.runtime import runtime_for
+        from spark_adaptive.testing.session import stop_active_session
+        first = builder(**{"spark.adaptive.enabled": "true", "spark.adaptive.rest.enabled":
+                           "false", "spark.executor.cores": "1"}).getOrCreate()
+        managed_first = runtime_for(first.sparkContext) is not None
+        stop_active_session()
+        spark = builder().getOrCreate()
+        conf = spark.sparkContext.getConf()
+        managed = runtime_for(spark.sparkContext) is not None
+        rt = spark_adaptive.enable(spark, **{"rest.enabled": "false",
+                                             "parallelism.upper-bound": "4"})
+        report(managed_first=managed_first, managed=managed,
+               enabled=conf.get("spark.adaptive.enabled", None),
+               cores=conf.get("spark.executor.cores", None),
+               upper=rt.settings.scheduler.upper_bound)
+        stop_active_session()
+    """)
+    assert (r["managed_first"], r["managed"], r["enabled"], r["cores"]) == (
+        True, False, None, None), r["output"][-3000:]
+    assert r["upper"] == 4
+
+
 @pytest.mark.internals
 def test_without_java_the_jvm_is_launched_once() -> None:
     r = _run("""

@@ -35,10 +35,13 @@ def test_enable_on_a_running_runtime_refuses_other_settings_and_names_them(
                                          "spark.adaptive.rest.token": "s3cret"})
     with pytest.raises(ConfigurationError) as e:
         activation.enable(session, **{"scheduler.mode": "reactive",  # type: ignore[arg-type]
-                                      "rest.token": "n3wvalue", "listener": "auto"})
+                                      "rest.token": "n3wvalue", "listener": "auto",
+                                      "parallelism.upper-bound": "4"})
     text = str(e.value)
     assert "already running" in text
     assert "spark.adaptive.scheduler.mode=reactive (running: adaptive)" in text
+    assert ("spark.adaptive.parallelism.upper-bound=4 (running: unset: the query's partitions "
+            "(reactive: max-parallelism))") in text
     assert "spark.adaptive.rest.token" in text and "n3wvalue" not in text  # a secret: no value
     assert "s3cret" not in text
     assert "spark.adaptive.listener" not in text  # the same as running: not named
