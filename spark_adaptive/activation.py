@@ -79,7 +79,7 @@ def _refuse_other_settings(running: Settings, wanted: Settings, keys: Iterable[s
         have, want = _value_at(running, path), _value_at(wanted, path)
         if have != want:
             differ.append(key if o.secret else
-                          f"{key}={o.format(want)} (running: {_shown(o, have)})")
+                          f"{key}={_shown(o, want)} (running: {_shown(o, have)})")
     if differ:
         raise ConfigurationError([
             "spark-adaptive is already running for this SparkContext with other settings: "
@@ -89,8 +89,9 @@ def _refuse_other_settings(running: Settings, wanted: Settings, keys: Iterable[s
 
 
 def _shown(o: Option, value: Any) -> str:
-    """``value`` as a user would write it; an unset key, as unset, with what that means."""
-    if value is None:
+    """``value`` as a user would write it; an unset key (None, or an empty text where that
+    means a default), as unset, with what that means."""
+    if value is None or (value == "" and o.default_text):
         return f"unset: {o.default_text}" if o.default_text else "unset"
     return o.format(value)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,17 +34,16 @@ def gateway(sc: SparkContext) -> Any:
     return sc._gateway
 
 
-def clear_spark_properties(context: type[SparkContext], keep: tuple[str, ...]) -> None:
-    """Clear the ``spark.*`` system properties of the JVM this process launched (if it
-    did), but those whose names start with one of ``keep``. ``context``: PySpark's
-    ``SparkContext`` class, which holds the process's gateway."""
+def clear_system_properties(context: type[SparkContext], keys: Iterable[str]) -> None:
+    """Clear ``keys`` from the system properties of the driver JVM this process is
+    connected to, if any. ``context``: PySpark's ``SparkContext`` class, which holds the
+    process's gateway."""
     gw = context._gateway
     if gw is None:
         return
     system = gw.jvm.java.lang.System
-    for key in list(system.getProperties().stringPropertyNames()):
-        if key.startswith("spark.") and not key.startswith(keep):
-            system.clearProperty(key)
+    for key in keys:
+        system.clearProperty(key)
 
 
 def ensure_callback_server(sc: SparkContext) -> None:

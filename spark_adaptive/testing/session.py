@@ -13,7 +13,8 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from spark_adaptive.spark.jvm import clear_spark_properties, registered_executors
+import _spark_adaptive_startup
+from spark_adaptive.spark.jvm import clear_system_properties, registered_executors
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -37,11 +38,10 @@ TEST_CONF = {
 }
 
 
-#: System properties a session's options do not make: PySpark's launch of the JVM sets
-#: them (or a default for them) in any process, and a session without a name or a master
-#: of its own falls back on them there as well.
-_LAUNCH_PROPERTIES = ("spark.submit.", "spark.app.submitTime", "spark.app.name", "spark.master",
-                      "spark.ui.showConsoleProgress")
+#: Options of the first session that later ones keep: a session without a master or a name
+#: of its own takes the first one's, as PySpark's launch of the JVM left them (without
+#: them, and without spark-submit's, it could not start at all).
+_KEPT_OPTIONS = ("spark.master", "spark.app.name")
 
 
 def stop_active_session() -> None:
@@ -50,9 +50,12 @@ def stop_active_session() -> None:
     PySpark hands the options of a process's first session to the JVM it launches as
     system properties, and every SparkConf made later in the process loads them: a key
     one test's session set (``spark.adaptive.enabled``, ``spark.executor.cores``) would
-    reach the sessions of the tests after it. They are cleared here (all but those of
-    :data:`_LAUNCH_PROPERTIES`), so the next session has the options it is given and
-    Spark's defaults, as in a new process."""
+    reach the sessions of the tests after it. Those options (all but
+    :data:`_KEPT_OPTIONS`) are cleared here, as spark-adaptive's start-up hook saw them
+    at the launch, so the next session has the options it is given, spark-submit's
+    (``PYSPARK_SUBMIT_ARGS``, ``spark-defaults.conf``) and Spark's defaults. Without the
+    hook (``SPARK_ADAPTIVE_STARTUP=0``) nothing is known of the launch and nothing is
+    cleared."""
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
@@ -61,7 +64,8 @@ def stop_active_session() -> None:
         active.stop()
     if SparkContext._active_spark_context is not None:
         SparkContext._active_spark_context.stop()
-    clear_spark_properties(SparkContext, keep=_LAUNCH_PROPERTIES)
+    launched = _spark_adaptive_startup.launch_options or ()
+    clear_system_properties(SparkContext, [k for k in launched if k not in _KEPT_OPTIONS])
 
 
 def stop_session(spark: SparkSession) -> None:

@@ -141,7 +141,8 @@ def test_a_session_after_stop_active_session_has_only_the_options_it_is_given() 
     """The process's first session enables spark-adaptive and sets spark.executor.cores;
     PySpark leaves them in the JVM's system properties. After the test helper's
     stop_active_session, a session made without them has neither, and enabling
-    spark-adaptive on it with settings of its own works."""
+    spark-adaptive on it with settings of its own works. What spark-submit was given
+    (PYSPARK_SUBMIT_ARGS) stays."""
     r = _run("""
         import spark_adaptive
         from spark_adaptive.spark.runtime import runtime_for
@@ -158,12 +159,13 @@ def test_a_session_after_stop_active_session_has_only_the_options_it_is_given() 
         report(managed_first=managed_first, managed=managed,
                enabled=conf.get("spark.adaptive.enabled", None),
                cores=conf.get("spark.executor.cores", None),
+               submitted=conf.get("spark.sql.shuffle.partitions", None),
                upper=rt.settings.scheduler.upper_bound)
         stop_active_session()
-    """)
+    """, {"PYSPARK_SUBMIT_ARGS": "--conf spark.sql.shuffle.partitions=7 pyspark-shell"})
     assert (r["managed_first"], r["managed"], r["enabled"], r["cores"]) == (
         True, False, None, None), r["output"][-3000:]
-    assert r["upper"] == 4
+    assert (r["upper"], r["submitted"]) == (4, "7")
 
 
 @pytest.mark.internals

@@ -55,10 +55,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 def _session(cluster: LocalCluster, **adaptive: str) -> tuple[Any, Any, EventRecorder]:
     # The task slots the app holds (defaultParallelism) are the cluster's two cores, not
     # TEST_CONF's 4: batch.use-held-slots makes them the least number of tasks.
-    # TEST_CONF's explicit shuffle.partitions would be the shuffles' upper bound, and one an
-    # earlier session of this process set is read as this app's: plain PySpark's builder
-    # leaves it in a JVM system property, which every later SparkConf loads. The initial
-    # count is given as batch.max-parallelism's default, so that it is the bound.
+    # TEST_CONF's explicit shuffle.partitions would be the shuffles' upper bound (unset
+    # here; cluster_session clears what earlier sessions of this process left in the JVM's
+    # system properties). The initial count is given as batch.max-parallelism's default,
+    # so that it is the bound.
     spark = cluster_session(cluster, "batch-test", **{
         "spark.default.parallelism": "2", "spark.sql.shuffle.partitions": None,
         "spark.sql.adaptive.coalescePartitions.initialPartitionNum": "128"})

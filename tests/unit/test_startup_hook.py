@@ -348,3 +348,44 @@ def test_a_local_connect_server_is_not_activated_and_one_warning_says_why(
     connect.SparkSession.Builder().config("spark.adaptive.enabled", "true").getOrCreate()
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and hook.CONNECT_MESSAGE in err[0]
+
+
+def test_the_keys_of_the_options_the_jvm_was_launched_with_are_remembered(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """PySpark launches the driver JVM with the first context's options (as ``--conf``),
+    which the JVM keeps as system properties; their keys are remembered (the test helpers
+    clear them between sessions). A later context, on the JVM already there, changes
+    nothing."""
+    _fake_activation(monkeypatch)
+    monkeypatch.setattr(hook, "launch_options", None)
+    system = _System({})
+
+    class Conf(_Conf):
+        def getAll(self) -> list[tuple[str, str]]:  # noqa: N802 - PySpark's name
+            return list(self.values.items())
+
+    class SparkContext:
+        _gateway: Any = None
+        _jvm: Any = None
+
+        @classmethod
+        def _ensure_initialized(cls, instance: Any = None, gateway: Any = None,
+                                conf: Any = None) -> None:
+            if not cls._gateway:
+                cls._gateway = object()
+                cls._jvm = types.SimpleNamespace(java=types.SimpleNamespace(
+                    lang=types.SimpleNamespace(System=system)))
+
+        def __init__(self, conf: Any = None) -> None:
+            SparkContext._ensure_initialized(self, None, conf)
+            self._conf = conf
+
+        def stop(self) -> None:
+            pass
+
+    mod = types.SimpleNamespace(SparkContext=SparkContext)
+    hook._patch(mod)
+    mod.SparkContext(conf=Conf({"spark.master": "local[1]", "spark.executor.cores": "1"}))
+    assert hook.launch_options == ("spark.master", "spark.executor.cores")
+    mod.SparkContext(conf=Conf({"spark.app.name": "later"}))
+    assert hook.launch_options == ("spark.master", "spark.executor.cores")

@@ -297,9 +297,10 @@ class AdaptiveScheduler:
         counted = active if self._autoscaled else self._runs_source_tasks(active)
         wanted = desired_slots(counted, self.settings.max_parallelism)
         in_use = sum(q.slots_in_use for q in self._queries.values())
-        # What the runs use keeps executors alive but asks for none: a share may be counted
-        # twice for a while (a query still on slots it gave up live, until its micro-batch
-        # completes, and another already rescaled onto them).
+        # What the runs use keeps the executors counted (alive or in their loss grace) but
+        # asks for no more: a share may be counted twice for a while (a query still on
+        # slots it gave up live, until its micro-batch completes, and another already
+        # rescaled onto them).
         slots = max(wanted, min(in_use, self.resources.slots))
         total = self.resources.executors_for(slots, self._default_slots_per_executor)
         if total is None:
