@@ -57,9 +57,10 @@ HEARTBEAT_INTERVAL = "3s"
 CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 # The context each thread's wrapped __init__ is building (None when it was given a jsc).
 _building = _thread._local()
-#: The keys of the options PySpark passed the driver JVM as it launched it in this process
-#: (the first session's, as ``--conf``): the JVM keeps them as system properties, and every
-#: SparkConf made later in the process loads them. None: no wrapped context launched it.
+#: The options PySpark passed the driver JVM as it launched it in this process (the first
+#: session's, as ``--conf``), as (key, value) pairs: the JVM keeps them as system
+#: properties, and every SparkConf made later in the process loads them. None: no wrapped
+#: context launched it (spark-submit's JVM, PYSPARK_GATEWAY_PORT, takes no options).
 launch_options = None
 
 
@@ -125,11 +126,12 @@ def _ensure_initialized_then_prepare(original):
 
     def _ensure_initialized(klass, instance=None, gateway=None, conf=None):
         global launch_options
-        launching = gateway is None and not getattr(klass, "_gateway", None)
+        launching = (gateway is None and not getattr(klass, "_gateway", None)
+                     and "PYSPARK_GATEWAY_PORT" not in os.environ)
         original.__get__(None, klass)(instance, gateway, conf)
         if launching and conf is not None and getattr(klass, "_gateway", None):
             try:
-                launch_options = tuple(k for k, _ in conf.getAll())
+                launch_options = tuple(conf.getAll())
             except Exception:
                 pass  # a conf without getAll: nothing is known of the launch
         building = getattr(_building, "context", None)

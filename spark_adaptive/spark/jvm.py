@@ -34,16 +34,18 @@ def gateway(sc: SparkContext) -> Any:
     return sc._gateway
 
 
-def clear_system_properties(context: type[SparkContext], keys: Iterable[str]) -> None:
-    """Clear ``keys`` from the system properties of the driver JVM this process is
-    connected to, if any. ``context``: PySpark's ``SparkContext`` class, which holds the
-    process's gateway."""
+def clear_system_properties(context: type[SparkContext],
+                            properties: Iterable[tuple[str, str]]) -> None:
+    """Clear each (key, value) of ``properties`` from the system properties of the driver
+    JVM this process is connected to, if any, where the key still holds that value.
+    ``context``: PySpark's ``SparkContext`` class, which holds the process's gateway."""
     gw = context._gateway
     if gw is None:
         return
     system = gw.jvm.java.lang.System
-    for key in keys:
-        system.clearProperty(key)
+    for key, value in properties:
+        if system.getProperty(key) == value:
+            system.clearProperty(key)
 
 
 def ensure_callback_server(sc: SparkContext) -> None:

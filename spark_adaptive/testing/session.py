@@ -13,7 +13,6 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-import _spark_adaptive_startup
 from spark_adaptive.spark.jvm import clear_system_properties, registered_executors
 
 if TYPE_CHECKING:
@@ -50,11 +49,14 @@ def stop_active_session() -> None:
     PySpark hands the options of a process's first session to the JVM it launches as
     system properties, and every SparkConf made later in the process loads them: a key
     one test's session set (``spark.adaptive.enabled``, ``spark.executor.cores``) would
-    reach the sessions of the tests after it. Those options (all but
+    reach the sessions of the tests after it. Those options (the ``spark.*`` ones but
     :data:`_KEPT_OPTIONS`) are cleared here, as spark-adaptive's start-up hook saw them
     at the launch, so the next session has the options it is given, spark-submit's
-    (``PYSPARK_SUBMIT_ARGS``, ``spark-defaults.conf``) and Spark's defaults. Without the
-    hook (``SPARK_ADAPTIVE_STARTUP=0``) nothing is known of the launch and nothing is
+    (``PYSPARK_SUBMIT_ARGS``, ``spark-defaults.conf``) and Spark's defaults. A key that
+    ``PYSPARK_SUBMIT_ARGS`` set as well keeps its value (spark-submit's wins at the
+    launch); one that only ``spark-defaults.conf`` set as well is gone (spark-submit
+    skipped it for the session's). Without the hook (``SPARK_ADAPTIVE_STARTUP=0``, or a
+    process that never loaded it) nothing is known of the launch and nothing is
     cleared."""
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
@@ -64,8 +66,10 @@ def stop_active_session() -> None:
         active.stop()
     if SparkContext._active_spark_context is not None:
         SparkContext._active_spark_context.stop()
-    launched = _spark_adaptive_startup.launch_options or ()
-    clear_system_properties(SparkContext, [k for k in launched if k not in _KEPT_OPTIONS])
+    hook = sys.modules.get("_spark_adaptive_startup")  # loaded at start-up, if at all
+    launched = getattr(hook, "launch_options", None) or ()
+    clear_system_properties(SparkContext, [(k, v) for k, v in launched
+                                           if k.startswith("spark.") and k not in _KEPT_OPTIONS])
 
 
 def stop_session(spark: SparkSession) -> None:

@@ -142,13 +142,14 @@ def test_a_session_after_stop_active_session_has_only_the_options_it_is_given() 
     PySpark leaves them in the JVM's system properties. After the test helper's
     stop_active_session, a session made without them has neither, and enabling
     spark-adaptive on it with settings of its own works. What spark-submit was given
-    (PYSPARK_SUBMIT_ARGS) stays."""
+    (PYSPARK_SUBMIT_ARGS) stays, also where the first session set the key too."""
     r = _run("""
         import spark_adaptive
         from spark_adaptive.spark.runtime import runtime_for
         from spark_adaptive.testing.session import stop_active_session
         first = builder(**{"spark.adaptive.enabled": "true", "spark.adaptive.rest.enabled":
-                           "false", "spark.executor.cores": "1"}).getOrCreate()
+                           "false", "spark.executor.cores": "1",
+                           "spark.sql.shuffle.partitions": "3"}).getOrCreate()
         managed_first = runtime_for(first.sparkContext) is not None
         stop_active_session()
         spark = builder().getOrCreate()

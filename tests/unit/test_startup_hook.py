@@ -355,9 +355,10 @@ def test_the_keys_of_the_options_the_jvm_was_launched_with_are_remembered(
     """PySpark launches the driver JVM with the first context's options (as ``--conf``),
     which the JVM keeps as system properties; their keys are remembered (the test helpers
     clear them between sessions). A later context, on the JVM already there, changes
-    nothing."""
+    nothing; nor does a JVM PySpark only connects to (spark-submit's), which takes none."""
     _fake_activation(monkeypatch)
     monkeypatch.setattr(hook, "launch_options", None)
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
     system = _System({})
 
     class Conf(_Conf):
@@ -385,7 +386,12 @@ def test_the_keys_of_the_options_the_jvm_was_launched_with_are_remembered(
 
     mod = types.SimpleNamespace(SparkContext=SparkContext)
     hook._patch(mod)
+    monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "41234")
+    mod.SparkContext(conf=Conf({"spark.executor.cores": "2"}))
+    assert hook.launch_options is None
+    SparkContext._gateway = None
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT")
     mod.SparkContext(conf=Conf({"spark.master": "local[1]", "spark.executor.cores": "1"}))
-    assert hook.launch_options == ("spark.master", "spark.executor.cores")
+    assert hook.launch_options == (("spark.master", "local[1]"), ("spark.executor.cores", "1"))
     mod.SparkContext(conf=Conf({"spark.app.name": "later"}))
-    assert hook.launch_options == ("spark.master", "spark.executor.cores")
+    assert hook.launch_options == (("spark.master", "local[1]"), ("spark.executor.cores", "1"))
