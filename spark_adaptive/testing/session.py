@@ -53,11 +53,11 @@ def stop_active_session() -> None:
     :data:`_KEPT_OPTIONS`) are cleared here, as spark-adaptive's start-up hook saw them
     at the launch, so the next session has the options it is given, spark-submit's
     (``PYSPARK_SUBMIT_ARGS``, ``spark-defaults.conf``) and Spark's defaults. A key that
-    ``PYSPARK_SUBMIT_ARGS`` set as well keeps its value (spark-submit's wins at the
-    launch); one that only ``spark-defaults.conf`` set as well is gone (spark-submit
-    skipped it for the session's). Without the hook (``SPARK_ADAPTIVE_STARTUP=0``, or a
-    process that never loaded it) nothing is known of the launch and nothing is
-    cleared."""
+    ``PYSPARK_SUBMIT_ARGS`` set as well keeps spark-submit's value, which wins at the
+    launch, unless the two are equal; one that ``spark-defaults.conf`` set as well is
+    gone (spark-submit skipped it for the session's). Without the hook
+    (``SPARK_ADAPTIVE_STARTUP=0``, or a process that never loaded it) nothing is known
+    of the launch and nothing is cleared."""
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
