@@ -8,6 +8,9 @@ out its decisions. No Spark is started; everything runs on virtual time.
         [--executors 1000] [--profiles diurnal,spike,step,random-walk] [--hours 24]
 
 Prints a table, writes ``benchmarks/results/autoscale_sim.json`` and ``autoscale_sim.png``.
+With ``--policies ...,reactive-bound --bound-utilization 0.5,0.75,0.85,0.95`` the reactive
+bound (below) runs at each utilization, and ``autoscale_sim_frontier.png`` puts every run's
+executor-seconds against its seconds over the lag target: the frontier a policy trades on.
 
 The simulated cluster
 ---------------------
@@ -962,13 +965,13 @@ TARGETS = """targets (spark-adaptive, default keys):
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    head = (f"{'profile':<11} {'policy':<15} {'exec-s':>10} {'x oracle':>8} {'lag>30s s':>10} "
+    head = (f"{'profile':<11} {'policy':<19} {'exec-s':>10} {'x oracle':>8} {'lag>30s s':>10} "
             f"{'q>30s':>5} {'max lag':>8} {'live/q/d':>8} {'rst/q/d':>8} {'rst max':>7} "
             f"{'cpu p50':>8} {'cpu p99':>8}")
     lines = [head, "-" * len(head)]
     for r in results:
         lines.append(
-            f"{r['profile']:<11} {r['policy']:<15} {r['executor_seconds']:>10.3g} "
+            f"{r['profile']:<11} {r['policy']:<19} {r['executor_seconds']:>10.3g} "
             f"{r['vs_oracle']:>8.3f} {r['seconds_over_lag_target']:>10.0f} "
             f"{r['queries_over_lag_target']:>5d} {r['max_lag']:>7.0f}s "
             f"{r['live_per_query_day']:>8.2f} {r['restarts_per_query_day']:>8.2f} "
@@ -1058,6 +1061,55 @@ def plot(results: list[dict[str, Any]], path: Path) -> bool:
     return True
 
 
+def plot_frontier(results: list[dict[str, Any]], path: Path) -> bool:
+    """Per profile, each run's executor-seconds against the oracle and its query-seconds
+    over the lag target: the corner the targets T1 and T2 ask for (at most 1.15x, none
+    over) shaded, the reactive bound's runs joined in order of utilization."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    profiles = list(dict.fromkeys(r["profile"] for r in results))
+    cols = min(2, len(profiles))
+    rows = -(-len(profiles) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 4.6 * rows), squeeze=False)
+    markers = {"spark-adaptive": ("*", 14), "flink-baseline": ("s", 8)}
+    for ax in axes.flat[len(profiles):]:
+        ax.set_visible(False)
+    for ax, p in zip(axes.flat, profiles, strict=False):
+        rs = [r for r in results if r["profile"] == p]
+        ax.axvspan(0.9, 1.15, ymax=0.08, color="green", alpha=0.15,
+                   label="T1 and T2 (<= 1.15x, 0 s over)")
+        bound = sorted((r for r in rs if "bound_utilization" in r),
+                       key=lambda r: r["bound_utilization"])
+        if bound:
+            ax.plot([r["vs_oracle"] for r in bound],
+                    [r["seconds_over_lag_target"] for r in bound], "o-", color="grey",
+                    label=f"{BOUND} (utilization)")
+            for r in bound:
+                ax.annotate(f"{r['bound_utilization']:g}",
+                            (r["vs_oracle"], r["seconds_over_lag_target"]),
+                            textcoords="offset points", xytext=(4, 4), fontsize=7)
+        for r in rs:
+            if r["policy"] in markers:
+                m, size = markers[r["policy"]]
+                ax.plot([r["vs_oracle"]], [r["seconds_over_lag_target"]], m, ms=size,
+                        label=f"{r['policy']} ({r['queries_over_lag_target']} queries over)")
+        ax.set_yscale("symlog", linthresh=10)
+        ax.set_xlim(0.9, max(r["vs_oracle"] for r in rs) * 1.05)
+        ax.set_ylim(-1, max(10.0, *(r["seconds_over_lag_target"] for r in rs)) * 4)
+        ax.set_title(p)
+        ax.set_xlabel("executor-seconds / oracle")
+        ax.set_ylabel("query-seconds over the 30 s lag target")
+        ax.legend(fontsize=7, loc="center right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=1)
@@ -1068,8 +1120,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="simulated length of the day (below 24 compresses it)")
     ap.add_argument("--policies", default="spark-adaptive,flink-baseline",
                     help=f"of spark-adaptive, flink-baseline and {BOUND} (see ReactiveBound)")
-    ap.add_argument("--bound-utilization", type=float, default=1.0,
-                    help=f"utilization the {BOUND} sizes for")
+    ap.add_argument("--bound-utilization", type=_utilizations, default=[1.0],
+                    help=f"utilization the {BOUND} sizes for; several, comma-separated "
+                         "(0.5,0.75,0.85,0.95), run it once at each and draw the "
+                         "frontier they trace (autoscale_sim_frontier.png)")
     ap.add_argument("--bound-drain", type=float, default=10.0,
                     help=f"seconds in which the {BOUND} plans to drain waiting rows")
     ap.add_argument("--out", type=Path, default=RESULTS)
@@ -1089,13 +1143,22 @@ def main(argv: list[str] | None = None) -> int:
     steps = int(args.hours * 3600 / STEP)
     specs = make_specs(random.Random(args.seed), args.queries)
     results = []
-    total = len(profiles) * len(policies)
     t_start = time.perf_counter()
+    bounds = args.bound_utilization
+    runs = [(name, u) for name in policies
+            for u in (bounds if name == BOUND else [None])]
+    total = len(profiles) * len(runs)
     for i, profile in enumerate(profiles):
         load = make_load(profile, specs, args.seed, steps, args.hours * 3600)
-        for j, name in enumerate(policies):
-            results.append(run(profile, name, specs, load, args,
-                               f"[{i * len(policies) + j + 1}/{total}]"))
+        for j, (name, u) in enumerate(runs):
+            run_args = args if u is None else argparse.Namespace(
+                **{**vars(args), "bound_utilization": u})
+            r = run(profile, name, specs, load, run_args, f"[{i * len(runs) + j + 1}/{total}]")
+            if u is not None:
+                r["bound_utilization"] = u
+                if len(bounds) > 1:
+                    r["policy"] = f"{BOUND}@{u:g}"
+            results.append(r)
     load_avg = os.getloadavg()
     print(f"\nautoscale_sim: {args.queries} queries, {args.executors} executors, "
           f"{args.hours:g} h per profile, seed {args.seed}, "
@@ -1118,7 +1181,24 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "autoscale_sim.json").write_text(json.dumps(out, indent=1))
     if plot(results, args.out / "autoscale_sim.png"):
         print(f"\nwrote {args.out / 'autoscale_sim.json'} and {args.out / 'autoscale_sim.png'}")
+    if len(results) > len(profiles) and plot_frontier(results,
+                                                      args.out / "autoscale_sim_frontier.png"):
+        print(f"wrote {args.out / 'autoscale_sim_frontier.png'}")
     return 0
+
+
+def _utilizations(text: str) -> list[float]:
+    """``--bound-utilization``: one or more utilizations in (0, 1], comma-separated."""
+    out = []
+    for item in text.split(","):
+        try:
+            u = float(item)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{item.strip()!r} is not a number") from None
+        if not 0.0 < u <= 1.0:
+            raise argparse.ArgumentTypeError(f"{u:g} is not a utilization in (0, 1]")
+        out.append(u)
+    return out
 
 
 if __name__ == "__main__":

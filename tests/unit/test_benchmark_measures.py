@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import logging
 import random
 import sys
@@ -112,6 +113,35 @@ def test_sim_convergence_share_counts_the_changes_that_never_settled() -> None:
     ok, detail = {label: (ok, detail) for label, ok, detail in sim.check_targets(
         [_sim_result({"0": 2, "1": 3, "2": 1}, unsettled=0)])}["T5 step"]
     assert ok and detail.startswith("3/4 changes")
+
+
+def test_sim_runs_the_reactive_bound_at_each_utilization_and_draws_the_frontier(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sim = _load("autoscale_sim")
+    assert sim.main(["--queries", "4", "--executors", "60", "--hours", "1", "--profiles",
+                     "step", "--policies", "spark-adaptive,reactive-bound",
+                     "--bound-utilization", "0.5,0.9", "--out", str(tmp_path)]) == 0
+    out = json.loads((tmp_path / "autoscale_sim.json").read_text())
+    runs = {r["policy"]: r for r in out["results"]}
+    assert list(runs) == ["spark-adaptive", "reactive-bound@0.5", "reactive-bound@0.9"]
+    assert "bound_utilization" not in runs["spark-adaptive"]
+    low, high = runs["reactive-bound@0.5"], runs["reactive-bound@0.9"]
+    assert (low["bound_utilization"], high["bound_utilization"]) == (0.5, 0.9)
+    # sizing for a lower utilization holds more executors: the runs differ as asked
+    assert low["executor_seconds"] > high["executor_seconds"]
+    assert (tmp_path / "autoscale_sim_frontier.png").stat().st_size > 0
+    assert "reactive-bound@0.5" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("0.5,x", "'x' is not a number"), ("0", "0 is not a utilization in (0, 1]"),
+    ("0.8,1.2", "1.2 is not a utilization in (0, 1]")])
+def test_sim_refuses_a_bound_utilization_that_is_none(
+        value: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    sim = _load("autoscale_sim")
+    with pytest.raises(SystemExit):
+        sim.main(["--bound-utilization", value])
+    assert f"argument --bound-utilization: {message}" in capsys.readouterr().err
 
 
 # -- benchmarks/autoscale.py ----------------------------------------------------------------
