@@ -770,7 +770,7 @@ def initial_config(spec: Spec, rate: float, ours: bool) -> tuple[int, int]:
 
 
 def run(profile: str, name: str, specs: list[Spec], load: Load, args: argparse.Namespace,
-        progress: str) -> dict[str, Any]:
+        progress: str, label: str | None = None) -> dict[str, Any]:
     steps = len(load.true[0])
     day = args.hours * 3600.0
     cfg: AutoscalerConfig = args.config
@@ -860,10 +860,10 @@ def run(profile: str, name: str, specs: list[Spec], load: Load, args: argparse.N
             round_cpu.append(cpu)
         if k % (steps // 20 or 1) == 0 and k:
             pct = 100 * k / steps
-            sys.stderr.write(f"\r  {progress} {profile:<11} {name:<15} {pct:5.1f}%  "
+            sys.stderr.write(f"\r  {progress} {profile:<11} {label or name:<19} {pct:5.1f}%  "
                              f"{time.perf_counter() - started:5.1f}s")
             sys.stderr.flush()
-    sys.stderr.write(f"\r  {progress} {profile:<11} {name:<15} done    "
+    sys.stderr.write(f"\r  {progress} {profile:<11} {label or name:<19} done    "
                      f"{time.perf_counter() - started:5.1f}s\n")
     if profile == "step":
         for q in queries:  # the last level counts if it lasted an hour
@@ -1099,7 +1099,8 @@ def plot_frontier(results: list[dict[str, Any]], path: Path) -> bool:
                 ax.plot([r["vs_oracle"]], [r["seconds_over_lag_target"]], m, ms=size,
                         label=f"{r['policy']} ({r['queries_over_lag_target']} queries over)")
         ax.set_yscale("symlog", linthresh=10)
-        ax.set_xlim(0.9, max(r["vs_oracle"] for r in rs) * 1.05)
+        ax.set_xlim(min(0.9, min(r["vs_oracle"] for r in rs) * 0.95),
+                    max(r["vs_oracle"] for r in rs) * 1.05)
         ax.set_ylim(-1, max(10.0, *(r["seconds_over_lag_target"] for r in rs)) * 4)
         ax.set_title(p)
         ax.set_xlabel("executor-seconds / oracle")
@@ -1153,11 +1154,12 @@ def main(argv: list[str] | None = None) -> int:
         for j, (name, u) in enumerate(runs):
             run_args = args if u is None else argparse.Namespace(
                 **{**vars(args), "bound_utilization": u})
-            r = run(profile, name, specs, load, run_args, f"[{i * len(runs) + j + 1}/{total}]")
+            label = name if u is None or len(bounds) == 1 else f"{BOUND}@{u:g}"
+            r = run(profile, name, specs, load, run_args, f"[{i * len(runs) + j + 1}/{total}]",
+                    label)
             if u is not None:
                 r["bound_utilization"] = u
-                if len(bounds) > 1:
-                    r["policy"] = f"{BOUND}@{u:g}"
+            r["policy"] = label
             results.append(r)
     load_avg = os.getloadavg()
     print(f"\nautoscale_sim: {args.queries} queries, {args.executors} executors, "
@@ -1181,8 +1183,8 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "autoscale_sim.json").write_text(json.dumps(out, indent=1))
     if plot(results, args.out / "autoscale_sim.png"):
         print(f"\nwrote {args.out / 'autoscale_sim.json'} and {args.out / 'autoscale_sim.png'}")
-    if len(results) > len(profiles) and plot_frontier(results,
-                                                      args.out / "autoscale_sim_frontier.png"):
+    if len(bounds) > 1 and BOUND in policies and plot_frontier(
+            results, args.out / "autoscale_sim_frontier.png"):
         print(f"wrote {args.out / 'autoscale_sim_frontier.png'}")
     return 0
 

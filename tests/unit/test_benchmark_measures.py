@@ -131,16 +131,26 @@ def test_sim_runs_the_reactive_bound_at_each_utilization_and_draws_the_frontier(
     assert low["executor_seconds"] > high["executor_seconds"]
     assert (tmp_path / "autoscale_sim_frontier.png").stat().st_size > 0
     assert "reactive-bound@0.5" in capsys.readouterr().out
+    # one utilization keeps the bound's plain name, and draws no frontier
+    one = tmp_path / "one"
+    assert sim.main(["--queries", "4", "--executors", "60", "--hours", "1", "--profiles",
+                     "step", "--policies", "spark-adaptive,reactive-bound",
+                     "--bound-utilization", "0.9", "--out", str(one)]) == 0
+    out = json.loads((one / "autoscale_sim.json").read_text())
+    assert [r["policy"] for r in out["results"]] == ["spark-adaptive", "reactive-bound"]
+    assert out["results"][1]["bound_utilization"] == 0.9
+    assert not (one / "autoscale_sim_frontier.png").exists()
 
 
 @pytest.mark.parametrize(("value", "message"), [
     ("0.5,x", "'x' is not a number"), ("0", "0 is not a utilization in (0, 1]"),
     ("0.8,1.2", "1.2 is not a utilization in (0, 1]")])
-def test_sim_refuses_a_bound_utilization_that_is_none(
-        value: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_sim_refuses_a_bound_utilization_outside_0_to_1(
+        value: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     sim = _load("autoscale_sim")
-    with pytest.raises(SystemExit):
-        sim.main(["--bound-utilization", value])
+    with pytest.raises(SystemExit):  # a small run, should the value ever be taken
+        sim.main(["--queries", "2", "--hours", "0.1", "--profiles", "step", "--policies",
+                  "reactive-bound", "--out", str(tmp_path), "--bound-utilization", value])
     assert f"argument --bound-utilization: {message}" in capsys.readouterr().err
 
 
