@@ -1025,13 +1025,21 @@ def check_targets(results: list[dict[str, Any]]) -> list[tuple[str, bool, str]]:
     return out
 
 
-def plot(results: list[dict[str, Any]], path: Path) -> bool:
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend, or None where matplotlib is not installed."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
+        return None
+    return plt
+
+
+def plot(results: list[dict[str, Any]], path: Path) -> bool:
+    plt = _pyplot()
+    if plt is None:
         return False
     profiles = list(dict.fromkeys(r["profile"] for r in results))
     fig, axes = plt.subplots(len(profiles), 2, figsize=(13, 3.2 * len(profiles)), squeeze=False)
@@ -1065,12 +1073,8 @@ def plot_frontier(results: list[dict[str, Any]], path: Path) -> bool:
     """Per profile, each run's executor-seconds against the oracle and its query-seconds
     over the lag target: the corner the targets T1 and T2 ask for (at most 1.15x, none
     over) shaded, the reactive bound's runs joined in order of utilization."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = _pyplot()
+    if plt is None:
         return False
     profiles = list(dict.fromkeys(r["profile"] for r in results))
     cols = min(2, len(profiles))
