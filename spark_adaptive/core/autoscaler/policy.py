@@ -46,7 +46,9 @@ Each evaluation, in order (Flink's operator, ``ScalingMetricCollector`` ->
    plus ``input x restart time / catch-up`` for a restart (Flink's terms), plus
    ``(input - capacity now) x executor start-up / catch-up`` when the input
    exceeds the capacity: the backlog that grows until the new executors run
-   (``executor-startup.time``, tracked from the query's live scale-ups).
+   (``executor-startup.time``, tracked from the query's live scale-ups). Decided
+   again while they start, only the start-up still ahead counts (what piled up
+   since is in the backlog).
 4. **Band.** Scale up when the capacity is below ``input / utilization.max +
    backlog / catch-up``; scale down when above ``input / utilization.min +
    backlog / catch-up``, never while catching up (backlog older than
@@ -171,7 +173,9 @@ class QueryAutoscaler:
         self._short = ShortfallMemory()
         # The last scale-up applied: its slots and the input rate it was sized for; and
         # that rate while the window is the first one after the scale-up reached them.
-        self._scaled_up: tuple[int, float] | None = None
+        # The last scale-up not yet completed: the slots it reaches, the input rate it was
+        # sized for, and when it was decided (its executors were asked for then).
+        self._scaled_up: tuple[int, float, float] | None = None
         self._before: MetricsWindow | None = None  # the window a completed scale-up left
         self._after_up: float | None = None
         # The last restarts' downtimes, beside the view's: the rescale history the view is
@@ -361,7 +365,7 @@ class QueryAutoscaler:
             return None
         up, before, after = self._scaled_up, self._before, self._after_up
         if in_flight and up is not None:
-            (slots, sized), w = up, self._window
+            (slots, sized, _), w = up, self._window
         elif not in_flight and before is not None and after is not None:
             slots, sized, w = -1, after, before
         else:
@@ -468,9 +472,16 @@ class QueryAutoscaler:
         # drains it within the catch-up duration as well (restart.time's term, for the
         # executors' start-up that a live scale-up waits for).
         startup = self._startup()
+        # Deciding again while a scale-up's executors start: the rows that piled up since it
+        # asked for them are in the backlog already, so only the rest of the start-up adds.
+        piling = startup
+        up = self._scaled_up
+        if again is not None and again.in_flight and up is not None:
+            piling = max(0.0, startup - (now - up[2]))
+
         def needs(rate_in: float) -> tuple[float, float]:
             """The live and the restart target capacity for an input of ``rate_in``."""
-            pile = max(0.0, rate_in - cap) * startup / cu if cu > 0 else 0.0
+            pile = max(0.0, rate_in - cap) * piling / cu if cu > 0 else 0.0
             live = rate_in / cfg.utilization_target + catch + pile
             return live, live + (rate_in * downtime / cu if cu > 0 else 0.0)
 
@@ -504,7 +515,7 @@ class QueryAutoscaler:
             restart_downtime=downtime, executor_startup=startup)
         if cap < up_at:
             return self._scale_up(view, inputs, rate, need_live, need_restart, downtime,
-                                  again.slots if again is not None else None)
+                                  again.slots if again is not None else None, piling)
         if not full:  # only falling behind may cut the collection short, and only upwards
             return self._collecting(view, inputs)
         if cap > down_at and not behind:
@@ -539,9 +550,11 @@ class QueryAutoscaler:
     # -- directions -----------------------------------------------------------------------
     def _scale_up(self, view: QueryView, inputs: DecisionInputs, rate: float,
                   need_live: float, need_restart: float, downtime: float,
-                  reached: int | None = None) -> ScalingDecision:
+                  reached: int | None = None, piling: float | None = None
+                  ) -> ScalingDecision:
         """``reached``: deciding again, the slots the last scale-up reaches (or reached);
-        only more than those is carried out."""
+        only more than those is carried out. ``piling``: the seconds of the executors'
+        start-up still ahead, over which input beyond the capacity piles up."""
         cfg, s, p, lam = self.config, view.slots, view.partitions, inputs.input_rate or 0.0
         self._pending_down.clear()
         eff = busy_slots(s, p, view.max_useful_slots)
@@ -563,9 +576,12 @@ class QueryAutoscaler:
             head = (f"utilization {util:.2f}, but a backlog of {backlog:.0f} rows is to be "
                     f"caught up within {cfg.catch_up_duration:g}s")
         startup, cap_now = inputs.executor_startup or 0.0, inputs.capacity or 0.0
-        if lam > cap_now and startup > 0 and cfg.catch_up_duration > 0:
-            head += (f"; the target adds the {(lam - cap_now) * startup:.0f} rows that arrive "
-                     f"beyond the capacity during the executors' {startup:.1f}s start-up")
+        left = startup if piling is None else piling
+        if lam > cap_now and left > 0 and cfg.catch_up_duration > 0:
+            during = (f"the executors' {startup:.1f}s start-up" if left >= startup else
+                      f"the {left:.1f}s left of the executors' {startup:.1f}s start-up")
+            head += (f"; the target adds the {(lam - cap_now) * left:.0f} rows that arrive "
+                     f"beyond the capacity during {during}")
         if choice is None or choice.slots <= s and choice.partitions == p:
             why = choice.reason if choice is not None else "no slot count helps"
             return self._result(view, "no-change", "none", s, p,
@@ -592,7 +608,7 @@ class QueryAutoscaler:
                                                                choice.partitions,
                                                                view.max_useful_slots),
                                                     eff, rate))
-            self._scaled_up = (choice.slots, lam)
+            self._scaled_up = (choice.slots, lam, view.now)
             if util > cfg.utilization_target:  # not a backlog's catch-up alone
                 self._short.record(eff, p, lam, view.now)
         return d

@@ -524,6 +524,37 @@ def test_a_query_falling_behind_is_sized_for_what_piles_up_while_executors_start
            "start-up" in d.reason
 
 
+def test_deciding_again_in_flight_adds_only_the_start_up_still_ahead() -> None:
+    # Straddled as in _straddled, with 10 s of executor start-up: the scale-up to 12 slots
+    # asked for its executors at t=90, and the batch running at t=95 reads all of the rise.
+    q = make(config(executor_startup_time=10.0), rate=6000, per_slot=1000, slots=8,
+             partitions=48, trigger=5.0)
+    q.run(90)
+    assert q.policy.observe_start(q.batch + 1, 9000.0)
+    assert q.evaluate().target_slots == 12
+    q.rate = 9000.0
+    q.run(5)
+    assert q.policy.observe_start(q.batch + 1, 18000.0)
+    d = q.evaluate(rescale_in_flight=True)
+    assert (d.outcome, d.current_slots) == ("scale-up", 8)
+    # The rows beyond the 8000 rows/s of capacity that piled up over the first 5 s are in
+    # the backlog; only the 5 s left add: 10000 x 5 / 100, not 10000 x 10 / 100.
+    catch = (d.inputs.backlog or 0.0) / 100
+    assert catch > 0
+    assert d.inputs.target_rate == pytest.approx(18000 / 0.8 + catch + 500)
+    assert d.inputs.executor_startup == 10.0
+    assert "the 50000 rows that arrive beyond the capacity during the 5.0s left of the " \
+           "executors' 10.0s start-up" in d.reason
+    # That decision asked for more executors at t=95; once their whole start-up has passed
+    # (still in flight), nothing more piles up than the backlog shows
+    q.run(10)
+    assert q.policy.observe_start(q.batch + 1, 30000.0)
+    d = q.evaluate(rescale_in_flight=True)
+    assert d.outcome == "scale-up"
+    assert d.inputs.target_rate == pytest.approx(30000 / 0.8 + (d.inputs.backlog or 0.0) / 100)
+    assert "start-up" not in d.reason
+
+
 def test_the_start_up_term_is_nothing_while_the_query_keeps_up() -> None:
     for startup in (0.0, 30.0):
         q = make(config(executor_startup_time=startup), rate=6800, per_slot=1000, slots=8,
