@@ -171,10 +171,9 @@ class QueryAutoscaler:
                                          config.effectiveness_expiry)
         self._floor: tuple[tuple[object, ...], float, float, str] | None = None
         self._short = ShortfallMemory()
-        # The last scale-up applied: its slots and the input rate it was sized for; and
-        # that rate while the window is the first one after the scale-up reached them.
-        # The last scale-up not yet completed: the slots it reaches, the input rate it was
-        # sized for, and when it was decided (its executors were asked for then).
+        # The last scale-up applied: its slots, the input rate it was sized for and when it
+        # was decided (its executors were asked for then); and that rate while the window is
+        # the first one after the scale-up reached them.
         self._scaled_up: tuple[int, float, float] | None = None
         self._before: MetricsWindow | None = None  # the window a completed scale-up left
         self._after_up: float | None = None
@@ -477,7 +476,8 @@ class QueryAutoscaler:
         piling = startup
         up = self._scaled_up
         if again is not None and again.in_flight and up is not None:
-            piling = max(0.0, startup - (now - up[2]))
+            # (never more than all of it, should the clock have gone back since)
+            piling = min(startup, max(0.0, startup - (now - up[2])))
 
         def needs(rate_in: float) -> tuple[float, float]:
             """The live and the restart target capacity for an input of ``rate_in``."""
@@ -762,13 +762,16 @@ class QueryAutoscaler:
         """The clock went back to ``now``: what was measured or started on the old clock
         (the window, a pending scale-down's start, a block's or a shortfall's end) cannot be
         compared with the new one, so it is dropped and the query is watched again after
-        stabilizing."""
+        stabilizing. A scale-up still in flight counts as asked for now: its executors'
+        whole start-up is ahead again."""
         self._window.clear()
         self._after_up = self._before = None
         self._pending_down.clear()
         self._guard.block = None
         self._short.clear()
         self._stable_from = now + self.config.stabilization_interval
+        if self._scaled_up is not None:
+            self._scaled_up = (*self._scaled_up[:2], now)
 
     def _reject(self, why: str) -> bool:
         self.rejected += 1

@@ -555,6 +555,27 @@ def test_deciding_again_in_flight_adds_only_the_start_up_still_ahead() -> None:
     assert "start-up" not in d.reason
 
 
+def test_a_clock_gone_back_counts_the_whole_start_up_of_a_scale_up_in_flight() -> None:
+    q = make(config(executor_startup_time=10.0), rate=6000, per_slot=1000, slots=8,
+             partitions=48, trigger=5.0, t=5000.0)
+    q.policy = type(q.policy)(q.policy.config, "q", started_at=5000.0)
+    q.run(90)
+    assert q.policy.observe_start(q.batch + 1, 9000.0)
+    assert q.evaluate().target_slots == 12  # asked for at t=5090 on the old clock
+    q.rate = 9000.0
+    q.t -= 1000.0  # the clock steps back
+    d = q.evaluate(rescale_in_flight=True)
+    assert d.outcome == "not-ready" and "clock went back" in d.reason
+    q.run(40)  # stabilizing for 30 s (its samples are dropped), then two batches
+    assert q.policy.observe_start(q.batch + 1, 18000.0)
+    d = q.evaluate(rescale_in_flight=True)
+    assert d.outcome == "scale-up"
+    # The start-up counts from when the clock went back (40 s ago): none of it is left.
+    # Counted from the ask on the old clock, it would lie 960 s ahead.
+    assert d.inputs.target_rate == pytest.approx(18000 / 0.8 + (d.inputs.backlog or 0.0) / 100)
+    assert "start-up" not in d.reason
+
+
 def test_the_start_up_term_is_nothing_while_the_query_keeps_up() -> None:
     for startup in (0.0, 30.0):
         q = make(config(executor_startup_time=startup), rate=6800, per_slot=1000, slots=8,
