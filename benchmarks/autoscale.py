@@ -24,7 +24,9 @@ and checks that every row was written exactly once. The **oracle** is perfect
 tracking at 100% utilization: the integral of ceil(rate x cost) over the
 profile. Beside it, the slot-seconds the app's tasks ran (Spark's task log), per
 row: the work a slot really did for a row, with each task's fixed cost and the
-slow first tasks of new executors, where the oracle counts ``--cost`` alone.
+slow first tasks of new executors, where the oracle counts ``--cost`` alone; and
+each run's executor-seconds over instant tracking at that cost per row, which
+tells the tracking's delays apart from what a row really costs in the run.
 
 Prints a table per profile, writes ``benchmarks/results/autoscale.json`` and
 one plot per profile (``autoscale-<profile>.png``).
@@ -121,17 +123,19 @@ def oracle(points: list[list[float]], step: float = 0.01) -> float:
 
 
 def tracking(points: list[list[float]], partitions: int = PARTITIONS,
-             extra: Mapping[str, str] | None = None, step: float = 0.01) -> float:
+             extra: Mapping[str, str] | None = None, step: float = 0.01,
+             cost: float | None = None) -> float:
     """Executor-seconds of instant tracking as the autoscaler aims: each moment on the
     fewest slots that carry the rate at ``utilization.target`` (the autoscaler run's:
     AUTOSCALER_CONF with the ``extra`` keys of ``--conf``) among those on which the
     source's ``partitions`` run in balanced waves (their divisors), at most WORKERS. What
     a policy with no delay at all could reach; the oracle also drops the headroom and the
-    balance."""
+    balance. ``cost``: slot-seconds per row (default COST, the work the oracle counts)."""
     target = AutoscalerConfig.from_conf({**AUTOSCALER_CONF, **(extra or {})}).utilization_target
     balanced = [d for d in range(1, WORKERS + 1) if partitions % d == 0]
     times = np.arange(0.0, points[-1][0], step)
-    need = np.interp(times, [p[0] for p in points], [p[1] for p in points]) * COST / target
+    per_row = COST if cost is None else cost
+    need = np.interp(times, [p[0] for p in points], [p[1] for p in points]) * per_row / target
     slots = [next((d for d in balanced if d >= n - 1e-9), balanced[-1]) for n in need]
     return float(np.sum(slots) * step)
 
@@ -251,6 +255,8 @@ def summarize(run: Run, rows: dict[str, np.ndarray],
     oldest = _oldest_unprocessed(rows, seconds)
     restarts = sum(1 for r in run.rescales if r.get("kind") == "restart")
     live = sum(1 for r in run.rescales if r.get("kind") == "live")
+    # What a row really cost a slot in this run (with the tasks' fixed costs), if known.
+    cost = run.task_seconds / total if run.task_seconds and total else None
     return {
         "profile": run.profile, "mode": run.mode,
         "executor_seconds": executor_seconds(run.samples, app_start, until),
@@ -258,6 +264,8 @@ def summarize(run: Run, rows: dict[str, np.ndarray],
         "source_start_after_app": run.start - app_start,
         "oracle": oracle(points),
         "tracking": tracking(points, run.partitions, extra),
+        "tracking_at_run_cost": (tracking(points, run.partitions, extra, cost=cost)
+                                 if cost is not None else None),
         "lag_p50": float(np.percentile(lag, 50)) if len(lag) else None,
         "lag_p99": float(np.percentile(lag, 99)) if len(lag) else None,
         "lag_max": float(lag.max()) if len(lag) else None,
@@ -289,7 +297,8 @@ def table(summaries: list[dict[str, Any]]) -> str:
     # exec-s: from the app's start (the ratios' figure); from src: from the source's start.
     lines = [f"{'run':<11} {'exec-s':>7} {'from src':>8} {'/oracle':>8} {'/static':>8} "
              f"{'/dynamic':>9} {'lag p50':>8} {'p99':>6} {'max':>6} {'s>30s':>6} {'live':>5} "
-             f"{'restart':>8} {'exactly-once':>13} {'task-s':>7} {'ms/row':>7}"]
+             f"{'restart':>8} {'exactly-once':>13} {'task-s':>7} {'ms/row':>7} "
+             f"{'/tracking':>9}"]
     for s in summaries:
         def ratio(other: dict[str, Any] | None, s: dict[str, Any] = s) -> str:
             return f"{s['executor_seconds'] / other['executor_seconds']:.2f}x" if other else "-"
@@ -299,7 +308,7 @@ def table(summaries: list[dict[str, Any]]) -> str:
             f"{s['executor_seconds'] / s['oracle']:7.2f}x {ratio(static):>8} {ratio(dynamic):>9} "
             f"{s['lag_p50']:7.1f}s {s['lag_p99']:5.1f}s {s['lag_max']:5.1f}s "
             f"{s['seconds_over_target']:6d} {s['rescales_live']:5d} {s['rescales_restart']:8d} "
-            f"{'yes' if s['exactly_once'] else 'NO':>13} {_tasks(s)}")
+            f"{'yes' if s['exactly_once'] else 'NO':>13} {_tasks(s)} {_tracked(s):>9}")
     lines.append(f"{'oracle':<11} {summaries[0]['oracle']:7.0f}")
     s = summaries[0]
     lines.append(f"{'tracking':<11} {s['tracking']:7.0f} {'':>8} "
@@ -308,7 +317,8 @@ def table(summaries: list[dict[str, Any]]) -> str:
     lines.append("exec-s: from the app's start; from src: from the source's start; both "
                  "until the last row is written; the ratios divide exec-s")
     lines.append(f"task-s: slot-seconds the app's tasks ran (Spark's task log); ms/row: "
-                 f"task-s per row, against the {COST * 1000:g} ms of work the oracle counts")
+                 f"task-s per row, against the {COST * 1000:g} ms of work the oracle counts; "
+                 f"/tracking: exec-s over instant tracking at the run's own ms/row")
     return "\n".join(lines)
 
 
@@ -317,6 +327,11 @@ def _tasks(s: dict[str, Any]) -> str:
     if t is None or not s["rows_expected"]:
         return f"{'-':>7} {'-':>7}"
     return f"{t:7.0f} {t / s['rows_expected'] * 1000:7.2f}"
+
+
+def _tracked(s: dict[str, Any]) -> str:
+    t = s.get("tracking_at_run_cost")
+    return f"{s['executor_seconds'] / t:.2f}x" if t else "-"
 
 
 def plot(profile: str, runs: list[tuple[Run, dict[str, np.ndarray]]], path: Path) -> None:

@@ -200,8 +200,26 @@ def test_cluster_task_seconds_sum_sparks_finished_task_lines() -> None:
     assert s["task_seconds"] == 100.0
     assert "2000.00" in autoscale.table([s]).splitlines()[1]  # 100 s over 50 rows, in ms
     run.task_seconds = None
-    assert autoscale.table([autoscale.summarize(run, rows)]).splitlines()[1].split()[-2:] == \
-        ["-", "-"]
+    assert autoscale.table([autoscale.summarize(run, rows)]).splitlines()[1].split()[-3:] == \
+        ["-", "-", "-"]
+
+
+def test_cluster_runs_are_compared_with_tracking_at_their_own_cost_per_row() -> None:
+    autoscale = _load("autoscale")
+    points = autoscale.knots("steps")[1]
+    at_oracle = autoscale.tracking(points, autoscale.PARTITIONS)
+    assert autoscale.tracking(points, autoscale.PARTITIONS, cost=autoscale.COST) == at_oracle
+    dearer = autoscale.tracking(points, autoscale.PARTITIONS, cost=autoscale.COST * 1.3)
+    assert dearer > at_oracle
+    run, rows = _cluster_run(autoscale, first=0.0, source=10.0, period=1.0)
+    run.task_seconds = 50 * autoscale.COST * 1.3  # 50 rows at 1.3 times the oracle's cost
+    s = autoscale.summarize(run, rows)
+    assert s["tracking_at_run_cost"] == pytest.approx(dearer)
+    assert s["tracking"] == at_oracle
+    row = autoscale.table([s]).splitlines()[1].split()
+    assert row[-1] == f"{s['executor_seconds'] / dearer:.2f}x"
+    run.task_seconds = None
+    assert autoscale.summarize(run, rows)["tracking_at_run_cost"] is None
 
 
 def test_cluster_executor_seconds_integrate_uneven_samples() -> None:
