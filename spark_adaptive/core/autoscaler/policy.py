@@ -47,8 +47,8 @@ Each evaluation, in order (Flink's operator, ``ScalingMetricCollector`` ->
    ``(input - capacity now) x executor start-up / catch-up`` when the input
    exceeds the capacity: the backlog that grows until the new executors run
    (``executor-startup.time``, tracked from the query's live scale-ups). Decided
-   again while they start, only the start-up still ahead counts (what piled up
-   since is in the backlog).
+   again while the last scale-up's executors start, the capacity now counts only
+   until those run, and theirs from then on.
 4. **Band.** Scale up when the capacity is below ``input / utilization.max +
    backlog / catch-up``; scale down when above ``input / utilization.min +
    backlog / catch-up``, never while catching up (backlog older than
@@ -471,17 +471,25 @@ class QueryAutoscaler:
         # drains it within the catch-up duration as well (restart.time's term, for the
         # executors' start-up that a live scale-up waits for).
         startup = self._startup()
-        # Deciding again while a scale-up's executors start: the rows that piled up since it
-        # asked for them are in the backlog already, so only the rest of the start-up adds.
-        piling = startup
+        # The capacity until the executors asked for now run, as (rows/s, seconds) stretches:
+        # the current one for the whole start-up; deciding again while a scale-up's
+        # executors start, the current one only until those run (the start-up left since
+        # it asked for them; none once they are late) and then theirs.
+        stretches: tuple[tuple[float, float], ...] = ((cap, startup),)
         up = self._scaled_up
         if again is not None and again.in_flight and up is not None:
-            # (never more than all of it, should the clock have gone back since)
-            piling = min(startup, max(0.0, startup - (now - up[2])))
+            waited = min(startup, max(0.0, now - up[2]))
+            cap_up = self._model.capacity(busy_slots(again.slots, p, view.max_useful_slots),
+                                          eff, rate)
+            stretches = ((cap, startup - waited), (cap_up, waited))
+
+        def piled(rate_in: float) -> float:
+            """Rows of an input of ``rate_in`` that arrive beyond the capacity meanwhile."""
+            return sum(max(0.0, rate_in - c) * t for c, t in stretches)
 
         def needs(rate_in: float) -> tuple[float, float]:
             """The live and the restart target capacity for an input of ``rate_in``."""
-            pile = max(0.0, rate_in - cap) * piling / cu if cu > 0 else 0.0
+            pile = piled(rate_in) / cu if cu > 0 else 0.0
             live = rate_in / cfg.utilization_target + catch + pile
             return live, live + (rate_in * downtime / cu if cu > 0 else 0.0)
 
@@ -515,7 +523,8 @@ class QueryAutoscaler:
             restart_downtime=downtime, executor_startup=startup)
         if cap < up_at:
             return self._scale_up(view, inputs, rate, need_live, need_restart, downtime,
-                                  again.slots if again is not None else None, piling)
+                                  again.slots if again is not None else None,
+                                  (piled(lam), stretches))
         if not full:  # only falling behind may cut the collection short, and only upwards
             return self._collecting(view, inputs)
         if cap > down_at and not behind:
@@ -550,11 +559,13 @@ class QueryAutoscaler:
     # -- directions -----------------------------------------------------------------------
     def _scale_up(self, view: QueryView, inputs: DecisionInputs, rate: float,
                   need_live: float, need_restart: float, downtime: float,
-                  reached: int | None = None, piling: float | None = None
+                  reached: int | None = None,
+                  pile: tuple[float, tuple[tuple[float, float], ...]] = (0.0, ())
                   ) -> ScalingDecision:
         """``reached``: deciding again, the slots the last scale-up reaches (or reached);
-        only more than those is carried out. ``piling``: the seconds of the executors'
-        start-up still ahead, over which input beyond the capacity piles up."""
+        only more than those is carried out. ``pile``: the rows that arrive beyond the
+        capacity until the executors asked for now run, and the capacity stretches they
+        were counted over (see :meth:`_decide`)."""
         cfg, s, p, lam = self.config, view.slots, view.partitions, inputs.input_rate or 0.0
         self._pending_down.clear()
         eff = busy_slots(s, p, view.max_useful_slots)
@@ -575,13 +586,18 @@ class QueryAutoscaler:
         if util <= cfg.utilization_max:  # the backlog's catch-up term made it a scale-up
             head = (f"utilization {util:.2f}, but a backlog of {backlog:.0f} rows is to be "
                     f"caught up within {cfg.catch_up_duration:g}s")
-        startup, cap_now = inputs.executor_startup or 0.0, inputs.capacity or 0.0
-        left = startup if piling is None else piling
-        if lam > cap_now and left > 0 and cfg.catch_up_duration > 0:
-            during = (f"the executors' {startup:.1f}s start-up" if left >= startup else
-                      f"the {left:.1f}s left of the executors' {startup:.1f}s start-up")
-            head += (f"; the target adds the {(lam - cap_now) * left:.0f} rows that arrive "
-                     f"beyond the capacity during {during}")
+        startup = inputs.executor_startup or 0.0
+        rows, stretches = pile
+        if rows > 0 and cfg.catch_up_duration > 0:
+            during = f"during the executors' {startup:.1f}s start-up"
+            if len(stretches) > 1:  # decided again while the last scale-up's executors start
+                (_, left), (_, waited) = stretches
+                parts = ([f"{left:.1f}s more on the slots running"] if left > 0 else []) + (
+                    [f"{waited:.1f}s on the {reached} slots of the scale-up in flight"]
+                    if waited > 0 else [])
+                during = "until the executors asked for now run: " + ", then ".join(parts)
+            head += (f"; the target adds the {rows:.0f} rows that arrive beyond the capacity "
+                     f"{during}")
         if choice is None or choice.slots <= s and choice.partitions == p:
             why = choice.reason if choice is not None else "no slot count helps"
             return self._result(view, "no-change", "none", s, p,

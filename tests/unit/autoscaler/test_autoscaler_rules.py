@@ -524,7 +524,7 @@ def test_a_query_falling_behind_is_sized_for_what_piles_up_while_executors_start
            "start-up" in d.reason
 
 
-def test_deciding_again_in_flight_adds_only_the_start_up_still_ahead() -> None:
+def test_deciding_again_in_flight_counts_the_capacity_of_the_slots_in_flight() -> None:
     # Straddled as in _straddled, with 10 s of executor start-up: the scale-up to 12 slots
     # asked for its executors at t=90, and the batch running at t=95 reads all of the rise.
     q = make(config(executor_startup_time=10.0), rate=6000, per_slot=1000, slots=8,
@@ -536,23 +536,32 @@ def test_deciding_again_in_flight_adds_only_the_start_up_still_ahead() -> None:
     q.run(5)
     assert q.policy.observe_start(q.batch + 1, 18000.0)
     d = q.evaluate(rescale_in_flight=True)
-    assert (d.outcome, d.current_slots) == ("scale-up", 8)
-    # The rows beyond the 8000 rows/s of capacity that piled up over the first 5 s are in
-    # the backlog; only the 5 s left add: 10000 x 5 / 100, not 10000 x 10 / 100.
+    assert (d.outcome, d.current_slots, d.target_slots) == ("scale-up", 8, 24)
+    # Until the executors asked for now run (t=105), 18000 rows/s arrive against 8000 for
+    # the 5 s left of the 12 slots' start-up, then against 12000 for 5 s: 80000 rows, not
+    # the 100000 of 8000 rows/s for all 10 s; drained within the 100 s of catch-up.
     catch = (d.inputs.backlog or 0.0) / 100
     assert catch > 0
-    assert d.inputs.target_rate == pytest.approx(18000 / 0.8 + catch + 500)
+    assert d.inputs.target_rate == pytest.approx(18000 / 0.8 + catch + 800)
     assert d.inputs.executor_startup == 10.0
-    assert "the 50000 rows that arrive beyond the capacity during the 5.0s left of the " \
-           "executors' 10.0s start-up" in d.reason
-    # That decision asked for more executors at t=95; once their whole start-up has passed
-    # (still in flight), nothing more piles up than the backlog shows
-    q.run(10)
+    assert "the 80000 rows that arrive beyond the capacity until the executors asked for " \
+           "now run: 5.0s more on the slots running, then 5.0s on the 12 slots of the " \
+           "scale-up in flight" in d.reason
+    # That decision asked at t=95: 5 s later, 5 s more on 8 slots, then 5 s on its 24
+    # (counted from the first ask, t=90, it would be 10 s on the 24 slots: 60000 rows)
+    q.run(5)
     assert q.policy.observe_start(q.batch + 1, 30000.0)
     d = q.evaluate(rescale_in_flight=True)
-    assert d.outcome == "scale-up"
-    assert d.inputs.target_rate == pytest.approx(30000 / 0.8 + (d.inputs.backlog or 0.0) / 100)
-    assert "start-up" not in d.reason
+    assert (d.outcome, d.target_slots) == ("scale-up", 48)
+    catch = (d.inputs.backlog or 0.0) / 100
+    assert d.inputs.target_rate == pytest.approx(30000 / 0.8 + catch + 1400)
+    # Once the 48 slots' start-up has passed (still in flight), they carry 36000 rows/s:
+    # nothing more piles up, and they reach the target
+    q.run(10)
+    assert q.policy.observe_start(q.batch + 1, 36000.0)
+    d = q.evaluate(rescale_in_flight=True)
+    assert d.inputs.target_rate == pytest.approx(36000 / 0.8 + (d.inputs.backlog or 0.0) / 100)
+    assert d.outcome == "not-ready" and d.reason == "a rescale to 48 slots is in flight"
 
 
 def test_a_clock_gone_back_counts_the_whole_start_up_of_a_scale_up_in_flight() -> None:
@@ -570,10 +579,12 @@ def test_a_clock_gone_back_counts_the_whole_start_up_of_a_scale_up_in_flight() -
     assert q.policy.observe_start(q.batch + 1, 18000.0)
     d = q.evaluate(rescale_in_flight=True)
     assert d.outcome == "scale-up"
-    # The start-up counts from when the clock went back (40 s ago): none of it is left.
-    # Counted from the ask on the old clock, it would lie 960 s ahead.
-    assert d.inputs.target_rate == pytest.approx(18000 / 0.8 + (d.inputs.backlog or 0.0) / 100)
-    assert "start-up" not in d.reason
+    # The start-up counts from when the clock went back (40 s ago): all of it is past, so
+    # the 12 slots in flight stand for the next 10 s: 6000 rows/s beyond them, 60000 rows.
+    # Counted from the ask on the old clock (960 s ahead), 8 slots would stand for all
+    # 10 s: 100000 rows.
+    catch = (d.inputs.backlog or 0.0) / 100
+    assert d.inputs.target_rate == pytest.approx(18000 / 0.8 + catch + 600)
 
 
 def test_the_start_up_term_is_nothing_while_the_query_keeps_up() -> None:
