@@ -256,7 +256,7 @@ def summarize(run: Run, rows: dict[str, np.ndarray],
     restarts = sum(1 for r in run.rescales if r.get("kind") == "restart")
     live = sum(1 for r in run.rescales if r.get("kind") == "live")
     # What a row really cost a slot in this run (with the tasks' fixed costs), if known.
-    cost = run.task_seconds / total if run.task_seconds and total else None
+    per_row = run.task_seconds / total if run.task_seconds is not None and total else None
     return {
         "profile": run.profile, "mode": run.mode,
         "executor_seconds": executor_seconds(run.samples, app_start, until),
@@ -264,14 +264,14 @@ def summarize(run: Run, rows: dict[str, np.ndarray],
         "source_start_after_app": run.start - app_start,
         "oracle": oracle(points),
         "tracking": tracking(points, run.partitions, extra),
-        "tracking_at_run_cost": (tracking(points, run.partitions, extra, cost=cost)
-                                 if cost is not None else None),
+        "tracking_at_run_cost": (tracking(points, run.partitions, extra, cost=per_row)
+                                 if per_row else None),
         "lag_p50": float(np.percentile(lag, 50)) if len(lag) else None,
         "lag_p99": float(np.percentile(lag, 99)) if len(lag) else None,
         "lag_max": float(lag.max()) if len(lag) else None,
         "seconds_over_target": int(np.sum(oldest > LAG_TARGET)),
         "rescales_live": live, "rescales_restart": restarts,
-        "task_seconds": run.task_seconds,
+        "task_seconds": run.task_seconds, "task_seconds_per_row": per_row,
         "rows": int(len(ids)), "rows_expected": total, "exactly_once": bool(exactly_once),
         "drain_seconds": end - run.start - duration,
     }
@@ -323,10 +323,10 @@ def table(summaries: list[dict[str, Any]]) -> str:
 
 
 def _tasks(s: dict[str, Any]) -> str:
-    t = s.get("task_seconds")
-    if t is None or not s["rows_expected"]:
+    t, per_row = s.get("task_seconds"), s.get("task_seconds_per_row")
+    if t is None or per_row is None:
         return f"{'-':>7} {'-':>7}"
-    return f"{t:7.0f} {t / s['rows_expected'] * 1000:7.2f}"
+    return f"{t:7.0f} {per_row * 1000:7.2f}"
 
 
 def _tracked(s: dict[str, Any]) -> str:
