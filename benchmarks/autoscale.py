@@ -33,6 +33,11 @@ one plot per profile (``autoscale-<profile>.png``).
 
     .venv/bin/python benchmarks/autoscale.py [--profiles day,steps] [--modes ...]
 
+``--references`` starts no cluster: it prints each profile's oracle and instant tracking,
+and with ``--reference-costs 4,5.4`` (ms per row) and ``--reference-targets 0.85,0.95`` a
+table of instant tracking over the oracle for each utilization target at each cost per
+row: what no delay at all would pay when a row costs a slot that much.
+
 ``make demo-autoscale`` runs the autoscaler alone on the "steps" profile and
 writes its picture to ``demo-output/autoscale-steps.png``.
 """
@@ -55,6 +60,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from spark_adaptive.core.autoscaler.config import AutoscalerConfig
+from spark_adaptive.errors import ConfigurationError
 from spark_adaptive.testing.cluster import LocalCluster
 from spark_adaptive.testing.streaming import file_sink_files
 from spark_adaptive.testing.submit import submit
@@ -138,6 +144,54 @@ def tracking(points: list[list[float]], partitions: int = PARTITIONS,
     need = np.interp(times, [p[0] for p in points], [p[1] for p in points]) * per_row / target
     slots = [next((d for d in balanced if d >= n - 1e-9), balanced[-1]) for n in need]
     return float(np.sum(slots) * step)
+
+
+TARGET_KEY = "spark.adaptive.autoscaler.utilization.target"
+
+
+def references_table(profile: str, partitions: int, extra: Mapping[str, str],
+                     targets: Sequence[float], costs: Sequence[float]) -> str:
+    """Instant tracking (:func:`tracking`) over the oracle, one row per utilization target,
+    one column per cost per row (slot-seconds): how far below the oracle's ratio any policy
+    that keeps that target can come, with no delay at all, when a row really costs that."""
+    points = knots(profile)[1]
+    o = oracle(points)
+    head = "".join(f" | {c * 1000:g} ms/row" for c in costs)
+    lines = [f"{profile}: oracle {o:.0f} executor-seconds; instant tracking on {partitions} "
+             "partitions over the oracle",
+             f"| utilization.target{head} |", "|---" * (len(costs) + 1) + "|"]
+    for target in targets:
+        keys = {**extra, TARGET_KEY: str(target)}
+        cells = "".join(f" | {tracking(points, partitions, keys, cost=c) / o:.2f}x"
+                        for c in costs)
+        lines.append(f"| {target:g}{cells} |")
+    return "\n".join(lines)
+
+
+def _per_row_costs(text: str) -> list[float]:
+    """``--reference-costs``: milliseconds per row, comma-separated, each above 0."""
+    costs = []
+    for word in text.split(","):
+        try:
+            ms = float(word)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{word!r} is not a number of ms per row") from None
+        if not math.isfinite(ms) or ms <= 0:
+            raise argparse.ArgumentTypeError(f"{word} is not a cost per row above 0 ms")
+        costs.append(ms / 1000)
+    return costs
+
+
+def _targets(text: str) -> list[float]:
+    """``--reference-targets``: utilization targets, comma-separated (checked against the
+    autoscaler's own rules once the run's other keys are known)."""
+    targets = []
+    for word in text.split(","):
+        try:
+            targets.append(float(word))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{word!r} is not a utilization target") from None
+    return targets
 
 
 @dataclass
@@ -398,16 +452,34 @@ def main() -> None:
     parser.add_argument("--references", action="store_true",
                         help="print each profile's oracle and tracking executor-seconds (no "
                              "cluster) and exit")
+    parser.add_argument("--reference-costs", type=_per_row_costs, default=None,
+                        help="with --references: ms of slot time per row, comma-separated, to "
+                             f"track at (default: the oracle's {COST * 1000:g})")
+    parser.add_argument("--reference-targets", type=_targets, default=None,
+                        help="with --references: utilization targets, comma-separated, to "
+                             "track at (default: the autoscaler run's)")
     parser.add_argument("--results", default=str(RESULTS),
                         help="where the JSON and the plots go (default %(default)s)")
     args = parser.parse_args()
     extra = dict(kv.split("=", 1) for kv in args.conf)
     if args.references:
+        if args.reference_costs is None and args.reference_targets is None:
+            for profile in args.profiles.split(","):
+                points = knots(profile)[1]
+                o, t = oracle(points), tracking(points, args.partitions, extra)
+                print(f"{profile}: oracle {o:.0f} executor-seconds, tracking {t:.0f} "
+                      f"({t / o:.2f}x the oracle) on {args.partitions} partitions")
+            return
+        targets = args.reference_targets or [
+            AutoscalerConfig.from_conf({**AUTOSCALER_CONF, **extra}).utilization_target]
+        for target in targets:
+            try:
+                AutoscalerConfig.from_conf({**AUTOSCALER_CONF, **extra, TARGET_KEY: str(target)})
+            except ConfigurationError as e:
+                parser.error(f"argument --reference-targets: {e}")
         for profile in args.profiles.split(","):
-            points = knots(profile)[1]
-            o, t = oracle(points), tracking(points, args.partitions, extra)
-            print(f"{profile}: oracle {o:.0f} executor-seconds, tracking {t:.0f} "
-                  f"({t / o:.2f}x the oracle) on {args.partitions} partitions")
+            print(references_table(profile, args.partitions, extra, targets,
+                                   args.reference_costs or [COST]))
         return
     results_dir = Path(args.results)
     results_dir.mkdir(parents=True, exist_ok=True)

@@ -222,6 +222,37 @@ def test_cluster_runs_are_compared_with_tracking_at_their_own_cost_per_row() -> 
     assert autoscale.summarize(run, rows)["tracking_at_run_cost"] is None
 
 
+def test_cluster_references_track_each_target_at_each_cost_per_row(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    autoscale = _load("autoscale")
+    points = autoscale.knots("steps")[1]
+    o = autoscale.oracle(points)
+    key = "spark.adaptive.autoscaler.utilization.target"
+    text = autoscale.references_table("steps", 12, {}, [0.85, 0.95], [0.004, 0.0054])
+    lines = text.splitlines()
+    assert lines[1] == "| utilization.target | 4 ms/row | 5.4 ms/row |"
+    cells = [[float(c.strip().rstrip("x")) for c in line.strip("|").split("|")[1:]]
+             for line in lines[3:]]
+    assert cells[0][0] == pytest.approx(autoscale.tracking(points, 12) / o, abs=0.005)
+    assert cells[1][1] == pytest.approx(
+        autoscale.tracking(points, 12, {key: "0.95"}, cost=0.0054) / o, abs=0.005)
+    assert cells[0][1] > cells[0][0] and cells[1][0] <= cells[0][0]
+    monkeypatch.setattr(sys, "argv", ["autoscale.py", "--references", "--profiles", "steps",
+                                      "--reference-costs", "4,5.4"])
+    autoscale.main()
+    out = capsys.readouterr().out
+    assert "| 0.85 | " in out and "5.4 ms/row" in out
+    for bad, said in (("--reference-costs=0", "0 is not a cost per row above 0 ms"),
+                      ("--reference-costs=x", "'x' is not a number of ms per row"),
+                      ("--reference-targets=0.97",
+                       "utilization.target=0.97 is above spark.adaptive.autoscaler."
+                       "utilization.max=0.95")):
+        monkeypatch.setattr(sys, "argv", ["autoscale.py", "--references", bad])
+        with pytest.raises(SystemExit):
+            autoscale.main()
+        assert said in capsys.readouterr().err
+
+
 def test_cluster_executor_seconds_integrate_uneven_samples() -> None:
     autoscale = _load("autoscale")
     samples = [Seen(0.0, 1), Seen(1.5, 2), Seen(2.0, 0), Seen(4.0, 3)]
