@@ -168,30 +168,33 @@ def references_table(profile: str, partitions: int, extra: Mapping[str, str],
     return "\n".join(lines)
 
 
-def _per_row_costs(text: str) -> list[float]:
-    """``--reference-costs``: milliseconds per row, comma-separated, each above 0."""
-    costs = []
+def _numbers(text: str, what: str) -> list[float]:
+    """Comma-separated finite numbers, a bad one named with ``what`` it should have been."""
+    out = []
     for word in text.split(","):
         try:
-            ms = float(word)
+            x = float(word)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{word!r} is not a number of ms per row") from None
-        if not math.isfinite(ms) or ms <= 0:
-            raise argparse.ArgumentTypeError(f"{word} is not a cost per row above 0 ms")
-        costs.append(ms / 1000)
-    return costs
+            x = math.nan
+        if not math.isfinite(x):
+            raise argparse.ArgumentTypeError(f"{word.strip()!r} is not {what}")
+        out.append(x)
+    return out
+
+
+def _per_row_costs(text: str) -> list[float]:
+    """``--reference-costs``: milliseconds per row, each above 0, as slot-seconds."""
+    costs = _numbers(text, "a number of ms per row")
+    for ms in costs:
+        if ms <= 0:
+            raise argparse.ArgumentTypeError(f"{ms:g} is not a cost per row above 0 ms")
+    return [ms / 1000 for ms in costs]
 
 
 def _targets(text: str) -> list[float]:
-    """``--reference-targets``: utilization targets, comma-separated (checked against the
-    autoscaler's own rules once the run's other keys are known)."""
-    targets = []
-    for word in text.split(","):
-        try:
-            targets.append(float(word))
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{word!r} is not a utilization target") from None
-    return targets
+    """``--reference-targets``: utilization targets (checked against the autoscaler's own
+    rules once the run's other keys are known)."""
+    return _numbers(text, "a utilization target")
 
 
 @dataclass
