@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 
 _STOP = object()
 
+LONGEST_WAIT = 3600.0
+"""Seconds the loop waits for work at the most before it looks at its timers again."""
+
 
 class _SyncCall:
     """One :meth:`EventLoop.call_sync`: pending until the loop starts it or the caller gives
@@ -145,7 +148,9 @@ class EventLoop:
                 heapq.heappop(self._timers)
             if not self._timers:
                 return None
-            return max(0.0, self._timers[0].due - self.now())
+            # A timer far ahead (a duration key of years) is waited for in steps: the
+            # queue's wait takes no timeout past the platform's time_t.
+            return min(max(0.0, self._timers[0].due - self.now()), LONGEST_WAIT)
 
     def _run_due_timers(self) -> None:
         while True:

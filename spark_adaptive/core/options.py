@@ -53,6 +53,8 @@ _SIZE_UNITS = {
 # ASCII digits only (\d would take any script's digits, and float() would read them).
 _NUM_UNIT = re.compile(r"^\s*(-?[0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 _INT = re.compile(r"[+-]?[0-9]+")
+_FLOAT = re.compile(r"\s*[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\s*"
+                    r"|\s*[+-]?(?:inf|infinity|nan)\s*", re.IGNORECASE)
 
 
 def parse_duration(text: str, unit: str = "s") -> float:
@@ -166,6 +168,8 @@ class Option:
                 raise ValueError(f"must be between -{INT_LIMIT} and {INT_LIMIT}")
         elif self.type == "float":
             try:
+                if not _FLOAT.fullmatch(text):  # float() also takes 1_0 and other scripts' digits
+                    raise ValueError(text)
                 value = float(text)
             except ValueError:
                 raise ValueError("expected a number") from None

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import socket
 import socketserver
 import time
 from http import HTTPStatus
-from typing import Protocol
+from typing import Any, Protocol
 
 import h11
 
@@ -169,7 +170,19 @@ class Connection(socketserver.BaseRequestHandler):
 def encode(response: Response) -> bytes:
     if response.raw is not None:
         return response.raw
-    return (json.dumps(response.body) + "\n").encode("utf-8")
+    return (json.dumps(finite(response.body), allow_nan=False) + "\n").encode("utf-8")
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite number as null: JSON has no such numbers, and a
+    strict parser (a browser's) refuses Python's ``NaN`` and ``Infinity``."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
 
 
 def too_large(length: str, limit: int) -> Response:

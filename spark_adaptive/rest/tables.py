@@ -133,6 +133,11 @@ def _rate(value: float | None, unit: str = "rows/s") -> str:
     return "-" if value is None else f"{value:,.1f} {unit}"
 
 
+def _changes(rec: dict[str, Any]) -> bool:
+    """A recommendation that would rescale (one that holds still is never "applied")."""
+    return rec.get("outcome") in ("scale-up", "scale-down")
+
+
 def autoscaler_lines(status: dict[str, Any]) -> list[str]:
     """``spark-adaptive autoscaler QUERY``: the figures and the last decision, one per line."""
     window = _object(_object(status).get("window") or {})
@@ -154,7 +159,7 @@ def autoscaler_lines(status: dict[str, Any]) -> list[str]:
     if rec:
         lines.append(f"  recommendation  {rec['outcome']}: {rec['slots']} slots, "
                      f"{rec['partitions']} partitions ({rec['kind']})"
-                     + ("" if rec.get("applied") else ", not applied"))
+                     + ("" if rec.get("applied") or not _changes(rec) else ", not applied"))
     if decision:
         lines.append(f"  why             {decision.get('reason', '')}")
     if status.get("waitingForResources"):

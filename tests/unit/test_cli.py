@@ -324,6 +324,19 @@ def test_short_id_and_state() -> None:
                                 "-"]
 
 
+def test_autoscaler_lines_say_not_applied_only_of_a_rescale_recommended() -> None:
+    def line(outcome: str, applied: bool) -> str:
+        rec = {"outcome": outcome, "slots": 4, "partitions": 8, "kind": "live",
+               "applied": applied}
+        return next(x for x in tables.autoscaler_lines({"id": "q", "recommendation": rec})
+                    if x.startswith("  recommendation"))
+
+    assert line("scale-up", False).endswith("(live), not applied")
+    assert line("scale-down", False).endswith("(live), not applied")
+    assert line("scale-up", True).endswith("(live)")
+    assert line("no-change", False).endswith("(live)")
+
+
 def test_clock_shows_the_date_only_when_not_today() -> None:
     now = 1.7e9
     assert len(tables.clock(now, now=now)) == len("12:00:00")
@@ -344,7 +357,7 @@ def test_autoscaler_lines_and_its_absence(sched: FakeScheduler, url: str,
     lines = out.splitlines()
     assert lines[0] == "query 0f9c8b1e: autoscaler recommending only"
     assert lines[1] == "  window          0.0s of 3m00s, 0 micro-batches"
-    assert "  recommendation  not-ready: 2 slots, 4 partitions (none), not applied" in lines
+    assert "  recommendation  not-ready: 2 slots, 4 partitions (none)" in lines
     assert "  waiting for the slots it asked for to come" in lines
     assert lines[-1] == "  next evaluation in 4.5s"
     code, out, _ = run(capsys, "--url", url, "autoscaler", "orders", "--json")

@@ -153,3 +153,17 @@ def test_the_application_end_through_py4j_calls_back() -> None:
     listener.onApplicationEnd(object())
     assert ended == ["ended"] and listener.errors == 0 and listener.calls == 0
     Py4jSparkListener(lambda e: None).onApplicationEnd(object())  # none to tell: fine
+
+
+def test_a_timer_years_ahead_leaves_the_loop_running() -> None:
+    # A duration key may read "107000d": the queue's wait takes no timeout that far ahead.
+    loop = EventLoop("far")
+    loop.start()
+    try:
+        loop.call_later(107000 * 86400.0, lambda: None)
+        done = threading.Event()
+        loop.submit(done.set)
+        assert done.wait(5)
+        assert loop.call_sync(lambda: "alive", timeout=5) == "alive"
+    finally:
+        loop.stop()

@@ -232,6 +232,9 @@ def test_autoscaler_keys_are_read_with_every_other_key() -> None:
     # A size whose number overflows a float: OverflowError (int(inf)) before.
     ("spark.adaptive.batch.avg-data-volume-per-task", "9" * 400 + "g", "expected a size"),
     ("spark.adaptive.batch.skewed-threshold", "9" * 20 + "t", "expected a size"),
+    # float() read 0.5_0 as 0.5 and other scripts' digits as numbers; ints never did.
+    ("spark.adaptive.autoscaler.utilization.min", "0.5_0", "expected a number"),
+    ("spark.adaptive.autoscaler.utilization.min", "\u0660.\u0665", "expected a number"),
     # NaN passed every bound check, inf skipped the maximum.
     ("spark.adaptive.restart-strategy.exponential-delay.jitter-factor", "nan", "finite"),
     ("spark.adaptive.restart-strategy.exponential-delay.jitter-factor", "inf", "finite"),

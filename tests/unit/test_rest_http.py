@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,7 +23,8 @@ import pytest
 from rest_fakes import CHECKPOINT, FakeScheduler, bounds, call, serving
 
 from spark_adaptive.core.streaming.requirements import ResourceRequirements
-from spark_adaptive.rest.api import MAX_DEPTH
+from spark_adaptive.rest.api import MAX_DEPTH, Response
+from spark_adaptive.rest.connection import encode
 from spark_adaptive.rest.server import RestServer
 
 REQ = "/queries/orders/resource-requirements"
@@ -453,3 +455,15 @@ def test_the_token_is_checked_before_the_body_is_read(sched: FakeScheduler) -> N
                                                "Authorization: Bearer t0ken"))
         assert reply.status == 200
         assert urlsplit(server.url).hostname == "127.0.0.1"
+
+
+def test_numbers_json_cannot_hold_go_out_as_null() -> None:
+    # Python writes NaN and Infinity, which JSON has not: a browser's parser refuses the body.
+    body = {"a": math.nan, "b": [math.inf, 1.5, {"c": -math.inf}], "d": (2.0, math.nan), "e": 3}
+    text = encode(Response(200, body)).decode()
+
+    def refuse(name: str) -> None:
+        raise ValueError(f"{name} is no JSON")
+
+    assert json.loads(text, parse_constant=refuse) == {
+        "a": None, "b": [None, 1.5, {"c": None}], "d": [2.0, None], "e": 3}

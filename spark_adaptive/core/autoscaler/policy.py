@@ -18,7 +18,9 @@ Each evaluation, in order (Flink's operator, ``ScalingMetricCollector`` ->
 
 1. **Not now** while a rescale is in flight, during ``stabilization.interval``
    after each completed rescale (its samples are not even kept), and until the
-   window has collected for ``metrics.window`` (at least three batches), unless
+   window has collected for ``metrics.window`` and three batches (the window
+   spans three trigger intervals when they are longer, so that a long trigger
+   still fills one), unless
    the query is falling behind (backlog older than
    ``backlog-processing.lag-threshold``, or, from two batches on, an input rate
    :data:`OVERLOAD` times its capacity): then a scale-up, and only that, may
@@ -111,10 +113,7 @@ from spark_adaptive.core.autoscaler.protections import (
 )
 from spark_adaptive.core.autoscaler.samples import LoadSample, QueryView, clean
 from spark_adaptive.core.autoscaler.scalability import ScalabilityModel
-from spark_adaptive.core.autoscaler.window import MetricsWindow, entry_from
-
-MIN_BATCHES = 3
-"""A window holding fewer completed batches than this is never full."""
+from spark_adaptive.core.autoscaler.window import MIN_BATCHES, MetricsWindow, entry_from
 
 SETTLED = 0.9
 """The input is still falling while the newest seconds' rate is below this fraction of the
@@ -223,7 +222,7 @@ class QueryAutoscaler:
         one = sample.stage_tasks
         w.add(entry_from(sample, last, one if isinstance(one, int) and one > 0
                          else self._useful))
-        if sample.tasks is not None and sample.tasks > 0:
+        if isinstance(sample.tasks, int) and sample.tasks > 0:
             self._tasks = sample.tasks
         return True
 

@@ -19,6 +19,7 @@ answers "not now" (never raises) when it is inconsistent.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 from spark_adaptive.core.events import QueryProgress
@@ -128,6 +129,11 @@ class QueryView:
         """Why this view cannot be evaluated, or None when it can."""
         if not _finite(self.now):
             return f"the clock reads {self.now!r}"
+        for name in ("slots", "partitions", "lower", "upper", "slots_per_executor",
+                     "max_useful_slots", "cluster_max_slots", "slot_upper"):
+            value = getattr(self, name)
+            if value is not None and not _whole(value):
+                return f"{name} is {value!r}, not a whole number"
         if self.slots < 1:
             return f"the query runs on {self.slots} slots"
         if self.partitions < 1:
@@ -143,6 +149,12 @@ class QueryView:
         if self.cluster_max_slots is not None and self.cluster_max_slots < 1:
             return f"the cluster offers {self.cluster_max_slots} slots"
         return None
+
+
+def _whole(x: object) -> bool:
+    """A finite whole number of any numeric type (Python's or numpy's ints, 3.0)."""
+    return (isinstance(x, numbers.Real) and math.isfinite(x)
+            and float(x).is_integer())
 
 
 def _finite(x: float | None) -> bool:
@@ -165,3 +177,17 @@ def clean(value: float | None) -> float | None:
     except TypeError:
         pass
     return None
+
+
+#: Below this no rate of a batch that read rows is real (one row in about twelve days): the
+#: window divides by rates, and a rate of 1e-320 would turn its sums infinite, then NaN.
+MIN_RATE = 1e-6
+
+
+def clean_rate(value: float | None) -> float | None:
+    """:func:`clean` for a rate (rows/s): 0 stays 0 (Spark's rate of an empty batch), a
+    positive rate below :data:`MIN_RATE` is None."""
+    rate = clean(value)
+    if rate is not None and 0.0 < rate < MIN_RATE:
+        return None
+    return rate

@@ -6,7 +6,8 @@ Contract
   :func:`~spark_adaptive.core.autoscaler.samples.clean`) in O(1) amortized time:
   entries older than the window are dropped from the left and their values
   subtracted from the running sums, so no evaluation re-scans a history.
-* Two spans are kept: the whole *window* (``metrics.window``), averaged for the
+* Two spans are kept: the whole *window* (``metrics.window``, or
+  :data:`MIN_BATCHES` trigger intervals when that is longer), averaged for the
   processing rate and for the input rate, and the *newest* batches (the last
   :data:`NEWEST_SPAN` seconds, or a third of a shorter window, at least two
   batches), from which a rise of the
@@ -41,12 +42,17 @@ import math
 from collections import deque
 from typing import NamedTuple
 
-from spark_adaptive.core.autoscaler.samples import LoadSample, clean
+from spark_adaptive.core.autoscaler.samples import LoadSample, clean, clean_rate
 
 NEWEST_SPAN = 20.0
 """Seconds of the newest batches (at least two) whose arrival rate is read on its own; a third
 of the window when that is shorter, so that the newest batches of a short window still differ
 from the whole of it."""
+
+MIN_BATCHES = 3
+"""A window holding fewer completed batches than this is never full. So that one can fill
+when batches are sparse (a 2-minute trigger in a 3-minute ``metrics.window``), the window
+spans at least this many trigger intervals (with back-to-back triggers, batch durations)."""
 
 MIN_ROW_SPREAD = 0.25
 """Row counts must vary by this coefficient of variation across the window's batches before
@@ -76,26 +82,34 @@ def entry_from(sample: LoadSample, last_time: float | None,
     ``max_useful_slots``: the tasks of a stateless query's batch (its source's partitions,
     whatever its partitions), for the rate per busy slot."""
     t, slots, partitions = sample.time, sample.slots, sample.partitions
-    dt = t - last_time if last_time is not None else None
+    gap = t - last_time if last_time is not None else None
     rows = clean(sample.num_input_rows)
-    in_rate = clean(sample.input_rows_per_second)
+    in_rate = clean_rate(sample.input_rows_per_second)
+    duration, trigger = clean(sample.batch_duration), clean(sample.trigger_interval)
+    if duration is not None and gap is not None:
+        # Batches run one after the other: one cannot have taken much longer than the time
+        # since the previous one completed (a wall clock stepped forward would say so); a
+        # trigger interval of slack covers completions whose events were handled late.
+        duration = min(duration, gap + (trigger or 0.0))
+    # Without Spark's rate, the interval since the previous batch is at least this batch's
+    # own run and its trigger, however close together their completions were handled.
+    dt = None if gap is None else max(gap, duration or 0.0, trigger or 0.0)
     if rows is None:
         if in_rate is not None and dt is not None:
-            rows = in_rate * dt
+            rows = clean(in_rate * dt)
     elif in_rate:
         # Spark's own interval: from the previous trigger's start to this one's. The rows a
         # batch reads arrived during it, while the time between completions stretches when
         # batches grow, which would hide the arrival rate behind the capacity.
-        dt = rows / in_rate
+        dt = clean(rows / in_rate) or dt
     busy = rps = None
     if rows:  # only a batch with rows says something about the processing rate
         busy = clean(sample.busy_time) or None
-        proc = clean(sample.processed_rows_per_second)
+        proc = clean_rate(sample.processed_rows_per_second)
         if proc:
             rps = proc / effective_slots(slots, task_count(partitions, max_useful_slots))
     return Entry(t, dt, rows, busy, rows if busy and rows else 0.0, rps, clean(sample.backlog),
-                 in_rate, clean(sample.batch_duration), clean(sample.trigger_interval), slots,
-                 partitions)
+                 in_rate, duration, trigger, slots, partitions)
 
 
 def task_count(partitions: int, max_useful_slots: int | None) -> int:
@@ -208,7 +222,8 @@ class MetricsWindow:
     def add(self, e: Entry) -> None:
         self._all.push(e)
         self._last_time = e.time
-        self._all.trim(e.time - self.span, keep=1)
+        pace = e.trigger or e.duration or 0.0  # the time one batch takes up
+        self._all.trim(e.time - max(self.span, MIN_BATCHES * pace), keep=1)
 
     @property
     def last_time(self) -> float | None:

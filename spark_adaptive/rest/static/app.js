@@ -295,7 +295,7 @@ function renderAutoscaler(r) {
   add("True rate per slot", rate(a.trueRatePerSlot));
   add("Utilization", isNum(a.utilization) ? Math.round(a.utilization * 100) + " %" : "–");
   add("Recommendation", rec ? plural(rec.slots, "slot") + " / " + plural(rec.partitions, "partition") + " / " +
-    rec.kind + (rec.applied ? "" : " (not applied)") : "–");
+    rec.kind + (rec.applied || !["scale-up", "scale-down"].includes(rec.outcome) ? "" : " (not applied)") : "–");
   add("Next evaluation", isNum(a.nextEvaluation) ? "in " + a.nextEvaluation.toFixed(0) + " s" : "–");
   add("Waiting for resources", a.waitingForResources ? "yes" : "no");
   const dl = el("dl");

@@ -230,3 +230,90 @@ def test_a_batch_s_fixed_cost_is_told_apart_from_its_cost_per_row() -> None:
                         1, 4))
     assert alike.batch_cost() is None
     assert alike.rate_per_slot_at(350.0) == alike.rate_per_slot()
+
+
+def _calm_without_spark_rate(extra: list[dict[str, Any]]) -> Any:
+    """A query at utilization 0.70 whose samples lack inputRowsPerSecond (the window times its
+    rows by completions), then ``extra`` samples; its decision after them."""
+    p = QueryAutoscaler(config(metrics_window=60.0, stabilization_interval=0.0,
+                               restart_time_tracking=False), "q", started_at=0.0)
+    base = dict(slots=8, partitions=48, num_input_rows=28000.0, processed_rows_per_second=7000.0,
+                batch_duration=4.0, trigger_interval=5.0, busy_time=28.0)
+    t = 0.0
+    for i in range(40):
+        t += 5.0
+        assert p.observe(LoadSample(time=t, batch_id=i, **base))
+    for j, kw in enumerate(extra):
+        t = kw.get("time", t)
+        p.observe(LoadSample(**{**base, "time": t, "batch_id": 100 + j, **kw}))
+    return p.evaluate(QueryView(now=t, slots=8, partitions=48))
+
+
+def test_completions_handled_close_together_are_not_a_jump() -> None:
+    # Two progress events queued behind each other reach the policy 1 ms apart: without
+    # Spark's own rate, the batch's interval is at least its run and its trigger, not 1 ms.
+    assert _calm_without_spark_rate([]).outcome == "no-change"
+    for extra in ([dict(time=200.001)], [dict(time=200.0)] * 3):
+        d = _calm_without_spark_rate(extra)
+        assert d.outcome in CALM, d.reason
+        assert d.inputs is None or d.inputs.input_rate < 28000 / 4.0 * 1.01
+
+
+def test_a_batch_longer_than_the_time_since_the_previous_one_is_not_taken_whole() -> None:
+    # A wall clock stepped forward: one batch says it ran an hour, 5 s after the previous one
+    # completed. At most a trigger interval of overrun is read as backlog.
+    d = _calm_without_spark_rate([dict(time=205.0, batch_duration=3600.0)])
+    assert not d.applied or d.outcome not in ("scale-up",), d.reason
+    assert d.outcome != "scale-up"
+    assert d.inputs is not None and d.inputs.backlog is not None
+    assert d.inputs.backlog <= 28000 / 5.0 * 5.0 * 1.01
+
+
+@pytest.mark.parametrize("field", ["input_rows_per_second", "processed_rows_per_second"])
+def test_a_rate_too_small_to_be_real_is_missing_not_a_division(field: str) -> None:
+    # 1e-320 rows/s: rows over it are infinite, and an infinite sum left the window's sums NaN
+    # for good (input_rows_per_second), or the capacity near 0 asked for every slot
+    # (processed_rows_per_second).
+    q = _overloaded()
+    q.run(100)  # past the stabilization, so that the window keeps what follows
+    q.run(5, **{field: 1e-320, "busy_time": None})
+    q.run(200)  # the window (60 s) has dropped that batch since
+    d = q.evaluate()
+    assert (d.outcome, d.kind, d.target_slots) == ("scale-up", "live", 12), d.reason
+    w = q.policy._window._all
+    assert math.isfinite(w.dt) and math.isfinite(w.rows)
+    # With no busy time at all, the rate per slot is Spark's processing rate alone.
+    calm = make(rate=5600, per_slot=1000, slots=8, partitions=48, busy=False)
+    calm.run(200, **{field: 1e-320})
+    d = calm.evaluate()
+    assert d.outcome in CALM, d.reason
+
+
+def test_a_trigger_longer_than_a_third_of_the_window_still_fills_it() -> None:
+    # A 2-minute trigger in the default 3-minute window held at most two batches, so the
+    # window never filled and a query at utilization 0.12 was never scaled down.
+    window = config(metrics_window=180.0)
+    q = make(window, rate=1000, per_slot=1000, slots=8, partitions=48, trigger=120.0)
+    q.run(480)
+    d = q.evaluate()
+    assert d.outcome != "not-ready", d.reason
+    assert d.outcome.startswith("scale-down"), d.reason
+    assert q.policy._window.count == 3 * 120 / 120.0 + 1  # three intervals, both ends kept
+    # A short trigger's window still spans metrics.window alone.
+    short = make(window, rate=1000, per_slot=1000, slots=8, partitions=48, trigger=5.0)
+    short.run(480)
+    assert short.policy._window.count == 180 / 5.0 + 1
+
+
+@pytest.mark.parametrize("field,value", [
+    ("slots", math.nan), ("partitions", 2.5), ("upper", math.inf), ("lower", "1"),
+    ("slots_per_executor", math.nan), ("cluster_max_slots", math.nan),
+    ("max_useful_slots", 1.5), ("slot_upper", math.inf)])
+def test_a_view_with_a_field_that_is_no_whole_number_is_not_evaluated(
+        field: str, value: Any) -> None:
+    q = _overloaded()
+    q.run(200)
+    d = q.evaluate(**{field: value})
+    assert d.outcome == "not-ready", d.reason
+    assert d.reason.startswith(f"cannot evaluate: {field} is "), d.reason
+    assert q.evaluate().outcome == "scale-up"  # a whole view afterwards decides as before
