@@ -90,12 +90,12 @@ class AdaptiveRuntime:
             settings.scheduler, self.actuator, self.loop, self.loop.submit, task_cpus=task_cpus,
             default_slots_per_executor=int(cores) // task_cpus if cores else None,
             heartbeat_interval=heartbeat, fixed_slots=self.local_slots, restart=settings.restart,
-            autoscaled=settings.autoscaler.enabled, history_writer=self.history_writer,
+            autoscaled=settings.autoscaler.acting, history_writer=self.history_writer,
             warming=lambda: self.warm_up is not None and self.warm_up.blocking,
             idle_executors=initial_executors(str(sc.master),
                                              conf.get("spark.executor.instances", None)),
             start_slots=settings.autoscaler.start_slots
-            if at_start and settings.autoscaler.enabled else None)
+            if at_start and settings.autoscaler.acting else None)
         # A release Spark refuses (or that fails) is reported back: the executor counts again.
         self.actuator.on_release_refused(
             lambda ids, why: self.loop.submit(

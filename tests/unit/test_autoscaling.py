@@ -8,6 +8,7 @@ and stage events say so, as the shim reports them.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any, cast
@@ -30,6 +31,7 @@ from spark_adaptive.core.streaming.autoscaling import Autoscaling, _useful_slots
 from spark_adaptive.core.streaming.history import Kind, Trigger
 from spark_adaptive.core.streaming.query import QueryScheduler
 from spark_adaptive.core.streaming.requirements import ResourceRequirements, ScalingTarget
+from spark_adaptive.core.streaming.scheduler import RETAINED_FINISHED
 from spark_adaptive.settings import Settings
 
 #: Each row costs this many seconds of one task slot.
@@ -42,8 +44,10 @@ QUICK = dict(enabled=True, evaluation_interval=5.0, metrics_window=20.0,
 class Load:
     """Micro-batches of a query: ``rate`` rows per second, ``COST`` slot-seconds a row."""
 
-    def __init__(self, app: App, driver: FakeDriver, autoscaling: Autoscaling) -> None:
+    def __init__(self, app: App, driver: FakeDriver, autoscaling: Autoscaling,
+                 key: str = "q", query_id: str = "qid-1") -> None:
         self.app, self.driver, self.autoscaling = app, driver, autoscaling
+        self.key, self.query_id = key, query_id
         self.rate = 50.0
         self.overhead = 0.0  # slot-seconds every batch costs whatever its rows (its tasks')
         self.tasks: int | None = None  # its one stage's tasks (its source's); None: partitions
@@ -51,7 +55,7 @@ class Load:
         self.stage = 0
 
     def second(self) -> None:
-        q = self.app.scheduler.query("q")
+        q = self.app.scheduler.query(self.key)
         slots = max(1, q.running_slots)
         rows = self.rate
         busy = self.overhead + rows * COST
@@ -64,8 +68,8 @@ class Load:
                       StageSubmitted(0.0, self.stage, 0, tasks),
                       StageCompleted(0.0, self.stage, 0, tasks, 0, 0, 0, duration,
                                      task_time=busy),
-                      QueryProgress(0.0, "qid-1", run, "q", self.batch, int(rows), rows,
-                                    rows / duration, duration, duration)):
+                      QueryProgress(0.0, self.query_id, run, self.key, self.batch, int(rows),
+                                    rows, rows / duration, duration, duration)):
             self.app.event(event)
             self.autoscaling.on_event(event)
         self.batch += 1
@@ -87,6 +91,56 @@ def _setup(executors: int = 1, resource_wait: float = 60.0, conf: dict[str, str]
     autoscaling = Autoscaling(AutoscalerConfig(**{**QUICK, **config}), app.scheduler, app.vt,
                               resource_wait=resource_wait)
     return app, driver, autoscaling, Load(app, driver, autoscaling)
+
+
+def test_a_query_not_decided_for_keeps_its_slots_and_holds_up_no_other_query() -> None:
+    # Without initial-slots a query whose load stays within the band never gets a target;
+    # the app declared nothing until every query had one, so the other never grew.
+    app, driver, autoscaling, load = _setup(executors=2)
+    calm = FakeDriver(query_info("q2", partitions=8, checkpoint="/cp/q2"), query_id="qid-2")
+    app.register(calm)
+    load2 = Load(app, calm, autoscaling, key="q2", query_id="qid-2")
+    load2.rate = 70.0  # 0.7 of its one slot: within the band
+    load.rate = 300.0  # three slots' worth
+    for _ in range(100):
+        load.second()
+        load2.second()
+    q, q2 = app.scheduler.query("q"), app.scheduler.query("q2")
+    assert q2.target is None and q2.running_slots == 1
+    assert q.target is not None and q.target.slots >= 4, autoscaling.status(q).decision
+    assert app.actuator.requested[-1] == q.target.slots + 1
+    for e in range(3, q.target.slots + 2):
+        app.add(str(e))
+    for _ in range(10):
+        load.second()
+        load2.second()
+    assert (q.snapshot().slots, q2.snapshot().slots) == (q.target.slots, 1)
+
+
+def test_recommend_only_leaves_the_app_as_without_the_autoscaler() -> None:
+    # A PUT that lowers the bounds releases the executors beyond them, as with no autoscaler.
+    def requests(config: AutoscalerConfig | None) -> list[int]:
+        app = App(Settings.from_conf({}), autoscaled=config is not None and config.acting)
+        for e in "1234":
+            app.add(e)
+        if config is not None:
+            Autoscaling(config, app.scheduler, app.vt)
+        d = FakeDriver(query_info("q", partitions=8))
+        app.register(d)
+        for _ in range(3):
+            app.batch(d)
+            app.advance(1)
+        app.scheduler.update_requirements("q", 1, 2)
+        for _ in range(3):
+            app.batch(d)
+            app.advance(1)
+        return app.actuator.requested
+
+    assert AutoscalerConfig(enabled=True).acting
+    assert not AutoscalerConfig(enabled=True, scaling_enabled=False).acting
+    off = requests(None)
+    assert off[-1] == 2
+    assert requests(AutoscalerConfig(enabled=True, scaling_enabled=False)) == off
 
 
 def test_a_load_step_up_takes_executors_and_a_step_down_gives_them_back() -> None:
@@ -640,3 +694,26 @@ def test_a_batch_of_one_stage_tells_the_policy_its_tasks(stages: int,
     (sample,) = seen
     assert sample.tasks == (42 if stages == 1 else 43)
     assert sample.stage_tasks == (42 if stages == 1 else None)
+
+
+def test_finished_unnamed_queries_are_kept_up_to_a_bound() -> None:
+    # Each start from a new checkpoint is a new query; unnamed ones were never forgotten, and
+    # the autoscaler's outcomes grew with them.
+    app, driver, autoscaling, load = _setup(executors=2)
+    load.run(10)
+    extra = RETAINED_FINISHED + 20
+    for i in range(extra):
+        info = dataclasses.replace(query_info(f"k{i}", checkpoint=None), name=None)
+        d = FakeDriver(info, query_id=f"k{i}")
+        app.register(d)
+        app.event(d.progress())
+        app.advance(6)  # an evaluation while it runs
+        app.event(d.terminated())
+        app.advance(6)
+    keys = [q.key for q in app.scheduler.queries()]
+    finished = [q.key for q in app.scheduler.queries() if q.finished]
+    # Forgotten as the next query starts: the last one finished makes one more.
+    assert "q" in keys and len(finished) == RETAINED_FINISHED + 1
+    assert finished == [f"k{i}" for i in range(extra - RETAINED_FINISHED - 1, extra)]
+    assert len(autoscaling._outcomes) <= RETAINED_FINISHED + 2
+

@@ -26,6 +26,7 @@ from spark_adaptive.core.events import (
     StageSubmitted,
 )
 from spark_adaptive.core.ports import RepartitionSupport
+from spark_adaptive.core.streaming.requirements import ScalingTarget
 from spark_adaptive.core.streaming.start_hold import UNMANAGED_GRACE
 from spark_adaptive.settings import Settings
 
@@ -305,3 +306,28 @@ def test_a_job_before_the_hold_trimmed_anything_ends_it(group: str | None) -> No
     app.actuator.release_next = ["2"]
     app.add("2")  # joins while the app's job runs: its tasks may run there
     assert (app.actuator.requested, _alive(app)) == ([], {"1", "2"})
+
+
+def test_a_surplus_executor_waits_for_every_query_to_be_between_micro_batches() -> None:
+    # One query's progress is a boundary of its own micro-batches only: another query's
+    # batch may have tasks on the executor that joined beyond the total.
+    app = App(Settings.from_conf({}), autoscaled=True)
+    for e in "1234":
+        app.add(e)
+    da = FakeDriver(query_info("a", partitions=2, checkpoint="/cp/a"), query_id="qa")
+    db = FakeDriver(query_info("b", partitions=2, checkpoint="/cp/b"), query_id="qb")
+    app.register(da)
+    app.register(db)
+    for d in (da, db):
+        app.batch(d)
+    app.scheduler.set_scaling_target("a", ScalingTarget(2, 2))
+    app.scheduler.set_scaling_target("b", ScalingTarget(2, 2))
+    assert app.actuator.requested == [4]
+    app.add("5")  # the master launched it before it heard the total
+    app.event(db.job_started(job_id=77))
+    app.event(StageSubmitted(0.0, 77, 0, 4))  # b's batch: tasks on every free executor
+    app.actuator.release_next = ["5"]
+    app.event(da.progress())  # a's batch completed; b's still runs
+    assert (app.actuator.requested, app.scheduler.executor_count) == ([4], 5)
+    app.event(db.progress())  # now neither runs one
+    assert (app.actuator.requested, app.scheduler.executor_count) == ([4, 4], 4)

@@ -208,6 +208,12 @@ class AutoscalerConfig:
             raise ConfigurationError(problems)
 
     @property
+    def acting(self) -> bool:
+        """The autoscaler sets the queries' slots (on, and not in recommend-only mode, which
+        leaves the app as it runs without the autoscaler)."""
+        return self.enabled and self.scaling_enabled
+
+    @property
     def start_slots(self) -> int | None:
         """``initial-slots`` when the autoscaler acts on it (recommend-only mode changes
         nothing), else None."""

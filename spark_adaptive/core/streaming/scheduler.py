@@ -79,6 +79,10 @@ decision_log = logging.getLogger(LOGGER_NAME)
 REACTIVE_REQUIREMENTS = "Cannot change the parallelism of a job running in reactive mode."
 LOCAL_MODE_REQUIREMENTS = ("Cannot change the parallelism of a query in local mode: its task "
                            "slots are the local cores, and queries are not rescaled there.")
+RETAINED_FINISHED = 100
+"""Finished queries kept (their ends, histories and figures readable), as Spark's UI keeps 100
+(spark.sql.streaming.ui.retainedQueries): the oldest beyond are forgotten as queries start."""
+
 _EARLY_LIMIT = 64
 
 #: A timeout shorter than this many heartbeat intervals would take a late heartbeat for a hang.
@@ -249,7 +253,14 @@ class AdaptiveScheduler:
 
     # -- slot shares and executors ------------------------------------------------------
     def _active(self) -> dict[str, req.ResourceRequirements]:
-        return {k: q.allocation for k, q in self._queries.items() if not q.finished}
+        active = {k: q.allocation for k, q in self._queries.items() if not q.finished}
+        if self._autoscaled and any(self._queries[k].target is not None for k in active):
+            # A query the autoscaler has not decided for yet (its load within the band since
+            # it started) keeps what it runs on, and the others' targets are served: neither
+            # waits for the other's decision, nor takes the executors asked for the other.
+            active = {k: r if self._queries[k].target is not None else self._as_run(k, r)
+                      for k, r in active.items()}
+        return active
 
     def _reallocate(self, reason: str, *, quiet: str | None = None,
                     declare: bool = True) -> None:
@@ -290,9 +301,9 @@ class AdaptiveScheduler:
                 self._declare_idle()
             return
         self._idle = False
-        if self._autoscaled and any(self._queries[k].target is None for k in active):
-            # The autoscaler sizes the executors from the load; until it has decided for
-            # every query (or when it only recommends), the app keeps what Spark gave it.
+        if self._autoscaled and all(self._queries[k].target is None for k in active):
+            # The autoscaler sizes the executors from the load; until it has decided for a
+            # query, the app keeps what Spark gave it (see _active for the others).
             return
         counted = active if self._autoscaled else self._runs_source_tasks(active)
         wanted = desired_slots(counted, self.settings.max_parallelism)
@@ -306,6 +317,9 @@ class AdaptiveScheduler:
         if total is None:
             return
         alive = len(self.resources.executors)
+        # A progress or idle report is between the micro-batches of its own query; another
+        # query's batch may be running, on any executor with a free slot.
+        between_batches = between_batches and not self._batch_running()
         held = in_use if between_batches else self._held_by_running_batches(in_use)
         spread = False
         if held > slots:
@@ -349,6 +363,18 @@ class AdaptiveScheduler:
         decision_log.info("request %d executors in total: %s want %d slots, %s%s", total,
                           whose, wanted, per_text, held_text)
         self._request(total)
+
+    def _batch_running(self) -> bool:
+        """A stage of some managed query's micro-batch runs now."""
+        return any(self.load.running_tasks(q.run_id) for q in self._queries.values()
+                   if q.slots_in_use and q.run_id is not None)
+
+    def _as_run(self, key: str, r: req.ResourceRequirements) -> req.ResourceRequirements:
+        """``r`` with its upper bound at the slots the query runs on (its share while it is
+        not running), within its bounds: what an autoscaled query without a target asks."""
+        q = self._queries[key]
+        slots = max(q.running_slots, q.slots_in_use) or (self._shares or {}).get(key) or r.lower
+        return req.ResourceRequirements(r.lower, max(r.lower, min(r.upper, slots)))
 
     def _held_by_running_batches(self, in_use: int) -> int:
         """``in_use`` (the slots the queries' runs are counted on) raised to the slots their
@@ -554,14 +580,18 @@ class AdaptiveScheduler:
         stays (its end, history and figures can still be read, next to the new one's); the
         older ones are forgotten, so that an app that starts a named query again and again
         does not grow the queries, their series and what is kept for them with each start.
+        Of all finished queries, named or not, the newest :data:`RETAINED_FINISHED` stay.
         Their histories stay beside their checkpoints."""
-        if name is None:
-            return
-        finished = [k for k, q in self._queries.items() if q.finished and q.name == name]
-        for key in finished[:-1]:
+        if name is not None:
+            finished = [k for k, q in self._queries.items() if q.finished and q.name == name]
+            for key in finished[:-1]:
+                del self._queries[key]
+                log.debug("query %s (%s) forgotten: a newer query of its name finished before",
+                          key, name)
+        finished = [k for k, q in self._queries.items() if q.finished]
+        for key in finished[:max(0, len(finished) - RETAINED_FINISHED)]:
             del self._queries[key]
-            log.debug("query %s (%s) forgotten: a newer query of its name finished before",
-                      key, name)
+            log.debug("query %s forgotten: %d newer queries finished", key, RETAINED_FINISHED)
 
     def query(self, ident: str) -> QueryScheduler:
         """The query with this key, Spark query id (current or past) or name."""
