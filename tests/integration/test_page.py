@@ -8,8 +8,8 @@ by Playwright:
 * the page asks for the token; a wrong one is refused with the API's message;
 * with the right one it lists the query, its state and parallelism;
 * a bad bound in the form shows the API's message word for word and changes nothing;
-* lowering the upper bound in the form rescales the query 2 -> 1 (a restart), and the
-  page's history shows it;
+* lowering the upper bound in the form rescales the query 2 -> 1 (a restart), the page's
+  history shows it, and the executor beyond the bound is given back;
 * ``/metrics``, read with ``prometheus_client``'s parser, shows the parallelism gauge
   go from 2 to 1 and the restart counter of that trigger grow; every metric the example
   Grafana dashboard and alert rules name is one the driver really exports.
@@ -204,7 +204,10 @@ def test_the_page_and_metrics_on_a_live_query(
     assert _value(after, "spark_adaptive_query_rescale_duration_seconds_count",
                   query="counts", kind="restart") == 1
     assert _value(after, "spark_adaptive_query_state", query="counts", state="Executing") == 1
-    assert _value(after, "spark_adaptive_executors_alive") == 2
+    # The executor beyond the new bound is given back at a micro-batch boundary, as with the
+    # autoscaler off: recommend-only mode changes nothing of its own.
+    wait_until(what="the executor beyond the bound to be given back", check=lambda: _value(
+        _scrape(url), "spark_adaptive_executors_alive") == 1)
     assert (_value(after, "spark_adaptive_autoscaler_decisions_total", query="counts",
                    outcome="not-ready") or 0) + (
         _value(after, "spark_adaptive_autoscaler_decisions_total", query="counts",
