@@ -82,8 +82,9 @@ class Load:
 
 def _setup(executors: int = 1, resource_wait: float = 60.0, conf: dict[str, str] | None = None,
            **config: Any) -> tuple[App, FakeDriver, Autoscaling, Load]:
+    acting = AutoscalerConfig(**{**QUICK, **config}).acting  # as the runtime builds it
     app = App(Settings.from_conf({"spark.adaptive.scheduler.executing.cooldown-after-rescaling":
-                                  "5s", **(conf or {})}), autoscaled=True)
+                                  "5s", **(conf or {})}), autoscaled=acting)
     for e in range(1, executors + 1):
         app.add(str(e))
     driver = FakeDriver(query_info("q", partitions=8))
@@ -172,15 +173,18 @@ def test_a_load_step_up_takes_executors_and_a_step_down_gives_them_back() -> Non
 
 
 def test_recommend_only_decides_and_changes_nothing() -> None:
-    app, driver, autoscaling, load = _setup(scaling_enabled=False)
+    app, driver, autoscaling, load = _setup(executors=2, scaling_enabled=False)
     load.rate = 300.0
     load.run(60)
     q = app.scheduler.query("q")
     decision = autoscaling.status(q).decision
-    assert decision is not None and decision.outcome == "scale-up" and not decision.applied
-    assert "recommend only" in decision.reason
-    assert q.target is None and app.actuator.requested == []  # no executor asked for
-    assert [r.kind for r in app.scheduler.history("q")] == ["initial"]
+    assert decision is not None and not decision.applied
+    assert decision.reason.startswith("utilization 1.50 above 0.95"), decision.reason
+    assert driver.calls == [("start", 2)]  # started as adaptive mode starts it
+    # The app runs as with the autoscaler off: its bounds' executors asked for, no rescale
+    # of the autoscaler's.
+    assert q.target is None and app.actuator.requested == [8]
+    assert not [r for r in app.scheduler.history("q") if r.trigger is Trigger.AUTOSCALER]
 
 
 def test_a_failing_policy_leaves_the_queries_as_they_are(caplog: Any) -> None:
@@ -393,7 +397,9 @@ def test_initial_slots_keep_within_the_bounds_and_do_nothing_in_recommend_only_m
     assert q.target is not None and q.target.slots == 2
     app, driver, autoscaling, load = _setup(executors=4, initial_slots=1, scaling_enabled=False)
     load.run(20)
-    assert app.scheduler.query("q").target is None and app.actuator.requested == []
+    # As with the autoscaler off: started on its 4 slots' share, its bounds' executors asked.
+    assert app.scheduler.query("q").target is None and app.actuator.requested == [8]
+    assert driver.calls == [("start", 4)]
 
 
 class FakeOffsetLog:
@@ -717,3 +723,55 @@ def test_finished_unnamed_queries_are_kept_up_to_a_bound() -> None:
     assert finished == [f"k{i}" for i in range(extra - RETAINED_FINISHED - 1, extra)]
     assert len(autoscaling._outcomes) <= RETAINED_FINISHED + 2
 
+
+
+def _two_queries(executors: int) -> tuple[App, FakeDriver, FakeDriver]:
+    app = App(Settings.from_conf({"spark.adaptive.scheduler.executing.cooldown-after-rescaling":
+                                  "1s"}), autoscaled=True)
+    for e in range(1, executors + 1):
+        app.add(str(e))
+    da = FakeDriver(query_info("a", partitions=8, checkpoint="/cp/a"), query_id="qa")
+    db = FakeDriver(query_info("b", partitions=4, checkpoint="/cp/b"), query_id="qb")
+    app.register(da)
+    app.register(db)
+    return app, da, db
+
+
+def _batches(app: App, *drivers: FakeDriver, rounds: int = 3) -> None:
+    for _ in range(rounds):
+        for d in drivers:
+            app.batch(d)
+        app.advance(2)
+
+
+def test_once_the_only_query_with_a_target_ends_the_others_are_declared_at_their_slots(
+        ) -> None:
+    app, da, db = _two_queries(2)
+    _batches(app, da, db)
+    app.scheduler.set_scaling_target("a", ScalingTarget(6, 8))
+    assert app.actuator.requested == [7]  # 6 for a, b's 1
+    for e in range(3, 9):
+        app.add(str(e))
+    _batches(app, da, db)
+    app.event(da.terminated())
+    app.advance(1)
+    _batches(app, db, rounds=2)
+    assert app.actuator.requested[-1] == app.scheduler.query("b").running_slots == 1
+
+
+def test_a_query_without_a_target_gets_back_the_slots_an_executor_loss_took() -> None:
+    app, da, db = _two_queries(8)
+    _batches(app, da, db)
+    b = app.scheduler.query("b")
+    assert b.running_slots == 4
+    app.scheduler.set_scaling_target("a", ScalingTarget(4, 8))
+    _batches(app, da, db)
+    for e in "5678":
+        app.remove(e, "worker lost")
+    app.advance(120)
+    _batches(app, da, db, rounds=5)
+    assert b.running_slots == 2 and app.actuator.requested[-1] == 8  # still asked for
+    for e in "WXYZ":
+        app.add(e)
+    _batches(app, da, db, rounds=10)
+    assert b.running_slots == 4 and b.target is None

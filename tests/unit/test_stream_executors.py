@@ -15,6 +15,8 @@ Scenarios on virtual time with the fake driver and actuator (``scheduler_fakes``
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from scheduler_fakes import App, FakeDriver, query_info
 
@@ -23,10 +25,12 @@ from spark_adaptive.core.events import (
     QueryProgress,
     QueryStarted,
     QueryTerminated,
+    StageCompleted,
     StageSubmitted,
 )
 from spark_adaptive.core.ports import RepartitionSupport
 from spark_adaptive.core.streaming.requirements import ScalingTarget
+from spark_adaptive.core.streaming.scheduler import RETAINED_FINISHED, SURPLUS_WAIT
 from spark_adaptive.core.streaming.start_hold import UNMANAGED_GRACE
 from spark_adaptive.settings import Settings
 
@@ -308,10 +312,9 @@ def test_a_job_before_the_hold_trimmed_anything_ends_it(group: str | None) -> No
     assert (app.actuator.requested, _alive(app)) == ([], {"1", "2"})
 
 
-def test_a_surplus_executor_waits_for_every_query_to_be_between_micro_batches() -> None:
-    # One query's progress is a boundary of its own micro-batches only: another query's
-    # batch may have tasks on the executor that joined beyond the total.
-    app = App(Settings.from_conf({}), autoscaled=True)
+def _two_queries_on_four(autoscaled: bool) -> tuple[App, FakeDriver, FakeDriver]:
+    """Queries a and b of 2 partitions each, on four executors, a micro-batch each done."""
+    app = App(Settings.from_conf({}), autoscaled=autoscaled)
     for e in "1234":
         app.add(e)
     da = FakeDriver(query_info("a", partitions=2, checkpoint="/cp/a"), query_id="qa")
@@ -320,6 +323,12 @@ def test_a_surplus_executor_waits_for_every_query_to_be_between_micro_batches() 
     app.register(db)
     for d in (da, db):
         app.batch(d)
+    return app, da, db
+
+def test_a_surplus_executor_waits_for_every_query_to_be_between_micro_batches() -> None:
+    # One query's progress is a boundary of its own micro-batches only: another query's
+    # batch may have tasks on the executor that joined beyond the total.
+    app, da, db = _two_queries_on_four(autoscaled=True)
     app.scheduler.set_scaling_target("a", ScalingTarget(2, 2))
     app.scheduler.set_scaling_target("b", ScalingTarget(2, 2))
     assert app.actuator.requested == [4]
@@ -331,3 +340,56 @@ def test_a_surplus_executor_waits_for_every_query_to_be_between_micro_batches() 
     assert (app.actuator.requested, app.scheduler.executor_count) == ([4], 5)
     app.event(db.progress())  # now neither runs one
     assert (app.actuator.requested, app.scheduler.executor_count) == ([4, 4], 4)
+
+
+def test_with_batches_that_always_overlap_a_surplus_executor_still_goes_in_the_end() -> None:
+    # Two queries whose micro-batches overlap for good leave no moment with none running:
+    # after SURPLUS_WAIT the surplus goes at a boundary, as it did before the wait.
+    app, da, db = _two_queries_on_four(autoscaled=False)  # adaptive mode alone
+    assert app.actuator.requested == [4]
+    app.add("5")
+    stages = iter(range(500, 10_000))
+
+    def start(d: FakeDriver) -> int:
+        s = next(stages)
+        app.event(JobStarted(0.0, s, (s,), job_group=d.run_id))
+        app.event(StageSubmitted(0.0, s, 0, 2))
+        return s
+
+    sb = start(db)
+    released_at = None
+    for second in range(int(SURPLUS_WAIT) + 10):
+        app.actuator.release_next = ["5"]
+        sa = start(da)
+        app.event(StageCompleted(0.0, sb, 0, 2, 0, 0, 0, 1.0, task_time=1.0))
+        app.event(db.progress())  # b's boundary while a's stage runs
+        sb = start(db)
+        app.event(StageCompleted(0.0, sa, 0, 2, 0, 0, 0, 1.0, task_time=1.0))
+        app.event(da.progress())  # a's boundary while b's stage runs
+        if released_at is None and app.scheduler.executor_count == 4:
+            released_at = second
+        app.advance(1)
+    assert released_at is not None and SURPLUS_WAIT - 2 <= released_at <= SURPLUS_WAIT + 2
+
+
+def test_the_queries_that_finished_first_are_forgotten_first() -> None:
+    app = App(Settings.from_conf({}))
+    for e in "12":
+        app.add(e)
+    main = FakeDriver(query_info("main", partitions=2, checkpoint="/cp/main"), query_id="main")
+    app.register(main)
+    app.batch(main)
+    for i in range(RETAINED_FINISHED):
+        d = FakeDriver(dataclasses.replace(query_info(f"k{i}", checkpoint=None), name=None),
+                       query_id=f"k{i}")
+        app.register(d)
+        app.event(d.progress())
+        app.event(d.terminated())
+        app.advance(1)
+    app.event(main.terminated())  # the first started, the last finished
+    app.advance(1)
+    d = FakeDriver(dataclasses.replace(query_info("next", checkpoint=None), name=None),
+                   query_id="next")
+    app.register(d)
+    keys = [q.key for q in app.scheduler.queries()]
+    assert "main" in keys and "k0" not in keys and "k1" in keys

@@ -56,7 +56,8 @@ class AutoscalerConfig:
     scaling_enabled: bool = option(
         "autoscaler.scaling.enabled", "bool", True,
         "false: recommend only. Decisions are computed, logged and shown by the REST API, "
-        "flagged as not applied, and nothing is rescaled (Flink's metrics-only mode).")
+        "flagged as not applied, and the autoscaler rescales nothing: the app runs as with "
+        "the autoscaler off (Flink's metrics-only mode).")
     evaluation_interval: float = option(
         "autoscaler.evaluation.interval", "duration", 10.0,
         "How often each query's load is evaluated. Flink's standalone control loop uses the "

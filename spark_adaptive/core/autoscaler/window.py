@@ -86,11 +86,6 @@ def entry_from(sample: LoadSample, last_time: float | None,
     rows = clean(sample.num_input_rows)
     in_rate = clean_rate(sample.input_rows_per_second)
     duration, trigger = clean(sample.batch_duration), clean(sample.trigger_interval)
-    if duration is not None and gap is not None:
-        # Batches run one after the other: one cannot have taken much longer than the time
-        # since the previous one completed (a wall clock stepped forward would say so); a
-        # trigger interval of slack covers completions whose events were handled late.
-        duration = min(duration, gap + (trigger or 0.0))
     # Without Spark's rate, the interval since the previous batch is at least this batch's
     # own run and its trigger, however close together their completions were handled.
     dt = None if gap is None else max(gap, duration or 0.0, trigger or 0.0)

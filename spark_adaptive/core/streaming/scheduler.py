@@ -81,7 +81,13 @@ LOCAL_MODE_REQUIREMENTS = ("Cannot change the parallelism of a query in local mo
                            "slots are the local cores, and queries are not rescaled there.")
 RETAINED_FINISHED = 100
 """Finished queries kept (their ends, histories and figures readable), as Spark's UI keeps 100
-(spark.sql.streaming.ui.retainedQueries): the oldest beyond are forgotten as queries start."""
+(spark.sql.streaming.ui.retainedQueries): those that finished first are forgotten beyond, as
+queries start."""
+
+SURPLUS_WAIT = 60.0
+"""Seconds a surplus executor waits for a moment when no managed query's micro-batch runs;
+after that it goes at the next batch boundary of any query (a batch of another query that
+loses tasks there runs them again, as Spark does for an executor lost)."""
 
 _EARLY_LIMIT = 64
 
@@ -170,7 +176,14 @@ class AdaptiveScheduler:
         self._idle = False  # no managed query remains, and what the app holds is declared
         self._releasing = False
         self._surplus_waits = False
+        self._surplus_since: float | None = None  # when a surplus executor began to wait
         self._release_refused = False  # a release was refused since the last declaration
+        # Once the autoscaler has decided for a query: the slots each query it has not
+        # decided for yet is counted on (the most it has run on since), and the order in
+        # which queries finished (the oldest forgotten first).
+        self._decided = False
+        self._undecided_slots: dict[str, int] = {}
+        self._finish_order: list[str] = []
         self._listeners: list[Callable[[StateChange], None]] = []
         # Events of runs whose start has not reported yet (see on_event), by run id.
         self._early: OrderedDict[str, list[Event]] = OrderedDict()
@@ -244,6 +257,10 @@ class AdaptiveScheduler:
         if change.new is StateName.FINISHED:
             # Its target asks for nothing any more: it no longer waits for the slots of one.
             q.set_target(None)
+            self._undecided_slots.pop(change.key, None)
+            if change.key in self._finish_order:
+                self._finish_order.remove(change.key)
+            self._finish_order.append(change.key)
             self._post(lambda: self._reallocate(f"query {change.key} finished"))
         for listener in list(self._listeners):
             try:
@@ -254,7 +271,7 @@ class AdaptiveScheduler:
     # -- slot shares and executors ------------------------------------------------------
     def _active(self) -> dict[str, req.ResourceRequirements]:
         active = {k: q.allocation for k, q in self._queries.items() if not q.finished}
-        if self._autoscaled and any(self._queries[k].target is not None for k in active):
+        if self._autoscaled and self._decided:
             # A query the autoscaler has not decided for yet (its load within the band since
             # it started) keeps what it runs on, and the others' targets are served: neither
             # waits for the other's decision, nor takes the executors asked for the other.
@@ -301,7 +318,7 @@ class AdaptiveScheduler:
                 self._declare_idle()
             return
         self._idle = False
-        if self._autoscaled and all(self._queries[k].target is None for k in active):
+        if self._autoscaled and not self._decided:
             # The autoscaler sizes the executors from the load; until it has decided for a
             # query, the app keeps what Spark gave it (see _active for the others).
             return
@@ -318,8 +335,11 @@ class AdaptiveScheduler:
             return
         alive = len(self.resources.executors)
         # A progress or idle report is between the micro-batches of its own query; another
-        # query's batch may be running, on any executor with a free slot.
-        between_batches = between_batches and not self._batch_running()
+        # query's batch may be running, on any executor with a free slot. Queries whose
+        # batches overlap for good leave no such moment: after SURPLUS_WAIT it goes anyway.
+        if between_batches and self._batch_running():
+            since = self._surplus_since
+            between_batches = since is not None and self._timers.now() - since >= SURPLUS_WAIT
         held = in_use if between_batches else self._held_by_running_batches(in_use)
         spread = False
         if held > slots:
@@ -329,7 +349,7 @@ class AdaptiveScheduler:
             kept = min(kept, alive if self._declared is None else min(alive, self._declared))
             if kept > total:
                 total, spread = kept, True
-                self._surplus_waits = True  # released at the next micro-batch boundary
+                self._wait_for_boundary()  # released at the next micro-batch boundary
         first = (not self._autoscaled and self.settings.mode == "adaptive" and total < alive
                  and any(not self._queries[k].boundary_seen for k in active))
         if first:
@@ -337,12 +357,14 @@ class AdaptiveScheduler:
             # without state may run more tasks than its partitions), nothing is released;
             # what is surplus then goes at a batch boundary.
             total = alive
-            self._surplus_waits = True
+            self._wait_for_boundary()
         if total == self._declared:
             if self._releasing or len(self.resources.executors) <= total:
+                if not self._surplus_waits:
+                    self._surplus_since = None  # nothing beyond the total waits any more
                 return  # declared already, and no executor beyond it joined since
             if (in_use or self._release_refused) and not between_batches:
-                self._surplus_waits = True  # released at the next micro-batch boundary
+                self._wait_for_boundary()  # released at the next micro-batch boundary
                 return
         per = self.resources.slots_per_executor(self._default_slots_per_executor)
         sizes = sorted({e.slots for e in self.resources.executors if e.slots > 0})
@@ -362,7 +384,14 @@ class AdaptiveScheduler:
                       "tasks: those)")
         decision_log.info("request %d executors in total: %s want %d slots, %s%s", total,
                           whose, wanted, per_text, held_text)
+        self._surplus_since = None if not self._surplus_waits else self._surplus_since
         self._request(total)
+
+    def _wait_for_boundary(self) -> None:
+        """Executors beyond the total go at a micro-batch boundary: from when they wait."""
+        self._surplus_waits = True
+        if self._surplus_since is None:
+            self._surplus_since = self._timers.now()
 
     def _batch_running(self) -> bool:
         """A stage of some managed query's micro-batch runs now."""
@@ -370,10 +399,14 @@ class AdaptiveScheduler:
                    if q.slots_in_use and q.run_id is not None)
 
     def _as_run(self, key: str, r: req.ResourceRequirements) -> req.ResourceRequirements:
-        """``r`` with its upper bound at the slots the query runs on (its share while it is
-        not running), within its bounds: what an autoscaled query without a target asks."""
+        """``r`` with its upper bound at the most slots the query has run on since the
+        autoscaler first decided for a query (its share while it is not running), within
+        its bounds: what an autoscaled query without a target asks."""
         q = self._queries[key]
         slots = max(q.running_slots, q.slots_in_use) or (self._shares or {}).get(key) or r.lower
+        # The most it ran on since: an executor lost shrinks it live, and the total declared
+        # still asks for its replacement.
+        slots = self._undecided_slots[key] = max(slots, self._undecided_slots.get(key, 0))
         return req.ResourceRequirements(r.lower, max(r.lower, min(r.upper, slots)))
 
     def _held_by_running_batches(self, in_use: int) -> int:
@@ -429,7 +462,7 @@ class AdaptiveScheduler:
         if any(q.slots_in_use for q in self._queries.values()):
             return  # a run is still stopping: declared once it has (released_slots)
         self._idle = True
-        self._surplus_waits = False
+        self._surplus_waits, self._surplus_since = False, None
         alive = len(self.resources.executors)
         if self._idle_executors is not None:
             total = self._idle_executors
@@ -588,10 +621,13 @@ class AdaptiveScheduler:
                 del self._queries[key]
                 log.debug("query %s (%s) forgotten: a newer query of its name finished before",
                           key, name)
-        finished = [k for k, q in self._queries.items() if q.finished]
-        for key in finished[:max(0, len(finished) - RETAINED_FINISHED)]:
+        self._finish_order = [k for k in self._finish_order
+                              if k in self._queries and self._queries[k].finished]
+        while len(self._finish_order) > RETAINED_FINISHED:
+            key = self._finish_order.pop(0)
             del self._queries[key]
-            log.debug("query %s forgotten: %d newer queries finished", key, RETAINED_FINISHED)
+            log.debug("query %s forgotten: %d queries finished after it", key,
+                      RETAINED_FINISHED)
 
     def query(self, ident: str) -> QueryScheduler:
         """The query with this key, Spark query id (current or past) or name."""
@@ -710,6 +746,7 @@ class AdaptiveScheduler:
         q = self.query(ident)
         if q.finished or not q.set_target(target):
             return
+        self._decided = self._decided or target is not None
         self._reallocate(f"autoscaler target of {q.key}", quiet=q.key, declare=False)
         q.on_requirements_changed(autoscaler=True)
         # Declared once the query has acted on it: a run rescaled live onto fewer slots
