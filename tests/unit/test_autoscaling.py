@@ -775,3 +775,50 @@ def test_a_query_without_a_target_gets_back_the_slots_an_executor_loss_took() ->
         app.add(e)
     _batches(app, da, db, rounds=10)
     assert b.running_slots == 4 and b.target is None
+
+
+def test_a_query_started_after_the_app_went_idle_is_taken_over_as_in_a_new_app() -> None:
+    app = App(Settings.from_conf({"spark.adaptive.scheduler.executing.cooldown-after-rescaling":
+                                  "1s"}), autoscaled=True, idle_executors=8)
+    app.add("1")
+    app.add("2")
+    da = FakeDriver(query_info("a", partitions=2, checkpoint="/cp/a"), query_id="qa")
+    app.register(da)
+    _batches(app, da, rounds=1)
+    app.scheduler.set_scaling_target("a", ScalingTarget(2, 2))
+    _batches(app, da, rounds=1)
+    app.event(da.terminated())
+    app.advance(1)
+    assert app.actuator.requested[-1] == 8  # idle: the app's initial executors
+    dc = FakeDriver(query_info("c", partitions=8, checkpoint="/cp/c"), query_id="qc")
+    app.register(dc)
+    _batches(app, dc, rounds=1)
+    assert app.actuator.requested[-1] == 8  # not cut to the 2 it found
+    for e in "345678":
+        app.add(e)
+    _batches(app, dc, rounds=5)
+    assert app.scheduler.query("c").running_slots == 8
+
+
+def test_bounds_lowered_and_raised_again_bring_back_no_slots_from_before() -> None:
+    app = App(Settings.from_conf({"spark.adaptive.scheduler.executing.cooldown-after-rescaling":
+                                  "1s"}), autoscaled=True)
+    for e in range(1, 9):
+        app.add(str(e))
+    da = FakeDriver(query_info("a", partitions=8, checkpoint="/cp/a"), query_id="qa")
+    db = FakeDriver(query_info("b", partitions=8, checkpoint="/cp/b"), query_id="qb")
+    app.register(da)
+    app.register(db)
+    _batches(app, da, db)
+    b = app.scheduler.query("b")
+    assert b.running_slots == 4
+    app.scheduler.set_scaling_target("a", ScalingTarget(4, 8))
+    _batches(app, da, db)
+    app.scheduler.update_requirements("b", 1, 2)
+    _batches(app, da, db, rounds=5)
+    for e in "5678":
+        app.remove(e, "released")
+    _batches(app, da, db, rounds=5)
+    app.scheduler.update_requirements("b", 1, 8)
+    _batches(app, da, db, rounds=5)
+    assert b.running_slots == 2 and app.actuator.requested[-1] == 6  # 4 for a, b's 2

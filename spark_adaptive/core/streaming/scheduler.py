@@ -406,8 +406,11 @@ class AdaptiveScheduler:
         slots = max(q.running_slots, q.slots_in_use) or (self._shares or {}).get(key) or r.lower
         # The most it ran on since: an executor lost shrinks it live, and the total declared
         # still asks for its replacement.
-        slots = self._undecided_slots[key] = max(slots, self._undecided_slots.get(key, 0))
-        return req.ResourceRequirements(r.lower, max(r.lower, min(r.upper, slots)))
+        slots = max(slots, self._undecided_slots.get(key, 0))
+        # Within the bounds as they are now: bounds lowered and raised again do not bring
+        # back a mark from before.
+        slots = self._undecided_slots[key] = max(r.lower, min(r.upper, slots))
+        return req.ResourceRequirements(r.lower, slots)
 
     def _held_by_running_batches(self, in_use: int) -> int:
         """``in_use`` (the slots the queries' runs are counted on) raised to the slots their
@@ -463,6 +466,10 @@ class AdaptiveScheduler:
             return  # a run is still stopping: declared once it has (released_slots)
         self._idle = True
         self._surplus_waits, self._surplus_since = False, None
+        # A query started from here is taken over as in a new app: the app keeps what it
+        # is given until the autoscaler has decided for one again.
+        self._decided = False
+        self._undecided_slots.clear()
         alive = len(self.resources.executors)
         if self._idle_executors is not None:
             total = self._idle_executors
