@@ -36,6 +36,13 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+# pyspark at module level: only spark_adaptive.spark.runtime imports this module, and at
+# run time only spark_adaptive.activation imports that, once a SparkContext runs (the
+# start-up hook's wrapper, or enable() given a session): pyspark is loaded by then, and
+# neither ``import spark_adaptive`` nor the start-up hook reaches this module.
+from pyspark.sql.streaming.query import StreamingQuery
+from pyspark.sql.streaming.readwriter import DataStreamWriter
+
 from spark_adaptive.core.loop import EventLoop
 from spark_adaptive.core.ports import QueryInfo
 from spark_adaptive.core.streaming.history_store import HistoryStore, restore_history
@@ -65,247 +72,242 @@ RUN_FAILURES = frozenset({"query", "stop"})
 RECENT_PROGRESS = 100
 
 
-def _managed_query_class() -> type:
-    from pyspark.sql.streaming.query import StreamingQuery
+class ManagedStreamingQuery(StreamingQuery):
+    """The app's handle of a query managed by spark-adaptive (valid across restarts)."""
 
-    class ManagedStreamingQuery(StreamingQuery):
-        """The app's handle of a query managed by spark-adaptive (valid across restarts)."""
+    def __init__(self, manager: StreamingManager, key: str, driver: SparkQueryDriver) -> None:
+        self._manager = manager
+        self._key = key
+        self._driver = driver
+        self._finished = threading.Event()
+        self._changed = threading.Condition()
+        """Notified when the query finishes, or a stop with savepoint is given up."""
+        self._final: tuple[str | None, str | None] | None = None
+        """The query's (status, error) once it finished for good."""
+        self._run_failed = False
+        """The error that ended it is its current run's own (Spark's exception)."""
+        self._start_failed = False
+        """The error that ended it is a failed start's."""
+        self._stop_failure: str | None = None
+        """Why the stop with savepoint asked for last was given up (the query goes on)."""
+        self._closed_run: Any = None
+        """The run that speaks for the query once spark-adaptive stopped with the
+        SparkContext while the query was not finished (Spark ends that run)."""
 
-        def __init__(self, manager: StreamingManager, key: str, driver: SparkQueryDriver) -> None:
-            self._manager = manager
-            self._key = key
-            self._driver = driver
-            self._finished = threading.Event()
-            self._changed = threading.Condition()
-            """Notified when the query finishes, or a stop with savepoint is given up."""
-            self._final: tuple[str | None, str | None] | None = None
-            """The query's (status, error) once it finished for good."""
-            self._run_failed = False
-            """The error that ended it is its current run's own (Spark's exception)."""
-            self._start_failed = False
-            """The error that ended it is a failed start's."""
-            self._stop_failure: str | None = None
-            """Why the stop with savepoint asked for last was given up (the query goes on)."""
-            self._closed_run: Any = None
-            """The run that speaks for the query once spark-adaptive stopped with the
-            SparkContext while the query was not finished (Spark ends that run)."""
+    # Every inherited method talks to the run going on now.
+    @property
+    def _jsq(self) -> Any:
+        run = self._driver.current
+        if run is None:
+            raise RuntimeError(f"query {self._key} has not started")
+        return run._jsq
 
-        # Every inherited method talks to the run going on now.
-        @property
-        def _jsq(self) -> Any:
-            run = self._driver.current
-            if run is None:
-                raise RuntimeError(f"query {self._key} has not started")
-            return run._jsq
+    @_jsq.setter
+    def _jsq(self, value: Any) -> None:  # StreamingQuery.__init__ assigns it
+        pass
 
-        @_jsq.setter
-        def _jsq(self, value: Any) -> None:  # StreamingQuery.__init__ assigns it
-            pass
+    @property
+    def key(self) -> str:
+        """The query's id, as spark-adaptive's REST API and CLI name it."""
+        return self._key
 
-        @property
-        def key(self) -> str:
-            """The query's id, as spark-adaptive's REST API and CLI name it."""
-            return self._key
+    @property
+    def scheduler_state(self) -> str:
+        """The adaptive scheduler's state of the query (Executing, Restarting, ...)."""
+        return str(self._manager.snapshot(self._key).state)
 
-        @property
-        def scheduler_state(self) -> str:
-            """The adaptive scheduler's state of the query (Executing, Restarting, ...)."""
-            return str(self._manager.snapshot(self._key).state)
+    @property
+    def isActive(self) -> bool:  # noqa: N802 - PySpark's name
+        if self._closed_run is not None:
+            return bool(self._closed_run.isActive)
+        return not self._finished.is_set()
 
-        @property
-        def isActive(self) -> bool:  # noqa: N802 - PySpark's name
+    def awaitTermination(self, timeout: int | None = None) -> bool | None:  # noqa: N802
+        """Wait until the query really ends, across rescales and restarts."""
+        if timeout is not None:
+            if not isinstance(timeout, (int, float)) or timeout < 0:
+                # Spark's own check and message (PySparkValueError).
+                return super().awaitTermination(timeout)
+            deadline = time.monotonic() + timeout
+            if not self._finished.wait(timeout):
+                return False
             if self._closed_run is not None:
-                return bool(self._closed_run.isActive)
-            return not self._finished.is_set()
-
-        def awaitTermination(self, timeout: int | None = None) -> bool | None:  # noqa: N802
-            """Wait until the query really ends, across rescales and restarts."""
-            if timeout is not None:
-                if not isinstance(timeout, (int, float)) or timeout < 0:
-                    # Spark's own check and message (PySparkValueError).
-                    return super().awaitTermination(timeout)
-                deadline = time.monotonic() + timeout
-                if not self._finished.wait(timeout):
-                    return False
-                if self._closed_run is not None:
-                    left = max(0.0, deadline - time.monotonic())
-                    return bool(self._closed_run.awaitTermination(left))
-            else:
-                while not self._finished.wait(1.0):
-                    pass
-                if self._closed_run is not None:
-                    self._closed_run.awaitTermination()
-                    return None
-            self._raise_if_failed()
-            return True if timeout is not None else None
-
-        def processAllAvailable(self) -> None:  # noqa: N802
-            """Spark's, on the current run; a run that a restart ends hands over to the next.
-            A run's failure is raised only when it ended the query: one the scheduler
-            restarts from is waited out."""
-            while True:
-                if self._closed_run is not None:
-                    self._closed_run.processAllAvailable()
-                    return
-                run = self._driver.current
-                if run is None:
-                    return
-                try:
-                    run.processAllAvailable()
-                except Exception:
-                    if not self._finished.is_set():
-                        # The run failed: the scheduler restarts the query or fails it.
-                        self._driver.wait_for_run_after(run, 1.0)
-                        continue
-                    if self._closed_run is not None:
-                        raise
-                    self._raise_if_failed()
-                    return
-                if self._finished.is_set() or run is self._driver.current and run.isActive:
-                    self._raise_if_failed()
-                    return
-                self._driver.wait_for_run_after(run, 1.0)
-
-        def _failed_run(self) -> Any:
-            """The run whose own exception ended the query, if one did: not when the query
-            failed to start again (or never had slots), which leaves an earlier run, that
-            was restarted after its own failure, as the driver's current one."""
-            status, _ = self._final or (None, None)
-            run = self._driver.current
-            if status != "FAILED" or not self._run_failed or run is None:
-                return None
-            return run if run._jsq.exception().isDefined() else None
-
-        def _start_error(self) -> BaseException | None:
-            """The error Spark's ``start()`` raised, when a failed start ended the query."""
-            status, _ = self._final or (None, None)
-            if status != "FAILED" or not self._start_failed:
-                return None
-            return self._driver.start_error
-
-        def _raise_if_failed(self) -> None:
-            status, error = self._final or (None, None)
-            if status == "FAILED":
-                run = self._failed_run()
-                if run is not None:
-                    run.awaitTermination()  # raises Spark's own StreamingQueryException
-                start_error = self._start_error()
-                if start_error is not None:
-                    raise start_error  # what start() raised, as an app's own restart gets it
-                raise QueryFailedError(f"query {self._key} failed: {error}")
-
-        def stop(self) -> None:
-            """Cancel the query: Canceling, then Finished(CANCELED)."""
-            if self._finished.is_set():
-                return
-            self._manager.cancel(self._key)
+                left = max(0.0, deadline - time.monotonic())
+                return bool(self._closed_run.awaitTermination(left))
+        else:
             while not self._finished.wait(1.0):
                 pass
-
-        def stop_with_savepoint(self) -> None:
-            """Stop for good, exactly between two micro-batches, leaving the checkpoint
-            complete (Flink's stop-with-savepoint): StopWithSavepoint, then
-            Finished(FINISHED). Raises ``ConflictError`` unless the query is Executing.
-
-            Should the query fail while stopping, the restart strategy decides, as for
-            any failure: when it restarts the query, the stop is given up and this raises
-            ``QueryFailedError`` saying why, while the query goes on (Flink's
-            stop-with-savepoint completes exceptionally); when it does not, the query
-            ends FAILED and this raises its error, as ``awaitTermination()`` does."""
-            if self._finished.is_set():
-                return
-            with self._changed:
-                self._stop_failure = None
-            self._manager.stop_with_savepoint(self._key)
-            with self._changed:
-                while not self._changed.wait_for(
-                        lambda: self._finished.is_set() or self._stop_failure is not None, 1.0):
-                    pass
-                failure = None if self._finished.is_set() else self._stop_failure
-            if failure is not None:
-                raise QueryFailedError(f"stop with savepoint of query {self._key} failed: "
-                                       f"{failure}; the query goes on")
-            if self._closed_run is None:
-                self._raise_if_failed()
-
-        @property
-        def status(self) -> dict[str, Any]:
-            state = self._manager.snapshot(self._key).state
-            run = self._driver.current
-            if state in (StateName.EXECUTING, StateName.FINISHED) and run is not None:
-                return run.status
-            return {"message": f"spark-adaptive: {state}", "isDataAvailable": False,
-                    "isTriggerActive": False}
-
-        @property
-        def lastProgress(self) -> Any:  # noqa: N802
-            for run in (self._driver.current, self._driver.previous):
-                if run is not None and run.lastProgress is not None:
-                    return run.lastProgress
-            return None
-
-        @property
-        def recentProgress(self) -> list[Any]:  # noqa: N802
-            run = self._driver.current
-            current = [] if run is None else list(run.recentProgress)
-            earlier = self._driver.earlier_progress
-            return (earlier + current)[-max(RECENT_PROGRESS, len(current)):]
-
-        def exception(self) -> Any:
-            """Spark's exception of the run that ended the query; the error Spark's
-            ``start()`` raised when a failed start ended it; the error that ended it as
-            a ``QueryFailedError`` when neither did; None unless it failed."""
             if self._closed_run is not None:
-                return self._closed_run.exception()
-            status, error = self._final or (None, None)
-            if status != "FAILED":
+                self._closed_run.awaitTermination()
                 return None
-            run = self._failed_run()
-            if run is not None:
-                return run.exception()
-            start_error = self._start_error()
-            if start_error is not None:
-                return start_error
-            return QueryFailedError(f"query {self._key} failed: {error}")
+        self._raise_if_failed()
+        return True if timeout is not None else None
 
-        def _on_finished(self, status: str | None, error: str | None,
-                         origin: str | None = None) -> None:
-            """The query ended for good; ``origin``: where its error came from
-            (``QuerySnapshot.error_origin``; ``query`` and ``stop`` are its run's own)."""
-            with self._changed:
-                if self._finished.is_set():
-                    return
-                self._final = (status, error)
-                self._run_failed = origin in RUN_FAILURES
-                self._start_failed = origin == "start"
-                self._finished.set()
-                self._changed.notify_all()
-
-        def _on_stop_given_up(self, reason: str) -> None:
-            """The stop with savepoint asked for failed; the query goes on (``reason``)."""
-            with self._changed:
-                self._stop_failure = reason
-                self._changed.notify_all()
-
-        def _on_context_stopping(self) -> None:
-            """spark-adaptive stops with the SparkContext before the query finished: its
-            current run, which the SparkContext's end ends, speaks for it from now on, as
-            the query would on plain Spark. Without a run it ends CANCELED."""
+    def processAllAvailable(self) -> None:  # noqa: N802
+        """Spark's, on the current run; a run that a restart ends hands over to the next.
+        A run's failure is raised only when it ended the query: one the scheduler
+        restarts from is waited out."""
+        while True:
+            if self._closed_run is not None:
+                self._closed_run.processAllAvailable()
+                return
             run = self._driver.current
             if run is None:
-                self._on_finished("CANCELED", "the SparkContext stopped")
                 return
-            with self._changed:
-                if self._finished.is_set():
-                    return
-                self._closed_run = run
-                self._finished.set()
-                self._changed.notify_all()
+            try:
+                run.processAllAvailable()
+            except Exception:
+                if not self._finished.is_set():
+                    # The run failed: the scheduler restarts the query or fails it.
+                    self._driver.wait_for_run_after(run, 1.0)
+                    continue
+                if self._closed_run is not None:
+                    raise
+                self._raise_if_failed()
+                return
+            if self._finished.is_set() or run is self._driver.current and run.isActive:
+                self._raise_if_failed()
+                return
+            self._driver.wait_for_run_after(run, 1.0)
 
-        def __repr__(self) -> str:
-            return f"<ManagedStreamingQuery {self._key} {self.scheduler_state}>"
+    def _failed_run(self) -> Any:
+        """The run whose own exception ended the query, if one did: not when the query
+        failed to start again (or never had slots), which leaves an earlier run, that
+        was restarted after its own failure, as the driver's current one."""
+        status, _ = self._final or (None, None)
+        run = self._driver.current
+        if status != "FAILED" or not self._run_failed or run is None:
+            return None
+        return run if run._jsq.exception().isDefined() else None
 
-    return ManagedStreamingQuery
+    def _start_error(self) -> BaseException | None:
+        """The error Spark's ``start()`` raised, when a failed start ended the query."""
+        status, _ = self._final or (None, None)
+        if status != "FAILED" or not self._start_failed:
+            return None
+        return self._driver.start_error
+
+    def _raise_if_failed(self) -> None:
+        status, error = self._final or (None, None)
+        if status == "FAILED":
+            run = self._failed_run()
+            if run is not None:
+                run.awaitTermination()  # raises Spark's own StreamingQueryException
+            start_error = self._start_error()
+            if start_error is not None:
+                raise start_error  # what start() raised, as an app's own restart gets it
+            raise QueryFailedError(f"query {self._key} failed: {error}")
+
+    def stop(self) -> None:
+        """Cancel the query: Canceling, then Finished(CANCELED)."""
+        if self._finished.is_set():
+            return
+        self._manager.cancel(self._key)
+        while not self._finished.wait(1.0):
+            pass
+
+    def stop_with_savepoint(self) -> None:
+        """Stop for good, exactly between two micro-batches, leaving the checkpoint
+        complete (Flink's stop-with-savepoint): StopWithSavepoint, then
+        Finished(FINISHED). Raises ``ConflictError`` unless the query is Executing.
+
+        Should the query fail while stopping, the restart strategy decides, as for
+        any failure: when it restarts the query, the stop is given up and this raises
+        ``QueryFailedError`` saying why, while the query goes on (Flink's
+        stop-with-savepoint completes exceptionally); when it does not, the query
+        ends FAILED and this raises its error, as ``awaitTermination()`` does."""
+        if self._finished.is_set():
+            return
+        with self._changed:
+            self._stop_failure = None
+        self._manager.stop_with_savepoint(self._key)
+        with self._changed:
+            while not self._changed.wait_for(
+                    lambda: self._finished.is_set() or self._stop_failure is not None, 1.0):
+                pass
+            failure = None if self._finished.is_set() else self._stop_failure
+        if failure is not None:
+            raise QueryFailedError(f"stop with savepoint of query {self._key} failed: "
+                                   f"{failure}; the query goes on")
+        if self._closed_run is None:
+            self._raise_if_failed()
+
+    @property
+    def status(self) -> dict[str, Any]:
+        state = self._manager.snapshot(self._key).state
+        run = self._driver.current
+        if state in (StateName.EXECUTING, StateName.FINISHED) and run is not None:
+            return run.status
+        return {"message": f"spark-adaptive: {state}", "isDataAvailable": False,
+                "isTriggerActive": False}
+
+    @property
+    def lastProgress(self) -> Any:  # noqa: N802
+        for run in (self._driver.current, self._driver.previous):
+            if run is not None and run.lastProgress is not None:
+                return run.lastProgress
+        return None
+
+    @property
+    def recentProgress(self) -> list[Any]:  # noqa: N802
+        run = self._driver.current
+        current = [] if run is None else list(run.recentProgress)
+        earlier = self._driver.earlier_progress
+        return (earlier + current)[-max(RECENT_PROGRESS, len(current)):]
+
+    def exception(self) -> Any:
+        """Spark's exception of the run that ended the query; the error Spark's
+        ``start()`` raised when a failed start ended it; the error that ended it as
+        a ``QueryFailedError`` when neither did; None unless it failed."""
+        if self._closed_run is not None:
+            return self._closed_run.exception()
+        status, error = self._final or (None, None)
+        if status != "FAILED":
+            return None
+        run = self._failed_run()
+        if run is not None:
+            return run.exception()
+        start_error = self._start_error()
+        if start_error is not None:
+            return start_error
+        return QueryFailedError(f"query {self._key} failed: {error}")
+
+    def _on_finished(self, status: str | None, error: str | None,
+                     origin: str | None = None) -> None:
+        """The query ended for good; ``origin``: where its error came from
+        (``QuerySnapshot.error_origin``; ``query`` and ``stop`` are its run's own)."""
+        with self._changed:
+            if self._finished.is_set():
+                return
+            self._final = (status, error)
+            self._run_failed = origin in RUN_FAILURES
+            self._start_failed = origin == "start"
+            self._finished.set()
+            self._changed.notify_all()
+
+    def _on_stop_given_up(self, reason: str) -> None:
+        """The stop with savepoint asked for failed; the query goes on (``reason``)."""
+        with self._changed:
+            self._stop_failure = reason
+            self._changed.notify_all()
+
+    def _on_context_stopping(self) -> None:
+        """spark-adaptive stops with the SparkContext before the query finished: its
+        current run, which the SparkContext's end ends, speaks for it from now on, as
+        the query would on plain Spark. Without a run it ends CANCELED."""
+        run = self._driver.current
+        if run is None:
+            self._on_finished("CANCELED", "the SparkContext stopped")
+            return
+        with self._changed:
+            if self._finished.is_set():
+                return
+            self._closed_run = run
+            self._finished.set()
+            self._changed.notify_all()
+
+    def __repr__(self) -> str:
+        return f"<ManagedStreamingQuery {self._key} {self.scheduler_state}>"
 
 
 class ManagingRuntime(Protocol):
@@ -327,8 +329,7 @@ class StreamingManager:
     def __init__(self, runtime: ManagingRuntime, scheduler: AdaptiveScheduler) -> None:
         self._rt = runtime
         self._sched = scheduler
-        self._handles: dict[str, Any] = {}
-        self._cls = _managed_query_class()
+        self._handles: dict[str, ManagedStreamingQuery] = {}
         scheduler.add_listener(self._on_state_change)
 
     # -- called on the app's thread -----------------------------------------------------
@@ -353,7 +354,7 @@ class StreamingManager:
         try:
             self._rt.persisted.remember(info)
             history = restore_history(self._rt.history_store, info)
-            handle = self._cls(self, info.key, driver)
+            handle = ManagedStreamingQuery(self, info.key, driver)
             self._handles[info.key] = handle
             self._rt.loop.call_sync(lambda: self._sched.adopt_query(
                 driver, requirements, plan, result, history=history, own_bounds=own_bounds))
@@ -560,8 +561,6 @@ def install_writer_hooks(manager_for: Callable[[Any], StreamingManager | None]) 
     global _installed
     if _installed:
         return
-    from pyspark.sql.streaming.readwriter import DataStreamWriter
-
     original_start = DataStreamWriter.start
     original_to_table = DataStreamWriter.toTable
 

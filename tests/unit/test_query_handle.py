@@ -21,7 +21,7 @@ from scheduler_fakes import App, FakeDriver, ScalaOption, query_info
 
 from spark_adaptive.errors import QueryFailedError
 from spark_adaptive.settings import Settings
-from spark_adaptive.spark.streaming import StreamingManager
+from spark_adaptive.spark.streaming import ManagedStreamingQuery, StreamingManager
 
 FIXED_DELAY = Settings.from_conf({"spark.adaptive.restart-strategy.type": "fixed-delay"})
 
@@ -101,7 +101,7 @@ def _managed(settings: Settings | None = None) -> tuple[App, FakeDriver, Streami
     app.event(driver.progress())
     manager = StreamingManager(_Runtime(app), app.scheduler)  # type: ignore[arg-type]
     spark = _Driver(_Run())
-    handle = manager._cls(manager, "q", spark)
+    handle = ManagedStreamingQuery(manager, "q", spark)
     manager._handles["q"] = handle
     return app, driver, manager, handle, spark
 

@@ -22,7 +22,7 @@ from spark_adaptive.errors import QueryFailedError
 from spark_adaptive.settings import Settings
 from spark_adaptive.spark import runtime
 from spark_adaptive.spark.actuator import SparkExecutorActuator
-from spark_adaptive.spark.streaming import _managed_query_class
+from spark_adaptive.spark.streaming import ManagedStreamingQuery
 
 
 # -- the query handle ---------------------------------------------------------------------
@@ -62,7 +62,7 @@ class _Driver:
 def _handle(app: App, key: str, run: _Run) -> Any:
     """The app's handle of ``key`` with ``run`` as its driver's current run, told of the
     query's end as the manager tells it (from the scheduler's snapshot)."""
-    handle = _managed_query_class()(None, key, _Driver(run))
+    handle = ManagedStreamingQuery(None, key, _Driver(run))
     snap = app.scheduler.query(key).snapshot()
     handle._on_finished(snap.status, snap.error, snap.error_origin)
     return handle
