@@ -80,6 +80,12 @@ Each evaluation, in order (Flink's operator, ``ScalingMetricCollector`` ->
    capacity gained with the gain expected from the target actually reached;
    below the threshold the same step (more slots on the same partitions) is
    blocked, until the block expires or the query falls behind.
+
+In the code: step 1 is :meth:`QueryAutoscaler.evaluate` (its exception for a query
+falling behind, ``_falling_behind``, needs step 2's rates); ``_decide`` reads steps 2 to
+4 as the values of :mod:`.rates` (:class:`~.rates.Rates`, :class:`~.rates.Target`,
+:class:`~.rates.Band`) and hands steps 5 and 6 to ``_scale_up`` and ``_scale_down``;
+step 7's judgement is made in ``_decide``, its block applied in ``_scale_up``.
 """
 
 from __future__ import annotations
@@ -111,25 +117,10 @@ from spark_adaptive.core.autoscaler.protections import (
     Shortfall,
     ShortfallMemory,
 )
+from spark_adaptive.core.autoscaler.rates import JUMP, OVERLOAD, SETTLED, Band, Rates, Target
 from spark_adaptive.core.autoscaler.samples import LoadSample, QueryView, clean
 from spark_adaptive.core.autoscaler.scalability import ScalabilityModel
 from spark_adaptive.core.autoscaler.window import MIN_BATCHES, MetricsWindow, entry_from
-
-SETTLED = 0.9
-"""The input is still falling while the newest seconds' rate is below this fraction of the
-window's: the window mixes in a higher rate. A scale-down is then sized on the newest
-seconds' rate if it is live, and waits for the window to settle if it restarts."""
-
-OVERLOAD = 1.1
-"""An input rate this far above the capacity measured counts as falling behind: on a window
-not yet full a scale-up, and only that, may then be decided, and the newest seconds' rate
-alone may decide it on a full one. Beyond batch-to-batch noise, and a backlog grows at the
-excess from now on."""
-
-JUMP = 1.25
-"""The newest batch alone sets the input rate when it is this much above the newest
-seconds' rate: far beyond batch-to-batch noise, so only a real jump does it."""
-
 
 STARTUPS_KEPT = 5
 """Live scale-ups whose executor start-up is remembered; the longest of them is used."""
@@ -141,6 +132,18 @@ class _Again(NamedTuple):
     window: MetricsWindow  # in flight, the query's own; stabilizing, the one before it
     slots: int  # the slots the scale-up reaches: only more is carried out
     in_flight: bool  # else its window's rate per slot was told to the model already
+
+
+class _Sized(NamedTuple):
+    """A scale-down's target once raised past the slots that fell short at this load
+    (:meth:`QueryAutoscaler._past_shortfalls`)."""
+
+    choice: Choice | None
+    live: float  # the live need in slots, raised past them
+    restart: float  # the restart need in slots, likewise
+    floor: float  # the slots they were raised past (0 if none)
+    fell: Shortfall | None  # the last shortfall they were raised past
+    refused: Shortfall | None  # one the target still goes onto: no smaller count above it
 
 
 class QueryAutoscaler:
@@ -405,155 +408,134 @@ class QueryAutoscaler:
     def _decide(self, view: QueryView, full: bool, again: _Again | None = None
                 ) -> ScalingDecision:
         """Decide on the query's own window, or with ``again`` on the basis of a scale-up
-        decided again (:meth:`_again`)."""
+        decided again (:meth:`_again`): the module doc's steps, in its order but for one.
+        Step 1 is :meth:`evaluate`'s but for its exception, a query falling behind on a
+        partial window, which is read from step 2's rates and so follows them here."""
         cfg, now = self.config, view.now
         w = again.window if again is not None else self._window
-        lam_w, lam_r = w.window_arrival_rate(), w.recent_arrival_rate()
-        span = (w.last_time or 0.0) - (w.first_time or 0.0)
-        rates = [x for x in (lam_w, lam_r) if x is not None]
-        lam = max(rates) if rates else None
-        lam_n = w.newest_arrival_rate()
-        if lam_n is not None and (lam is None or lam_n > JUMP * lam):
-            lam = lam_n  # a jump under way: the newest batch already shows it
-        lam_s = self._running_rate()
-        if lam_s is not None and lam is not None and lam_s > JUMP * lam:
-            lam = lam_s  # ... or the batch running now, from what it reads
-        else:
-            lam_s = None
-        backlog = w.backlog(now, lam or 0.0, self._batch_running()) or 0.0
-        behind = backlog > 0 and (not lam or backlog / lam > cfg.backlog_lag_threshold)
-        cu = cfg.catch_up_duration
-        catch = backlog / cu if cu > 0 else 0.0
-        # The rate per slot at the load to be processed: a batch's fixed cost is spread over
-        # the rows of the input and of the backlog being caught up.
-        rate, rate_src = w.rate_per_slot_at((lam or 0.0) + catch)
+        # 2. Rates.
+        r = Rates.of(w, self._running_rate(), now, self._batch_running(), cfg.catch_up_duration)
         self._per_partition = _per_partition(w, self._tasks or view.partitions)
-        short = False
-        if not full and not behind and rate is not None and lam is not None and w.count >= 2:
-            # Input above what the query can process grows a backlog from now on, whatever
-            # the source reports (many report none): that is falling behind too.
-            cap_now = rate * busy_slots(view.slots, view.partitions, view.max_useful_slots)
-            behind = lam > OVERLOAD * cap_now
-            # Right after a scale-up, input above the band and above the rate the scale-up
-            # was sized for, by more than the band's headroom, is a rise it under-read (its
-            # newest batch straddled the rise), not noise; and not an ineffective scale-up,
-            # whose input stays where it was. The next step is decided on the first batches
-            # at the new slots, not a full window later.
-            sized = self._after_up
-            short = (sized is not None and lam > cfg.utilization_max * cap_now
-                     and lam > sized * cfg.utilization_max / cfg.utilization_target)
+        # 1. Not on a partial window, unless the query falls behind or outgrew a scale-up.
+        behind, short = self._falling_behind(view, r, full)
         if full:
             self._after_up = None
         if not full and not behind and not short:
             return self._collecting(view)
-        base = DecisionInputs(window_span=span, sample_count=w.count, input_rate=lam,
-                              input_rate_window=lam_w, input_rate_recent=lam_r,
-                              input_rate_started=lam_s,
-                              backlog=backlog, true_rate_per_slot=rate, rate_source=rate_src)
+        lam, rate = r.input, r.per_slot
         if lam is None:
             return self._not_ready(view, "no input rate: batches reported neither input rows "
-                                         "nor elapsed time", base)
-        if lam <= 0 and backlog <= 0:
+                                         "nor elapsed time", r.inputs())
+        if lam <= 0 and r.backlog <= 0:
             return self._result(view, "no-change", "none", view.slots, view.partitions,
-                                "no input in the metrics window; nothing to scale on", base)
+                                "no input in the metrics window; nothing to scale on",
+                                r.inputs())
         if rate is None:
-            return self._not_ready(view, f"no processing rate: {rate_src}", base)
+            return self._not_ready(view, f"no processing rate: {r.source}", r.inputs())
         s, p = view.slots, view.partitions
         eff = busy_slots(s, p, view.max_useful_slots)
         cap = rate * eff
-        if again is None or again.in_flight:  # a borrowed window's rate was recorded
+        # What the window measured goes to the observed scalability (step 5; a borrowed
+        # window's rate was recorded already) and, once full, judges the last scale-up
+        # (step 7: on the first full window after it, not on two batches).
+        if again is None or again.in_flight:
             self._model.record(eff, rate, now, p)
-        if full:  # a scale-up is judged on the first full window after it, not on two batches
+        if full:
             self._guard.judge(cap, now)
-        downtime = self._downtime(view)
-        # Input above the capacity grows a backlog until the new executors run; the target
-        # drains it within the catch-up duration as well (restart.time's term, for the
-        # executors' start-up that a live scale-up waits for).
+        # 3. Target: input above the capacity grows a backlog until the new executors run;
+        # the target drains it within the catch-up duration as well (restart.time's term,
+        # for the executors' start-up that a live scale-up waits for).
         startup = self._startup()
-        # The capacity until the executors asked for now run, as (rows/s, seconds) stretches:
-        # the current one for the whole start-up; deciding again while a scale-up's
-        # executors start, the current one only until those run (the start-up left since
-        # it asked for them; none once they are late) and then theirs.
-        stretches: tuple[tuple[float, float], ...] = ((cap, startup),)
-        up = self._scaled_up
-        if again is not None and again.in_flight and up is not None:
-            waited = min(startup, max(0.0, now - up[2]))
-            cap_up = self._model.capacity(busy_slots(again.slots, p, view.max_useful_slots),
-                                          eff, rate)
-            stretches = ((cap, startup - waited), (cap_up, waited))
-
-        def piled(rate_in: float) -> float:
-            """Rows of an input of ``rate_in`` that arrive beyond the capacity meanwhile."""
-            return sum(max(0.0, rate_in - c) * t for c, t in stretches)
-
-        def needs(rate_in: float) -> tuple[float, float]:
-            """The live and the restart target capacity for an input of ``rate_in``."""
-            pile = piled(rate_in) / cu if cu > 0 else 0.0
-            live = rate_in / cfg.utilization_target + catch + pile
-            return live, live + (rate_in * downtime / cu if cu > 0 else 0.0)
-
-        need_live, need_restart = needs(lam)
-        # Whether to scale up is read from the window's input rate (Flink's rule), or from the
-        # newest seconds' rate (or the newest batch's) only once it shows the query falling
-        # behind: those few batches are noisy, and over the hundreds of evaluations a level
-        # lasts, their upward deviations would cross the band's edge of a query settled near
-        # the target, and the scale-down that follows would flap it. The target of a scale-up
-        # still uses the higher rate, so that one rescale reaches a rise.
-        lam_up = lam
-        if (lam_w is not None and lam_w < lam and not behind and not short
-                and lam <= OVERLOAD * cap):
-            lam_up = lam_w
-        up_at = lam_up / cfg.utilization_max + catch
-        # While the input falls, the window still averages in the higher rate of a while
-        # ago: whether to scale down is read from the newest seconds (see _scale_down).
-        falling = (lam_w is not None and lam_r is not None and lam_r < SETTLED * lam_w
-                   and lam <= lam_w)
-        lam_down = lam_r if falling and lam_r is not None else lam
-        down_at = lam_down / cfg.utilization_min + catch if cfg.utilization_min > 0 else math.inf
-        util = lam / cap
+        target = Target(cfg.utilization_target, r.catch_up, cfg.catch_up_duration,
+                        self._downtime(view), self._stretches(view, rate, startup, again))
+        need_live, need_restart = target.needs(lam)
+        # 4. Band.
+        band = Band.of(cfg, r, lam, cap, behind or short)
         x_live = self._model.slots_for(need_live, eff, rate)
-        inputs = DecisionInputs(
-            window_span=span, sample_count=w.count, input_rate=lam, input_rate_window=lam_w,
-            input_rate_recent=lam_r, input_rate_started=lam_s, backlog=backlog,
-            true_rate_per_slot=rate,
-            rate_source=rate_src, capacity=cap, target_rate=need_live, utilization=util,
-            recommended_slots=x_live,
+        inputs = r.inputs(
+            capacity=cap, target_rate=need_live, utilization=lam / cap, recommended_slots=x_live,
             scalability_coefficient=self._model.coefficient(eff, max(x_live, 1e-9)),
-            restart_downtime=downtime, executor_startup=startup)
-        if cap < up_at:
-            return self._scale_up(view, inputs, rate, need_live, need_restart, downtime,
+            restart_downtime=target.downtime, executor_startup=startup)
+        # 5. and 6.: the slots, in the direction the band shows.
+        if cap < band.up_at:
+            return self._scale_up(view, inputs, rate, need_live, need_restart, target.downtime,
                                   again.slots if again is not None else None,
-                                  (piled(lam), stretches))
+                                  (target.piled(lam), target.stretches))
         if not full:  # only falling behind may cut the collection short, and only upwards
             return self._collecting(view, inputs)
-        if cap > down_at and not behind:
+        if cap > band.down_at and not behind:
             # falling: sized on the newest seconds' rate (a live scale-down, see there)
-            return self._scale_down(view, inputs, rate,
-                                    *(needs(lam_down) if falling else (need_live, need_restart)),
-                                    downtime, falling)
+            needs = target.needs(band.down_rate) if band.falling else (need_live, need_restart)
+            return self._scale_down(view, inputs, rate, *needs, target.downtime, band.falling)
         if eff < s and not behind:
             # Slots the partitions leave without a task (more slots than tasks, or a count
             # that does not divide them): fewer run them in as many waves. Released like any
             # scale-down, sized on the need but never on more than the capacity the query
             # has now (below it when the need is, as for any scale-down within the band).
             return self._scale_down(view, inputs, rate, min(need_live, cap),
-                                    min(need_restart, cap), downtime, False, idle=True)
+                                    min(need_restart, cap), target.downtime, False, idle=True)
+        return self._in_band(view, inputs, r, band, lam, cap)
+
+    def _falling_behind(self, view: QueryView, r: Rates, full: bool) -> tuple[bool, bool]:
+        """Step 1's exception: whether the query falls behind, and whether its input is a
+        rise the last scale-up fell short of (on a partial window only).
+
+        Behind is a backlog older than ``backlog-processing.lag-threshold``; on a partial
+        window of two batches or more, also an input :data:`OVERLOAD` times the capacity."""
+        cfg, lam, rate = self.config, r.input, r.per_slot
+        behind = r.backlog > 0 and (not lam or r.backlog / lam > cfg.backlog_lag_threshold)
+        if full or behind or rate is None or lam is None or r.count < 2:
+            return behind, False
+        # Input above what the query can process grows a backlog from now on, whatever
+        # the source reports (many report none): that is falling behind too.
+        cap_now = rate * busy_slots(view.slots, view.partitions, view.max_useful_slots)
+        # Right after a scale-up, input above the band and above the rate the scale-up
+        # was sized for, by more than the band's headroom, is a rise it under-read (its
+        # newest batch straddled the rise), not noise; and not an ineffective scale-up,
+        # whose input stays where it was. The next step is decided on the first batches
+        # at the new slots, not a full window later.
+        sized = self._after_up
+        short = (sized is not None and lam > cfg.utilization_max * cap_now
+                 and lam > sized * cfg.utilization_max / cfg.utilization_target)
+        return lam > OVERLOAD * cap_now, short
+
+    def _stretches(self, view: QueryView, rate: float, startup: float, again: _Again | None
+                   ) -> tuple[tuple[float, float], ...]:
+        """The capacity until the executors asked for now run, as (rows/s, seconds)
+        stretches: the current one for the whole ``startup``; deciding again while a
+        scale-up's executors start, the current one only until those run (the start-up left
+        since it asked for them; none once they are late) and then theirs."""
+        eff = busy_slots(view.slots, view.partitions, view.max_useful_slots)
+        cap, up = rate * eff, self._scaled_up
+        if again is None or not again.in_flight or up is None:
+            return ((cap, startup),)
+        waited = min(startup, max(0.0, view.now - up[2]))
+        cap_up = self._model.capacity(busy_slots(again.slots, view.partitions,
+                                                 view.max_useful_slots), eff, rate)
+        return ((cap, startup - waited), (cap_up, waited))
+
+    def _in_band(self, view: QueryView, inputs: DecisionInputs, r: Rates, band: Band,
+                 lam: float, cap: float) -> ScalingDecision:
+        """No change (a pending scale-down is cancelled): the utilization is within the
+        band, or only the newest seconds read above it, or a backlog is being caught up."""
+        cfg = self.config
         self._pending_down.clear()
+        util = lam / cap
         why = (f"utilization {util:.2f} within [{cfg.utilization_min:g}, "
                f"{cfg.utilization_max:g}]")
-        if cap < lam / cfg.utilization_max + catch:  # only the newest seconds are above it
-            why = (f"utilization {lam_up / cap:.2f} over the window, within "
+        if cap < lam / cfg.utilization_max + r.catch_up:  # only the newest seconds are above it
+            why = (f"utilization {band.up_rate / cap:.2f} over the window, within "
                    f"[{cfg.utilization_min:g}, {cfg.utilization_max:g}]; the newest seconds read "
                    f"{util:.2f}, which alone scales up only above {OVERLOAD:g} (falling behind)")
-        if cap > down_at:
+        if cap > band.down_at:
             # No input at all leaves the backlog undrained by arrivals: its lag is unbounded.
-            held = (f"{backlog / lam:.0f}s of input" if lam > 0
-                    else f"{backlog:.0f} rows while no input arrives")
+            held = (f"{r.backlog / lam:.0f}s of input" if lam > 0
+                    else f"{r.backlog:.0f} rows while no input arrives")
             why = (f"catching up a backlog of {held}; no scale-down while it exceeds "
                    f"{cfg.backlog_lag_threshold:g}s")
-        elif backlog > 0 and catch > 0:
-            why += f" (backlog {backlog:.0f} rows included)"
-        return self._result(view, "no-change", "none", s, p, why, inputs)
+        elif r.backlog > 0 and r.catch_up > 0:
+            why += f" (backlog {r.backlog:.0f} rows included)"
+        return self._result(view, "no-change", "none", view.slots, view.partitions, why, inputs)
 
     # -- directions -----------------------------------------------------------------------
     def _scale_up(self, view: QueryView, inputs: DecisionInputs, rate: float,
@@ -561,10 +543,12 @@ class QueryAutoscaler:
                   reached: int | None = None,
                   pile: tuple[float, tuple[tuple[float, float], ...]] = (0.0, ())
                   ) -> ScalingDecision:
-        """``reached``: deciding again, the slots the last scale-up reaches (or reached);
+        """Step 5 upwards, unless step 7's block holds it back.
+
+        ``reached``: deciding again, the slots the last scale-up reaches (or reached);
         only more than those is carried out. ``pile``: the rows that arrive beyond the
         capacity until the executors asked for now run, and the capacity stretches they
-        were counted over (see :meth:`_decide`)."""
+        were counted over (:meth:`_stretches`)."""
         cfg, s, p, lam = self.config, view.slots, view.partitions, inputs.input_rate or 0.0
         self._pending_down.clear()
         eff = busy_slots(s, p, view.max_useful_slots)
@@ -631,95 +615,34 @@ class QueryAutoscaler:
     def _scale_down(self, view: QueryView, inputs: DecisionInputs, rate: float,
                     need_live: float, need_restart: float, downtime: float,
                     falling: bool, idle: bool = False) -> ScalingDecision:
-        """``falling``: the newest seconds' input rate is below :data:`SETTLED` times the
+        """Steps 5 and 6 downwards: the slots, past those that fell short, then the wait.
+
+        ``falling``: the newest seconds' input rate is below :data:`SETTLED` times the
         window's, it is theirs that is below the band, and the needs are sized on it.
         ``idle``: the utilization is in the band, but some slots get no task."""
-        cfg, now = self.config, view.now
-        s, p = view.slots, view.partitions
-        eff = busy_slots(s, p, view.max_useful_slots)
+        now, s, p = view.now, view.slots, view.partitions
+        head = self._down_head(view, inputs, falling, idle)
         lam = inputs.input_rate or 0.0
-        lam_w, lam_r = inputs.input_rate_window or 0.0, inputs.input_rate_recent or 0.0
-        util = inputs.utilization or 0.0
-        head = f"utilization {util:.2f} below {cfg.utilization_min:g}"
-        if idle:
-            head = (f"utilization {util:.2f} in the band, but {s} slots run the "
-                    f"{tasks_phrase(p, view.max_useful_slots)} only as fast as {eff:g} would")
         if falling:
-            cap = inputs.capacity or math.inf
-            head = (f"utilization {lam_r / cap:.2f} in the newest seconds ({util:.2f} over the "
-                    f"window) below {cfg.utilization_min:g}")
-            # The window still averages in the higher rate of a while ago. A restart sized on
-            # it would be kept as the interval's maximum and cost a second restart, so a
-            # restart waits for the window to settle (below). A live scale-down is sized on
-            # the newest seconds' rate: it costs nothing to repeat as the input falls on,
-            # while waiting for the window would keep the slots it no longer needs. Not
-            # while the newest batch reads far less than the newest seconds: they still mix
-            # in the rate from before a drop, and the interval would keep what they need.
-            # The interval runs from the first reading below the band, so that the wait for
-            # the newest seconds to settle is not paid on top of it; its maximum is taken
-            # over the settled recommendations only.
-            lam_n = self._window.newest_arrival_rate()
-            if lam_n is None or lam_n < SETTLED * lam_r:
-                self._pending_down.start(now)
-                return self._result(
-                    view, "scale-down-pending", "none", s, p,
-                    f"{head}, but the input is still dropping ({lam_n or 0:.0f} rows/s in the "
-                    f"newest batch, {lam_r:.0f} in the newest seconds, {lam_w:.0f} over the "
-                    "window); the scale-down is recommended once the newest seconds have "
-                    "settled", inputs)
-            lam = lam_r
-        # Flink floors a scale-down at (1 - max-factor) times the current parallelism: here
-        # the current slots, in the effective slots the model sizes in.
-        m, lo = self._model, min(eff, s * (1 - cfg.scale_down_max_factor))
-        x_live = m.slots_for(m.clamp(need_live, eff, rate, lo, math.inf), eff, rate)
-        x_rst = m.slots_for(m.clamp(need_restart, eff, rate, lo, math.inf), eff, rate)
+            dropping = self._still_dropping(view, inputs, head)
+            if dropping is not None:
+                return dropping
+            lam = inputs.input_rate_recent or 0.0
+        x_live, x_rst = self._down_slots(view, rate, need_live, need_restart)
         _, xl, xr = self._pending_down.merged(now, x_live, x_rst)
         # A need that could not go below the current slots cannot when it is higher: the
         # choice is monotone in the need, so that answer is reused (queries that sit below the
         # band on their smallest useful slot count are common and evaluated every interval).
-        key = (s, p, view.lower, view.upper, view.slot_upper, view.can_restart,
-               view.max_useful_slots, view.slots_per_executor, view.cluster_max_slots,
-               downtime, m.fit())
+        key = self._floor_key(view, downtime)
         floor = self._floor
         if floor is not None and floor[0] == key and xl >= floor[1] and xr >= floor[2]:
             self._pending_down.clear()
             return self._result(view, "no-change", "none", s, p, f"{head}{floor[3]}", inputs)
-        def pick(x_l: float, x_r: float) -> Choice | None:
-            """The target for live and restart needs of ``x_l`` and ``x_r`` slots."""
-            return choose(Plan.of(view, self.config, rate, lam, m.capacity(x_l, eff, rate),
-                                  m.capacity(x_r, eff, rate), downtime,
-                                  per_partition=self._per_partition), m)
-
-        choice = pick(xl, xr)
-        # Slots that fell short at this load are not gone back to: the need is raised past
-        # them, and a smaller count above them may still do. Releasing slots that get no
-        # task, at no loss of capacity, is not a shortfall's business.
-        def refusing(c: Choice | None) -> Shortfall | None:
-            if c is None or c.slots >= s:
-                return None
-            c_eff = busy_slots(c.slots, c.partitions, view.max_useful_slots)
-            if idle and c_eff >= eff - 1e-9:
-                return None
-            return self._short.refuses(c_eff, c.partitions, lam, cfg.utilization_target,
-                                       now)
-
-        fell, floor_x = None, 0.0
-        f = refusing(choice)
-        for _ in range(len(self._short)):
-            if f is None:
-                break
-            # past the planner's tolerance on slot counts
-            fell, floor_x = f, max(floor_x, f.slots + 1e-3)
-            xl, xr = max(xl, floor_x), max(xr, floor_x)
-            choice = pick(xl, xr)
-            f = refusing(choice)
+        sized = self._past_shortfalls(view, rate, lam, downtime, idle, xl, xr)
+        choice, fell = sized.choice, sized.fell
         if fell is not None:
-            short = (f"{fell.slots:g} slots fell short of {fell.rate:.0f} rows/s on "
-                     f"{fell.partitions} partitions "
-                     f"{SHORTFALL_EXPIRY - (fell.until - now):.0f}s ago (a scale-up left "
-                     f"them), and the input, {lam:.0f} rows/s, is at least "
-                     f"{cfg.utilization_target:g} of that")
-            if choice is None or choice.slots >= s or f is not None:
+            short = self._shortfall_phrase(fell, lam, now)
+            if choice is None or choice.slots >= s or sized.refused is not None:
                 self._pending_down.clear()
                 return self._result(view, "no-change", "none", s, p,
                                     f"{head}, but not onto {fell.slots:g} slots or fewer: "
@@ -730,20 +653,136 @@ class QueryAutoscaler:
             # settled, not with a reading below the band while the input still fell.
             self._pending_down.clear_unsized()
             if falling:
+                lam_w = inputs.input_rate_window or 0.0
                 return self._result(
                     view, "scale-down-pending", "none", s, p,
-                    f"{head}, but the input is still falling ({lam_r:.0f} rows/s newest, "
+                    f"{head}, but the input is still falling ({lam:.0f} rows/s newest, "
                     f"{lam_w:.0f} over the window); a scale-down that restarts is recommended "
                     "once the window has settled", inputs)
-        since = self._pending_down.record(now, max(x_live, floor_x), max(x_rst, floor_x))[0]
+        since = self._pending_down.record(now, max(x_live, sized.floor),
+                                          max(x_rst, sized.floor))[0]
         if choice is None or choice.slots >= s:
             # The interval's highest recommendation keeps the current slots: it is spent, and
             # a new interval starts with the next recommendation (Flink: "no change" clears).
             self._pending_down.clear()
             why = choice.reason if choice is not None else "no smaller slot count"
             tail = f", but no smaller target keeps up: {why}"
-            self._floor = (key, xl, xr, tail)
+            self._floor = (key, sized.live, sized.restart, tail)
             return self._result(view, "no-change", "none", s, p, f"{head}{tail}", inputs)
+        return self._down_once_waited(view, inputs, head, choice, since)
+
+    def _down_head(self, view: QueryView, inputs: DecisionInputs, falling: bool,
+                   idle: bool) -> str:
+        """A scale-down reason's opening: the utilization below the band, over the window or
+        (``falling``) in the newest seconds; or (``idle``) in the band, with slots that get
+        no task."""
+        cfg, s, p = self.config, view.slots, view.partitions
+        util = inputs.utilization or 0.0
+        if falling:
+            cap = inputs.capacity or math.inf
+            return (f"utilization {(inputs.input_rate_recent or 0.0) / cap:.2f} in the newest "
+                    f"seconds ({util:.2f} over the window) below {cfg.utilization_min:g}")
+        if idle:
+            eff = busy_slots(s, p, view.max_useful_slots)
+            return (f"utilization {util:.2f} in the band, but {s} slots run the "
+                    f"{tasks_phrase(p, view.max_useful_slots)} only as fast as {eff:g} would")
+        return f"utilization {util:.2f} below {cfg.utilization_min:g}"
+
+    def _still_dropping(self, view: QueryView, inputs: DecisionInputs, head: str
+                        ) -> ScalingDecision | None:
+        """A falling input's scale-down waits (and its interval starts) while the newest
+        batch reads far less than the newest seconds; else None.
+
+        The window still averages in the higher rate of a while ago. A restart sized on it
+        would be kept as the interval's maximum and cost a second restart, so a restart
+        waits for the window to settle (:meth:`_scale_down`). A live scale-down is sized on
+        the newest seconds' rate: it costs nothing to repeat as the input falls on, while
+        waiting for the window would keep the slots it no longer needs. Not while the newest
+        batch reads far less than the newest seconds: they still mix in the rate from before
+        a drop, and the interval would keep what they need. The interval runs from the first
+        reading below the band, so that the wait for the newest seconds to settle is not paid
+        on top of it; its maximum is taken over the settled recommendations only."""
+        lam_w, lam_r = inputs.input_rate_window or 0.0, inputs.input_rate_recent or 0.0
+        lam_n = self._window.newest_arrival_rate()
+        if lam_n is None or lam_n < SETTLED * lam_r:
+            self._pending_down.start(view.now)
+            return self._result(
+                view, "scale-down-pending", "none", view.slots, view.partitions,
+                f"{head}, but the input is still dropping ({lam_n or 0:.0f} rows/s in the "
+                f"newest batch, {lam_r:.0f} in the newest seconds, {lam_w:.0f} over the "
+                "window); the scale-down is recommended once the newest seconds have "
+                "settled", inputs)
+        return None
+
+    def _down_slots(self, view: QueryView, rate: float, need_live: float,
+                    need_restart: float) -> tuple[float, float]:
+        """The slots a scale-down's live and restart needs take (step 5). Flink floors a scale-down
+        at (1 - max-factor) times the current parallelism: here the current slots, in the
+        effective slots the model sizes in."""
+        s, m = view.slots, self._model
+        eff = busy_slots(s, view.partitions, view.max_useful_slots)
+        lo = min(eff, s * (1 - self.config.scale_down_max_factor))
+        return (m.slots_for(m.clamp(need_live, eff, rate, lo, math.inf), eff, rate),
+                m.slots_for(m.clamp(need_restart, eff, rate, lo, math.inf), eff, rate))
+
+    def _floor_key(self, view: QueryView, downtime: float) -> tuple[object, ...]:
+        """What a scale-down's choice depends on but its needs: a cached "no smaller target"
+        holds while this stays the same."""
+        return (view.slots, view.partitions, view.lower, view.upper, view.slot_upper,
+                view.can_restart, view.max_useful_slots, view.slots_per_executor,
+                view.cluster_max_slots, downtime, self._model.fit())
+
+    def _past_shortfalls(self, view: QueryView, rate: float, lam: float, downtime: float,
+                         idle: bool, xl: float, xr: float) -> _Sized:
+        """The target for live and restart needs of ``xl`` and ``xr`` slots at an input of
+        ``lam``, raised past slots that fell short at this load (:class:`.protections.
+        ShortfallMemory`): those are not gone back to, though a smaller count above them may
+        still do. Releasing slots that get no task (``idle``), at no loss of capacity, is
+        not a shortfall's business."""
+        cfg, now, m, s = self.config, view.now, self._model, view.slots
+        eff = busy_slots(s, view.partitions, view.max_useful_slots)
+
+        def pick(x_l: float, x_r: float) -> Choice | None:
+            """The target for live and restart needs of ``x_l`` and ``x_r`` slots."""
+            return choose(Plan.of(view, cfg, rate, lam, m.capacity(x_l, eff, rate),
+                                  m.capacity(x_r, eff, rate), downtime,
+                                  per_partition=self._per_partition), m)
+
+        def refusing(c: Choice | None) -> Shortfall | None:
+            if c is None or c.slots >= s:
+                return None
+            c_eff = busy_slots(c.slots, c.partitions, view.max_useful_slots)
+            if idle and c_eff >= eff - 1e-9:
+                return None
+            return self._short.refuses(c_eff, c.partitions, lam, cfg.utilization_target,
+                                       now)
+
+        choice = pick(xl, xr)
+        fell, floor_x = None, 0.0
+        f = refusing(choice)
+        for _ in range(len(self._short)):
+            if f is None:
+                break
+            # past the planner's tolerance on slot counts
+            fell, floor_x = f, max(floor_x, f.slots + 1e-3)
+            xl, xr = max(xl, floor_x), max(xr, floor_x)
+            choice = pick(xl, xr)
+            f = refusing(choice)
+        return _Sized(choice, xl, xr, floor_x, fell, f)
+
+    def _shortfall_phrase(self, fell: Shortfall, lam: float, now: float) -> str:
+        """Why a scale-down stops above ``fell``'s slots, at an input of ``lam``."""
+        return (f"{fell.slots:g} slots fell short of {fell.rate:.0f} rows/s on "
+                f"{fell.partitions} partitions "
+                f"{SHORTFALL_EXPIRY - (fell.until - now):.0f}s ago (a scale-up left "
+                f"them), and the input, {lam:.0f} rows/s, is at least "
+                f"{self.config.utilization_target:g} of that")
+
+    def _down_once_waited(self, view: QueryView, inputs: DecisionInputs, head: str,
+                          choice: Choice, since: float) -> ScalingDecision:
+        """Step 6: a scale-down to ``choice``, recommended first at ``since``, waits out
+        ``scale-down.interval``; then it is applied."""
+        cfg, now, s, p = self.config, view.now, view.slots, view.partitions
         target = (choice.slots, choice.partitions)
         waited = now - since
         if waited < cfg.scale_down_interval:
