@@ -13,18 +13,18 @@
   RDD (``JavaSparkContext.getPersistentRDDs``: cached RDDs and DataFrames,
   local checkpoints).
 
-Who controls the executors: the batch part declares executors only while no
-managed streaming query runs, and only where Spark can add and remove them
-(not ``local[*]``). When a streaming query is managed, its scheduler's
-declarations stand and batch stages use what exists. After a batch
-declaration the streaming scheduler is told to declare afresh next time.
+Who controls the executors: the batch part's decisions are one source of the
+app's executor demand, handed to the streaming scheduler's reconciler (which
+alone declares and releases executors); it decides only while no managed
+streaming query runs, and only where Spark can add and remove them (not
+``local[*]``). When a streaming query is managed, its demand stands and batch
+stages use what exists.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from spark_adaptive.batch.sql import apply_sql_confs
@@ -58,11 +58,11 @@ class BatchScheduler:
             s.batch.default_source_parallelism, s.batch.use_held_slots,
             source_split_bytes=steering.split_bytes))
         self.follower = ExecutorFollower(
-            rt.actuator, rt.loop, min_p=s.batch.min_parallelism, max_p=s.batch.max_parallelism,
-            idle_timeout=s.batch.executor_idle_timeout, controls=self.controls_executors,
-            slots_per_executor=self._slots_per_executor,
-            executors_alive=lambda: len(rt.actuator.executors),
-            persisted_rdds=self._persisted_rdds, on_declared=self._declared)
+            rt.scheduler.executors.set_batch_demand, rt.loop, min_p=s.batch.min_parallelism,
+            max_p=s.batch.max_parallelism, idle_timeout=s.batch.executor_idle_timeout,
+            controls=self.controls_executors, slots_per_executor=self._slots_per_executor,
+            executors_alive=lambda: len(rt.scheduler.resources.executors),
+            persisted_rdds=self._persisted_rdds)
         self._warm_up_stages: set[int] = set()
         self._unsubscribe = rt.subscribe(self.on_event, "batch scheduler", replay_executors=False)
 
@@ -70,10 +70,6 @@ class BatchScheduler:
     def settings(self) -> Settings:
         """The running spark-adaptive's settings (``enable()``'s overrides included)."""
         return self._rt.settings
-
-    def _declared(self, released: Sequence[str]) -> None:
-        self._rt.scheduler.forget_declared_executors()
-        self._rt.scheduler.executors_released(released, "batch stages are idle")
 
     def _persisted_rdds(self) -> int | None:
         """RDDs the app holds persisted (scheduler thread; one py4j call to the driver JVM,
@@ -91,11 +87,13 @@ class BatchScheduler:
         return not any(not q.finished for q in self._rt.scheduler.queries())
 
     def _slots_per_executor(self) -> int | None:
-        task_cpus = self._rt.actuator.task_cpus
-        cores = sorted(self._rt.actuator.executors.values())
-        if cores:
-            return max(1, cores[len(cores) // 2] // task_cpus)
-        configured = self._rt.sc._conf.get("spark.executor.cores", None)
+        """The median executor's slots, else ``spark.executor.cores``'."""
+        slots = sorted(e.slots for e in self._rt.scheduler.resources.executors)
+        if slots:
+            return max(1, slots[len(slots) // 2])
+        conf = self._rt.sc._conf
+        configured = conf.get("spark.executor.cores", None)
+        task_cpus = int(conf.get("spark.task.cpus", "1") or 1)
         return int(configured) // task_cpus if configured else None
 
     def on_event(self, event: ev.Event) -> None:
@@ -105,7 +103,7 @@ class BatchScheduler:
             self.follower.stage_submitted((event.stage_id, event.attempt), event.num_tasks)
         elif isinstance(event, ev.StageCompleted):
             self.follower.stage_completed((event.stage_id, event.attempt))
-            stage = self.tracker.handle(event, self._rt.actuator.slots)
+            stage = self.tracker.handle(event, self._rt.scheduler.resources.live_slots)
             if stage is not None and not isinstance(stage, JobReport):
                 decision_log.info("batch: stage %d '%s': %s", stage.stage_id, stage.name,
                                   stage.reason)

@@ -139,18 +139,25 @@ class OffsetLog(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class ExecutorRelease:
+    """An executor to release, and why (the actuator's log line says it)."""
+
+    executor_id: str
+    reason: str
+
+
 class ExecutorActuator(Protocol):
-    """Declares and releases executors (Spark's ExecutorAllocationClient calls)."""
+    """Carries out the executor total (Spark's ExecutorAllocationClient calls); what to
+    declare and which executors go is the
+    :class:`~spark_adaptive.core.executors.reconciler.Reconciler`'s."""
 
-    def request_total_executors(self, total: int) -> Sequence[str]:
-        """Declare how many executors the application wants in all; returns the executors
-        released to honour a total below what is alive (they stop counting at once). A
-        release Spark then refuses, or that fails, is reported back to
-        ``AdaptiveScheduler.release_refused`` by the boundary, and they count again."""
-        ...
-
-    def kill_executors(self, executor_ids: Sequence[str], reason: str) -> None:
-        """Release these executors; the total declared last stays declared."""
+    def request_total_executors(self, total: int,
+                                release: Sequence[ExecutorRelease] = ()) -> Sequence[str]:
+        """Release these executors, then declare ``total`` executors in all; returns the
+        executors whose release was sent (none where the master cannot release any). A
+        release Spark then refuses, or that fails, is reported back to the reconciler by
+        the boundary."""
         ...
 
     def release_hung_executor(self, executor_id: str, reason: str) -> None:

@@ -8,12 +8,10 @@ which is why nothing here is specific to one cluster manager. ``local[*]`` has
 no such backend: :meth:`SparkExecutorActuator.supported` is then false and the
 calls are skipped with one warning.
 
-The actuator also tracks the application's executors and their task slots
-(executor cores / ``spark.task.cpus``) from the executor events, not from
-polling. That makes a declared total mean what it says: in standalone mode
-lowering the target never ends an executor, so when more executors are alive
-than declared, the newest ones are released (they hold the least cached and
-state-store data).
+The actuator decides nothing: the
+:class:`~spark_adaptive.core.executors.reconciler.Reconciler` tells it the total and the
+executors to release (in standalone mode lowering the target never ends an executor, so
+the reconciler names the newest ones beyond it).
 
 The py4j calls run on a worker thread of their own, so the scheduler thread
 never waits on an RPC to the cluster manager. Requests coalesce: when several
@@ -36,7 +34,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from spark_adaptive.core import events as ev
+from spark_adaptive.core.ports import ExecutorRelease
 from spark_adaptive.spark.jvm import (
     empty_scala_map,
     error_text,
@@ -69,19 +67,13 @@ class SparkExecutorActuator:
         self.supported = self._check_supported()
         self.requested: list[int] = []
         self.killed: list[str] = []
-        self.task_cpus = int(sc._conf.get("spark.task.cpus", "1") or 1)
-        self._alive: dict[str, ev.ExecutorAdded] = {}
-        self._releasing: set[str] = set()
-        # Killed as hung: no longer the app's, even if Spark refuses the kill (the scheduler
-        # stopped counting them; counting them here would release a healthy one instead).
-        self._hung: set[str] = set()
         self._on_refused: Callable[[list[str], str], None] | None = None
 
     def on_release_refused(self, callback: Callable[[list[str], str], None]) -> None:
         """``callback(executor_ids, why)`` hears of every release Spark refused or that
         failed (from the actuator's thread): those executors are alive and stay the app's,
-        and whoever stopped counting them when they were returned as released
-        (:meth:`request_total_executors`) counts them again."""
+        and the reconciler, which stopped counting them when they were returned as released
+        (:meth:`request_total_executors`), counts them again."""
         self._on_refused = callback
 
     def _check_supported(self) -> bool:
@@ -96,54 +88,30 @@ class SparkExecutorActuator:
     def master(self) -> str:
         return str(self._sc.master)
 
-    # -- executors, from the events ------------------------------------------------------
-    def observe(self, event: ev.Event) -> None:
-        """Bus subscriber: keep the set of live executors current."""
-        if isinstance(event, ev.ExecutorAdded):
-            self._alive.setdefault(event.executor_id, event)
-        elif isinstance(event, ev.ExecutorRemoved):
-            self._alive.pop(event.executor_id, None)
-            self._releasing.discard(event.executor_id)
-            self._hung.discard(event.executor_id)
-
-    @property
-    def executors(self) -> dict[str, int]:
-        """Live executors and their cores."""
-        return {k: e.cores for k, e in self._alive.items()}
-
-    def live_executor_events(self) -> list[ev.ExecutorAdded]:
-        return list(self._alive.values())
-
-    @property
-    def slots(self) -> int:
-        return sum(e.cores // self.task_cpus for e in self._alive.values())
-
     # -- the port -----------------------------------------------------------------
-    def request_total_executors(self, total: int) -> list[str]:
-        """Declare ``total`` executors; release the newest surplus ones if more are alive,
-        and return their ids."""
+    def request_total_executors(self, total: int,
+                                release: Sequence[ExecutorRelease] = ()) -> list[str]:
+        """Release ``release``, then declare ``total`` executors; returns the executors whose
+        release is sent (none where the master cannot release any)."""
         # The total first: a kill sent from here re-sends the declared total once done.
         with self._lock:
             self._latest_total = self._declared_total = total
-        staying = [k for k in self._alive if k not in self._releasing and k not in self._hung]
-        # A hung executor whose kill was refused or failed is killed again.
-        self.kill_executors([k for k in self._hung if k in self._alive and k not in
-                             self._releasing], "killed as hung; the kill is tried again")
-        surplus = len(staying) - total
-        newest: list[str] = []
-        if surplus > 0 and self.supported:  # unsupported: no kill is sent, none is released
-            newest = sorted(staying, key=lambda k: self._alive[k].time)[-surplus:]
-            self.kill_executors(newest, f"more executors alive than the {total} declared")
+        sent: list[str] = []
+        if self.supported:  # unsupported: no kill is sent, none is released
+            by_reason: dict[str, list[str]] = {}
+            for r in release:
+                by_reason.setdefault(r.reason, []).append(r.executor_id)
+            for reason, ids in by_reason.items():
+                self.kill_executors(ids, reason)
+                sent += ids
         self._enqueue("request", None)
-        return newest
+        return sent
 
     def release_hung_executor(self, executor_id: str, reason: str) -> None:
         """Kill a silent executor and have the driver drop it at once (through the shim),
         then declare the total again: Spark's ``killExecutors`` also lowers the app's
         executor target by the executors it kills, so without it no replacement would
-        ever be launched. It no longer counts among the executors a declared total keeps,
-        even if Spark refuses the kill, as the scheduler no longer counts it."""
-        self._hung.add(executor_id)
+        ever be launched."""
         self.kill_executors([executor_id], reason)
         self._enqueue("declare-lost", (executor_id, reason))
         if self._declared_total is not None:
@@ -153,7 +121,6 @@ class SparkExecutorActuator:
 
     def kill_executors(self, executor_ids: Sequence[str], reason: str) -> None:
         if executor_ids:
-            self._releasing.update(executor_ids)
             self._enqueue("kill", (list(executor_ids), reason))
 
     # -- execution ----------------------------------------------------------------
@@ -251,11 +218,9 @@ class SparkExecutorActuator:
                 self._kept(arg[0], f"killExecutors failed: {error_text(e)}")
 
     def _kept(self, ids: Sequence[str], why: str) -> None:
-        """Executors whose release failed stay the app's: the next declaration of a lower
-        total releases them again (one killed as hung is killed again at the next
-        declaration, whatever its total), instead of counting them as gone for good; the
-        :meth:`on_release_refused` callback is told, so the scheduler counts them again."""
-        self._releasing.difference_update(ids)
+        """Executors whose release failed stay the app's: the :meth:`on_release_refused`
+        callback is told, so the reconciler counts them again (or, for one killed as hung,
+        kills it again with the next total)."""
         callback = self._on_refused
         if callback is None:
             return

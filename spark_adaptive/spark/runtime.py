@@ -72,7 +72,6 @@ class AdaptiveRuntime:
         self.loop = EventLoop()
         self.bus = EventBus(self.loop.submit)
         self.actuator = SparkExecutorActuator(sc, shim_jar=settings.shim_jar)
-        self.bus.subscribe(self.actuator.observe, "executor tracking")
         self._session: SparkSession | None = None
         self._closers: list[Callable[[], None]] = []
         self._closed = False
@@ -108,8 +107,8 @@ class AdaptiveRuntime:
                     not q.finished and q.repartition_support().possible
                     for q in self.scheduler.queries()),
                 launch=warm_up_launcher(lambda: self._session,
-                                        lambda: self.actuator.slots, self.loop.submit,
-                                        self._warm_up_root),
+                                        lambda: self.scheduler.resources.live_slots,
+                                        self.loop.submit, self._warm_up_root),
                 on_idle=self.scheduler.warm_up_ended)
             # Before the scheduler: an executor that joins is already being warmed up when
             # the scheduler considers a restart onto it.
@@ -251,7 +250,7 @@ class AdaptiveRuntime:
         def do() -> Callable[[], None]:
             unsubscribe = self.bus.subscribe(handler, name)
             if replay_executors:
-                for event in self.actuator.live_executor_events():
+                for event in self.scheduler.resources.live_executor_events():
                     handler(event)
             return unsubscribe
 

@@ -479,7 +479,7 @@ def test_executors_follow_stage_tasks_and_go_when_idle(local_cluster_factory: An
                                           "batch.avg-data-volume-per-task": "4k"})
 
     def live() -> int:
-        return len(rt.actuator.executors)
+        return len(rt.scheduler.resources.executors)
 
     rec.wait_for(ev.Event, where=lambda e: live() == 3, timeout=90)
     spark.sparkContext.parallelize(range(10), 1).count()  # one task, then idle

@@ -46,6 +46,7 @@ from pyspark.sql.streaming.query import StreamingCheckpointManager
 
 import spark_adaptive
 from spark_adaptive.core import events as ev
+from spark_adaptive.core.ports import ExecutorRelease
 from spark_adaptive.spark import actuator as actuator_module
 from spark_adaptive.spark import runtime as runtime_module
 from spark_adaptive.spark.checkpoint import inspect_checkpoint
@@ -107,7 +108,8 @@ def cluster_rt(spark: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     monkeypatch.setattr(runtime_module, "local_slots", lambda master, task_cpus=1: None)
     runtime = spark_adaptive.enable(spark, **QUICK)
     runtime.post(ev.ExecutorAdded(time.time(), "local", "127.0.0.1", 2))
-    wait_until(lambda: runtime.actuator.slots == 2, what="the executor's two slots")
+    wait_until(lambda: runtime.scheduler.resources.live_slots == 2,
+               what="the executor's two slots")
     yield runtime
     runtime.shutdown()
 
@@ -256,37 +258,33 @@ def test_d_failing_executor_calls_are_one_line_each_and_the_query_goes_on(
     real_seq = actuator_module.scala_string_seq
     monkeypatch.setattr("spark_adaptive.spark.actuator.scala_string_seq", lambda sc, ids: 42)
     caplog.set_level(logging.INFO, logger="spark_adaptive")
-    # An executor the actuator knows (local mode has none of its own).
-    actuator.observe(ev.ExecutorAdded(time.time(), executor_id="7", host="127.0.0.1", cores=1))
-    try:
-        actuator.request_total_executors(3)
-        actuator.kill_executors(["7"], "a test")
-        assert actuator.drain()
+    seven = [ExecutorRelease("7", "a test")]  # local mode has no executor of its own
+    actuator.request_total_executors(3)
+    actuator.kill_executors(["7"], "a test")
+    assert actuator.drain()
 
-        assert actuator.requested == [] and actuator.killed == []
-        request, kill = _problems(caplog)
-        assert request.startswith("requesting 3 executor(s) in total failed (")
-        assert kill.startswith("releasing executor(s) 7 failed (")
-        for line in (request, kill):
-            assert line.endswith("not done, and the queries run on with the executors they "
-                                 "have")
-            assert "Py4JError" in line or "does not exist" in line, line
-        # The executor whose release failed is still the app's: a lower total releases it
-        # again, where it would otherwise count as gone for good.
-        assert actuator.request_total_executors(0) == ["7"]
-        assert actuator.drain()
-        # A release the cluster manager refuses (local mode's scheduler kills nothing and
-        # answers false) leaves it the app's too.
-        monkeypatch.setattr("spark_adaptive.spark.actuator.scala_string_seq", real_seq)
-        actuator.kill_executors(["7"], "a test")
-        assert actuator.drain()
-        assert actuator.killed == []
-        assert ("releasing executor(s) 7 (a test) was refused by the cluster manager; they "
-                "count as the app's again") in _problems(caplog)
-        assert actuator.request_total_executors(0) == ["7"]
-        assert actuator.drain()
-    finally:
-        actuator.observe(ev.ExecutorRemoved(time.time(), executor_id="7", reason="a test"))
+    assert actuator.requested == [] and actuator.killed == []
+    request, kill = _problems(caplog)
+    assert request.startswith("requesting 3 executor(s) in total failed (")
+    assert kill.startswith("releasing executor(s) 7 failed (")
+    for line in (request, kill):
+        assert line.endswith("not done, and the queries run on with the executors they "
+                             "have")
+        assert "Py4JError" in line or "does not exist" in line, line
+    # The executor whose release failed is still the app's: a lower total releases it
+    # again (the reconciler names it again: tests/unit/test_stream_executors.py).
+    assert actuator.request_total_executors(0, seven) == ["7"]
+    assert actuator.drain()
+    # A release the cluster manager refuses (local mode's scheduler kills nothing and
+    # answers false) leaves it the app's too.
+    monkeypatch.setattr("spark_adaptive.spark.actuator.scala_string_seq", real_seq)
+    actuator.kill_executors(["7"], "a test")
+    assert actuator.drain()
+    assert actuator.killed == []
+    assert ("releasing executor(s) 7 (a test) was refused by the cluster manager; they "
+            "count as the app's again") in _problems(caplog)
+    assert actuator.request_total_executors(0, seven) == ["7"]
+    assert actuator.drain()
     _goes_on(rt, query)
     assert snapshot(rt, query.key)["state"] == "Executing"
     assert_counted_exactly_once(_committed_aggregate(tmp_path / "out"))

@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -30,6 +30,7 @@ from spark_adaptive.core.events import (
     StageSubmitted,
 )
 from spark_adaptive.core.ports import (
+    ExecutorRelease,
     QueryInfo,
     RepartitionSupport,
     StartResult,
@@ -350,19 +351,19 @@ class FakeDriver:
 
 @dataclass
 class FakeActuator:
+    """Records every total declared and every executor released (the reconciler names
+    them), and every hung executor killed."""
+
     requested: list[int] = field(default_factory=list)
+    released: list[str] = field(default_factory=list)
     killed: list[tuple[tuple[str, ...], str]] = field(default_factory=list)
-    #: Executors the next declaration releases (a test sets them, as the Spark actuator
-    #: picks the newest surplus ones).
-    release_next: list[str] = field(default_factory=list)
 
-    def request_total_executors(self, total: int) -> list[str]:
+    def request_total_executors(self, total: int,
+                                release: Sequence[ExecutorRelease] = ()) -> list[str]:
         self.requested.append(total)
-        released, self.release_next = self.release_next, []
-        return released
-
-    def kill_executors(self, executor_ids: Any, reason: str) -> None:
-        self.killed.append((tuple(executor_ids), reason))
+        ids = [r.executor_id for r in release]
+        self.released.extend(ids)
+        return ids
 
     def release_hung_executor(self, executor_id: str, reason: str) -> None:
         self.killed.append(((executor_id,), reason))

@@ -352,7 +352,6 @@ def test_initial_slots_are_given_as_the_query_is_taken_over_before_its_first_tas
     autoscaling = Autoscaling(AutoscalerConfig(**{**QUICK, "initial_slots": 1}),
                               app.scheduler, app.vt)
     driver = FakeDriver(query_info("q", partitions=8))
-    app.actuator.release_next = ["2", "3", "4"]  # as the Spark actuator picks the newest
     q = app.register(driver)
     assert q.target is not None and q.target.slots == 1 and q.slots_in_use == 1
     assert app.actuator.requested == [1] and app.scheduler.resources.slots == 1

@@ -13,6 +13,7 @@ from spark_adaptive.core.batch.executors import (
     executors_for_tasks,
 )
 from spark_adaptive.core.clock import VirtualTime
+from spark_adaptive.core.executors.demand import Baseline
 
 
 class FakeActuator:
@@ -40,16 +41,19 @@ class World:
         self.actuator = FakeActuator()
         self.alive, self.slots, self.controls = alive, slots, controls
         self.persisted: int | None = 0
-        self.forgotten = 0
+        self.declarations = 0
         self.released: list[str] = []
         self.follower = ExecutorFollower(
-            self.actuator, self.time, min_p=min_p, max_p=max_p, idle_timeout=idle_timeout,
+            self._declare, self.time, min_p=min_p, max_p=max_p, idle_timeout=idle_timeout,
             controls=lambda: self.controls, slots_per_executor=lambda: self.slots,
-            executors_alive=lambda: self.alive, persisted_rdds=lambda: self.persisted,
-            on_declared=self._forget)
+            executors_alive=lambda: self.alive, persisted_rdds=lambda: self.persisted)
 
-    def _forget(self, released: Sequence[str]) -> None:
-        self.forgotten += 1
+    def _declare(self, demand: Baseline) -> None:
+        """The reconciler's part: each decision is sent, and executors beyond its total go
+        when it releases them."""
+        self.declarations += 1
+        released = self.actuator.request_total_executors(demand.total)
+        assert demand.release_surplus or not released, "only the idle decision releases"
         self.released.extend(released)
 
 
@@ -66,7 +70,7 @@ def test_executors_for_tasks_is_ceil_within_bounds() -> None:
 def test_scale_up_at_submission_then_down_to_the_floor_after_idle() -> None:
     w = World(alive=1)
     w.follower.stage_submitted((1, 0), 7)
-    assert w.actuator.requested == [4] and w.forgotten == 1
+    assert w.actuator.requested == [4] and w.declarations == 1
     w.alive = 4
     w.follower.stage_submitted((2, 0), 2)  # concurrent: 9 tasks need 5
     assert w.actuator.requested == [4, 5]
@@ -99,7 +103,7 @@ def test_no_declaration_while_streaming_queries_are_managed() -> None:
     w.follower.stage_submitted((1, 0), 50)
     w.follower.stage_completed((1, 0))
     w.time.advance(120)
-    assert w.actuator.requested == [] and w.forgotten == 0
+    assert w.actuator.requested == [] and w.declarations == 0
 
 
 def test_unknown_slots_count_one_per_executor_and_min_parallelism_sets_the_floor() -> None:

@@ -4,7 +4,7 @@ between the stages of a running job (the batch wing's Spark side, on stand-ins).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -13,36 +13,45 @@ from batch_fakes import FakeSC
 from spark_adaptive.batch.wiring import BatchScheduler
 from spark_adaptive.core import events as ev
 from spark_adaptive.core.clock import VirtualTime
+from spark_adaptive.core.executors.demand import Baseline
 from spark_adaptive.settings import Settings
 from spark_adaptive.spark.jvm import persisted_rdd_count
 
 
 class Actuator:
     supported = True
-    task_cpus = 1
 
     def __init__(self) -> None:
-        self.executors = {str(i): 2 for i in range(1, 5)}  # 4 executors of 2 cores
         self.requested: list[int] = []
 
-    @property
-    def slots(self) -> int:
-        return sum(self.executors.values())
 
-    def request_total_executors(self, total: int) -> list[str]:
-        self.requested.append(total)
-        return []
+class Executor:
+    slots = 2
+
+
+class Inventory:
+    executors = tuple(Executor() for _ in range(4))  # 4 executors of 2 cores
+    live_slots = 8
+
+
+class Reconciler:
+    """Sends each batch decision's total, as the reconciler does with no managed query."""
+
+    def __init__(self, actuator: Actuator) -> None:
+        self._actuator = actuator
+
+    def set_batch_demand(self, demand: Baseline | None) -> None:
+        if demand is not None:
+            self._actuator.requested.append(demand.total)
 
 
 class Scheduler:
+    def __init__(self, actuator: Actuator) -> None:
+        self.resources = Inventory()
+        self.executors = Reconciler(actuator)
+
     def queries(self) -> list[Any]:
         return []
-
-    def forget_declared_executors(self) -> None:
-        pass
-
-    def executors_released(self, released: Sequence[str], why: str) -> None:
-        pass
 
 
 class Runtime:
@@ -54,7 +63,7 @@ class Runtime:
         self.sc = FakeSC()
         self.actuator = Actuator()
         self.loop = VirtualTime()
-        self.scheduler = Scheduler()
+        self.scheduler = Scheduler(self.actuator)
         self.handler: Callable[[ev.Event], None] | None = None
 
     def subscribe(self, fn: Callable[[ev.Event], None], name: str,

@@ -6,7 +6,8 @@ import pytest
 
 from spark_adaptive.core.clock import VirtualTime
 from spark_adaptive.core.events import ExecutorAdded, ExecutorHeartbeat, ExecutorRemoved, JobEnded
-from spark_adaptive.core.streaming.resources import ResourceTracker, SlotChange
+from spark_adaptive.core.executors.inventory import ExecutorInventory as ResourceTracker
+from spark_adaptive.core.executors.inventory import SlotChange
 
 
 class Recorder:

@@ -271,7 +271,6 @@ def test_an_executor_that_joins_after_the_declaration_is_released() -> None:
     app.register(driver)
     app.batch(driver)  # its first micro-batch completed
     assert app.actuator.requested == [2]
-    app.actuator.release_next = ["3"]
     app.add("3")
     # Spark may already have given it tasks of the running micro-batch: it goes after it.
     assert app.actuator.requested == [2]
@@ -281,7 +280,6 @@ def test_an_executor_that_joins_after_the_declaration_is_released() -> None:
     app.remove("3", "Executor killed by driver.")  # its removal, later, declares nothing
     app.event(driver.progress())
     assert app.actuator.requested == [2, 2]
-    app.actuator.release_next = ["4"]
     app.add("4")
     app.event(driver.progress())
     assert app.actuator.requested == [2, 2, 2]
@@ -304,7 +302,6 @@ def test_requirements_update_rescales_the_query() -> None:
     assert driver.calls[-1] == ("stop", True)  # desired at once
     # Its micro-batch still runs on 4 slots: releasing executors now would cost it tasks.
     assert app.actuator.requested == [4]
-    app.actuator.release_next = ["3", "4"]  # the Spark actuator picks the newest two
     app.stop(driver)
     assert app.actuator.requested == [4, 2]  # stopped between batches: now they may go
     # Released on request, they stop counting now, not when Spark reports them gone.
@@ -602,7 +599,6 @@ def test_an_autoscaler_target_on_a_divisor_is_a_live_rescale_and_executors_go_af
     app.batch(driver)
     app.advance(60)
     assert app.actuator.requested == [4]
-    app.actuator.release_next = ["3", "4"]
     app.scheduler.set_scaling_target("q", ScalingTarget(slots=2, partitions=4))
     q = app.scheduler.query("q")
     assert (q.snapshot().parallelism, q.snapshot().slots) == (4, 2)  # live, at once
@@ -749,7 +745,6 @@ def test_the_most_source_tasks_a_batch_ran_are_kept_and_bounds_of_the_user_s_own
         app.add(e)
     driver = FakeDriver(query_info("q", partitions=2))
     app.register(driver)
-    app.actuator.release_next = ["3", "4"]
     with caplog.at_level(logging.INFO, logger=LOGGER_NAME):
         app.event(driver.idle())  # the hold ends before any batch ran: 2 are declared
         assert app.actuator.requested == [4, 2] and app.scheduler.executor_count == 2

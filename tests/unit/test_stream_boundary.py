@@ -17,7 +17,11 @@ from typing import Any
 import pytest
 from scheduler_fakes import App, FakeDriver, ScalaOption, query_info
 
-from spark_adaptive.core import events as ev
+from spark_adaptive.core.clock import VirtualTime
+from spark_adaptive.core.executors.demand import Baseline, DemandInputs
+from spark_adaptive.core.executors.inventory import ExecutorInventory
+from spark_adaptive.core.executors.reconciler import Reconciler
+from spark_adaptive.core.ports import ExecutorRelease
 from spark_adaptive.errors import QueryFailedError
 from spark_adaptive.settings import Settings
 from spark_adaptive.spark import runtime
@@ -157,18 +161,20 @@ def _actuator(kill: Callable[[list[str]], bool], supported: bool = True
               ) -> tuple[SparkExecutorActuator, list[tuple[list[str], str]]]:
     actuator = SparkExecutorActuator(_FakeSparkContext(kill), synchronous=True)  # type: ignore[arg-type]
     actuator.supported = supported
-    for i in (1, 2, 3):
-        actuator.observe(ev.ExecutorAdded(float(i), str(i), f"host-{i}", 1))
     refused: list[tuple[list[str], str]] = []
     actuator.on_release_refused(lambda ids, why: refused.append((ids, why)))
     return actuator, refused
 
 
+def _surplus(*ids: str) -> list[ExecutorRelease]:
+    return [ExecutorRelease(i, "more executors alive than declared") for i in ids]
+
+
 def test_a_release_the_cluster_manager_refuses_is_reported_back() -> None:
     actuator, refused = _actuator(lambda ids: False)
-    assert actuator.request_total_executors(2) == ["3"]  # the newest, returned as released
+    assert actuator.request_total_executors(2, _surplus("3")) == ["3"]  # sent, as released
     assert refused == [(["3"], "the cluster manager refused")]
-    assert actuator.request_total_executors(2) == ["3"]  # still the app's: tried again
+    assert actuator.request_total_executors(2, _surplus("3")) == ["3"]  # tried again
 
 
 def test_a_release_that_raises_is_reported_back() -> None:
@@ -176,18 +182,37 @@ def test_a_release_that_raises_is_reported_back() -> None:
         raise RuntimeError("py4j: connection reset")
 
     actuator, refused = _actuator(kill)
-    assert actuator.request_total_executors(2) == ["3"]
+    assert actuator.request_total_executors(2, _surplus("3")) == ["3"]
     assert refused == [(["3"], "killExecutors failed: py4j: connection reset")]
 
 
 def test_an_accepted_release_is_not_reported() -> None:
     actuator, refused = _actuator(lambda ids: True)
-    assert actuator.request_total_executors(2) == ["3"]
+    assert actuator.request_total_executors(2, _surplus("3")) == ["3"]
     assert (refused, actuator.killed) == ([], ["3"])
 
 
+def _reconciling(kill: Callable[[list[str]], bool], total: list[int]
+                 ) -> tuple[VirtualTime, ExecutorInventory, Reconciler]:
+    """Three executors of one slot in the one inventory, a reconciler declaring
+    ``total[0]`` (the baseline of an app with no managed query) through the real actuator,
+    and the actuator's refusals handed back to it, as the runtime wires them."""
+    vt = VirtualTime()
+    actuator = SparkExecutorActuator(_FakeSparkContext(kill), synchronous=True,  # type: ignore[arg-type]
+                                     shim_jar="/no/shim.jar")
+    actuator.supported = True
+    inventory = ExecutorInventory(vt, loss_grace=0, failure_detection_timeout=20,
+                                  on_hung=lambda e, silent: reconciler.hung(e, silent))
+    reconciler = Reconciler(actuator, inventory, vt, lambda: DemandInputs(
+        inventory.pool(), baseline=Baseline(total[0], "the test's total")))
+    actuator.on_release_refused(reconciler.release_refused)
+    for i in (1, 2, 3):
+        inventory.executor_added(str(i), f"host-{i}", 1, float(i))
+    return vt, inventory, reconciler
+
+
 def test_a_hung_executor_whose_kill_is_refused_is_not_kept_for_a_total() -> None:
-    # The scheduler stopped counting the hung executor: were it counted here as staying, a
+    # The inventory stopped counting the hung executor: were it counted as staying, a
     # declared total would release a healthy one (the newest) in its place. Its kill is
     # tried again at each declaration, until Spark reports it removed.
     kills: list[list[str]] = []
@@ -196,14 +221,24 @@ def test_a_hung_executor_whose_kill_is_refused_is_not_kept_for_a_total() -> None
         kills.append(list(ids))
         return False
 
-    actuator, refused = _actuator(refuse)
-    actuator.release_hung_executor("1", "no heartbeat for 60s")
-    assert kills == [["1"]] and [ids for ids, _ in refused] == [["1"]]
-    assert actuator.request_total_executors(2) == []
+    total = [3]
+    vt, inventory, reconciler = _reconciling(refuse, total)
+    reconciler.reconcile()
+    for e in "23":
+        vt.call_later(10, lambda e=e: inventory.heartbeat(e))  # type: ignore[misc]
+    vt.advance(21)  # "1" sent no heartbeat: found hung, its kill refused
+    assert kills == [["1"]]
+    total[0] = 2
+    reconciler.reconcile()  # the two healthy ones stay; the hung one is killed again
     assert kills == [["1"], ["1"]]
-    actuator.observe(ev.ExecutorRemoved(9.0, "1", "Executor heartbeat timed out"))
-    assert actuator.request_total_executors(2) == []
-    assert actuator.request_total_executors(1) == ["3"]
+    inventory.executor_removed("1", "Executor heartbeat timed out")
+    total[0] = 3
+    reconciler.reconcile()
+    total[0] = 2
+    reconciler.reconcile()
+    assert kills == [["1"], ["1"]]
+    total[0] = 1
+    reconciler.reconcile()
     assert kills == [["1"], ["1"], ["3"]]
 
 
@@ -249,12 +284,10 @@ def test_the_declared_total_goes_again_after_every_release() -> None:
         lambda total, *_: calls.append(("request", total)) is None)
     actuator = SparkExecutorActuator(sc, shim_jar="/no/shim.jar")  # type: ignore[arg-type]
     actuator.supported = True
-    for i in "1234":
-        actuator.observe(ev.ExecutorAdded(float(i), i, f"host-{i}", 1))
     actuator.request_total_executors(4)
     assert actuator.drain()
     actuator.release_hung_executor("1", "no heartbeat for 60s")
-    assert actuator.request_total_executors(2) == ["4"]
+    assert actuator.request_total_executors(2, _surplus("4")) == ["4"]
     gate.set()
     assert actuator.drain()
     actuator.close()
@@ -272,16 +305,14 @@ def test_a_release_sent_at_once_is_followed_by_its_own_total() -> None:
         lambda total, *_: calls.append(("request", total)) is None)
     actuator = SparkExecutorActuator(sc, synchronous=True)  # type: ignore[arg-type]
     actuator.supported = True
-    for i in "1234":
-        actuator.observe(ev.ExecutorAdded(float(i), i, f"host-{i}", 1))
     actuator.request_total_executors(4)
-    assert actuator.request_total_executors(2) == ["3", "4"]
+    assert actuator.request_total_executors(2, _surplus("3", "4")) == ["3", "4"]
     assert calls == [("request", 4), ("kill", ["3", "4"]), ("request", 2)]
 
 
 def test_a_master_without_executor_control_releases_none() -> None:
     actuator, refused = _actuator(lambda ids: True, supported=False)
-    assert actuator.request_total_executors(1) == []  # no kill can be sent: none goes
+    assert actuator.request_total_executors(1, _surplus("2", "3")) == []  # none can go
     assert refused == []
 
 

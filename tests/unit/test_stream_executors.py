@@ -28,9 +28,10 @@ from spark_adaptive.core.events import (
     StageCompleted,
     StageSubmitted,
 )
+from spark_adaptive.core.executors.demand import SURPLUS_WAIT
 from spark_adaptive.core.ports import RepartitionSupport
 from spark_adaptive.core.streaming.requirements import ScalingTarget
-from spark_adaptive.core.streaming.scheduler import RETAINED_FINISHED, SURPLUS_WAIT
+from spark_adaptive.core.streaming.scheduler import RETAINED_FINISHED
 from spark_adaptive.core.streaming.start_hold import UNMANAGED_GRACE
 from spark_adaptive.settings import Settings
 
@@ -56,7 +57,6 @@ def test_a_live_scale_down_during_the_first_batch_waits_for_it_to_complete() -> 
     assert app.actuator.requested == [4]
     app.event(driver.job_started())
     app.event(StageSubmitted(0.0, 1, 0, 4))
-    app.actuator.release_next = ["3", "4"]
     app.scheduler.update_requirements("q", 1, 2)  # the first micro-batch runs on 4 slots
     q = app.scheduler.query("q")
     assert (app.actuator.requested, q.slots_in_use, _alive(app)) == ([4], 4, {"1", "2", "3", "4"})
@@ -70,7 +70,6 @@ def test_a_surplus_executor_goes_when_the_query_reports_idle() -> None:
     driver = FakeDriver(query_info("q", partitions=2))
     app.register(driver)
     app.batch(driver)
-    app.actuator.release_next = ["3"]
     app.add("3")  # launched before the master heard the total: surplus
     assert app.actuator.requested == [2]  # a batch may run on it: it waits for a boundary
     app.advance(10)
@@ -84,7 +83,6 @@ def test_slots_held_after_a_live_scale_down_go_when_the_query_reports_idle() -> 
     driver = FakeDriver(query_info("q", partitions=4, checkpoint=None), support=LIVE_ONLY)
     app.register(driver)
     app.event(driver.progress())
-    app.actuator.release_next = ["3", "4"]
     app.scheduler.update_requirements("q", 1, 2)  # a later batch runs on the 4: held
     assert app.actuator.requested == [4]
     app.event(driver.idle())
@@ -132,7 +130,6 @@ def test_the_last_query_ending_declares_the_apps_initial_executors() -> None:
     a = FakeDriver(query_info("a", partitions=4))
     app.register(a)
     assert app.actuator.requested == [4]
-    app.actuator.release_next = ["3", "4"]
     _end(app, a, "cancelled")
     assert app.actuator.requested == [4, 2]  # what the app holds without spark-adaptive
     assert _alive(app) == {"1", "2"}
@@ -167,7 +164,6 @@ def test_an_executor_whose_release_was_refused_counts_again_and_is_retried_betwe
     driver = FakeDriver(query_info("q", partitions=2))
     app.register(driver)
     assert app.actuator.requested == [4]  # nothing released before its first micro-batch
-    app.actuator.release_next = ["3", "4"]
     app.batch(driver)  # upper bound 2: then the two newest are released
     assert (app.actuator.requested, _alive(app), app.scheduler.resources.slots) == (
         [4, 2], {"1", "2"}, 2)
@@ -177,7 +173,6 @@ def test_an_executor_whose_release_was_refused_counts_again_and_is_retried_betwe
     # ... and are not released again at once (that could loop on refusals), but between
     # two micro-batches.
     assert app.actuator.requested == [4, 2]
-    app.actuator.release_next = ["3", "4"]
     app.event(driver.progress())
     assert app.actuator.requested == [4, 2, 2]
     assert _alive(app) == {"1", "2"}
@@ -185,7 +180,6 @@ def test_an_executor_whose_release_was_refused_counts_again_and_is_retried_betwe
     app.advance(30)
     assert app.actuator.requested == [4, 2, 2]  # refused again: the next boundary, not now
     # One removed since, or never released by spark-adaptive, does not come back.
-    app.actuator.release_next = ["3", "4"]
     app.event(driver.progress())
     app.remove("4", "Executor killed by driver.")
     app.scheduler.release_refused(["4", "1"], "killExecutors failed: py4j")
@@ -219,11 +213,9 @@ RUN = "0b7c4b0e-5b1f-4f3e-9d55-2a9e1c3d4f6a"  # Spark groups a run's jobs under 
 
 def _holding(executors: int = 4, **kw: object) -> App:
     """An autoscaled app holding one slot's executor before its first query; Spark gives
-    it ``executors`` one by one (the fake actuator releases the newest beyond the total)."""
+    it ``executors`` one by one (the newest beyond the total are released)."""
     app = App(Settings(), autoscaled=True, start_slots=kw.pop("start_slots", 1), **kw)
     for i in range(1, executors + 1):
-        if i > 1:
-            app.actuator.release_next = [str(i)]
         app.add(str(i))
     return app
 
@@ -307,7 +299,6 @@ def test_a_job_before_the_hold_trimmed_anything_ends_it(group: str | None) -> No
     app.event(JobStarted(0.0, 7, (7,), job_group=group))
     if group is not None:  # like a run id, of no run: judged once the grace is over
         app.advance(UNMANAGED_GRACE + 1)
-    app.actuator.release_next = ["2"]
     app.add("2")  # joins while the app's job runs: its tasks may run there
     assert (app.actuator.requested, _alive(app)) == ([], {"1", "2"})
 
@@ -335,7 +326,6 @@ def test_a_surplus_executor_waits_for_every_query_to_be_between_micro_batches() 
     app.add("5")  # the master launched it before it heard the total
     app.event(db.job_started(job_id=77))
     app.event(StageSubmitted(0.0, 77, 0, 4))  # b's batch: tasks on every free executor
-    app.actuator.release_next = ["5"]
     app.event(da.progress())  # a's batch completed; b's still runs
     assert (app.actuator.requested, app.scheduler.executor_count) == ([4], 5)
     app.event(db.progress())  # now neither runs one
@@ -359,7 +349,6 @@ def test_with_batches_that_always_overlap_a_surplus_executor_still_goes_in_the_e
     sb = start(db)
     released_at = None
     for second in range(int(SURPLUS_WAIT) + 10):
-        app.actuator.release_next = ["5"]
         sa = start(da)
         app.event(StageCompleted(0.0, sb, 0, 2, 0, 0, 0, 1.0, task_time=1.0))
         app.event(db.progress())  # b's boundary while a's stage runs

@@ -33,14 +33,17 @@ for Spark batch stages:
   :data:`STALE_RECHECK` seconds while something runs, a job or stage held as
   running for that long that Spark no longer runs is taken as ended (logged).
 
-Coordination with the streaming scheduler (the rule, in one place): batch
-declares executors only while ``controls()`` is true, which the wiring defines
-as "spark-adaptive manages no running streaming query". Streaming queries hold
-long-lived state and declare their own upper bounds; a batch job running
-beside them uses whatever executors exist and never declares over them. After
-every declaration ``on_declared(released)`` runs, so the streaming scheduler
-declares afresh, rather than trusting its own last declaration, when a query
-starts, and stops counting the executors released at once.
+Coordination with the streaming scheduler (the rule, in one place): the follower
+is one source of the app's executor demand
+(:func:`~spark_adaptive.core.executors.demand.executor_demand`, row N2): it hands
+each decision to ``declare`` (the
+:class:`~spark_adaptive.core.executors.reconciler.Reconciler`, which alone talks
+to the cluster manager), and decides only while ``controls()`` is true, which
+the wiring defines as "spark-adaptive manages no running streaming query".
+Streaming queries hold long-lived state and declare their own upper bounds; a
+batch job running beside them uses whatever executors exist and never declares
+over them. Only the idle decision releases executors beyond its total; any other
+keeps what runs.
 
 Every method runs on the scheduler thread; timers come from the injected
 :class:`~spark_adaptive.core.clock.Timers`.
@@ -53,7 +56,7 @@ import math
 from collections.abc import Callable, Collection, Hashable, Sequence
 
 from spark_adaptive.core.clock import Cancellable, Timers
-from spark_adaptive.core.ports import ExecutorActuator
+from spark_adaptive.core.executors.demand import Baseline
 
 LOGGER_NAME = "spark_adaptive.batch"
 decision_log = logging.getLogger(LOGGER_NAME)
@@ -96,7 +99,7 @@ class ExecutorFollower:
 
     def __init__(
         self,
-        actuator: ExecutorActuator,
+        declare: Callable[[Baseline], None],
         timers: Timers,
         *,
         min_p: int,
@@ -106,16 +109,16 @@ class ExecutorFollower:
         slots_per_executor: Callable[[], int | None],
         executors_alive: Callable[[], int],
         persisted_rdds: Callable[[], int | None],
-        on_declared: Callable[[Sequence[str]], None] = lambda released: None,
         spark_active: ActiveWork | None = None,
     ) -> None:
-        """``persisted_rdds()``: how many RDDs the app holds persisted now (cached RDDs and
-        DataFrames, local checkpoints), None when that cannot be told; executors are
-        released only at 0. ``spark_active()``: the jobs and stages Spark runs now (job ids,
-        and stage ids: a stage's key is ``(stage id, attempt)``), for the ends that never
-        came (module doc); None (the default) trusts the ends to come. It may also be set
-        later, as :attr:`spark_active`."""
-        self._actuator = actuator
+        """``declare(demand)`` takes each decision: the total, why, and whether executors
+        beyond it go now. ``persisted_rdds()``: how many RDDs the app holds persisted now
+        (cached RDDs and DataFrames, local checkpoints), None when that cannot be told;
+        executors are released only at 0. ``spark_active()``: the jobs and stages Spark runs
+        now (job ids, and stage ids: a stage's key is ``(stage id, attempt)``), for the ends
+        that never came (module doc); None (the default) trusts the ends to come. It may
+        also be set later, as :attr:`spark_active`."""
+        self._declare_to = declare
         self._timers = timers
         self._min_p, self._max_p = min_p, max_p
         self._idle_timeout = idle_timeout
@@ -123,7 +126,6 @@ class ExecutorFollower:
         self._slots = slots_per_executor
         self._alive = executors_alive
         self._persisted = persisted_rdds
-        self._on_declared = on_declared
         self._running: dict[Hashable, int] = {}
         self._jobs: set[Hashable] = set()
         self._since: dict[tuple[str, Hashable], float] = {}
@@ -248,7 +250,7 @@ class ExecutorFollower:
             return
         self._declare(floor, f"no batch job ran for {self._idle_timeout:g}s: keep the "
                              f"lower bound of {floor} (batch.min-parallelism {self._min_p}, "
-                             f"{per} slots per executor); {alive} alive")
+                             f"{per} slots per executor); {alive} alive", release=True)
 
     def _holds_persisted_data(self, alive: int) -> bool:
         """Whether the app holds persisted RDDs (or it cannot be told); logs why the executors
@@ -272,16 +274,11 @@ class ExecutorFollower:
                 "once nothing is persisted (unpersist()).", self._idle_timeout, alive, what)
         return True
 
-    def _declare(self, total: int, reason: str) -> None:
+    def _declare(self, total: int, reason: str, *, release: bool = False) -> None:
+        """Hand a decision on: ``release``, executors beyond ``total`` go now (the idle one)."""
         self.declared = total
         self.decisions.append((total, reason))
-        decision_log.info("batch: request %d executor(s) in total: %s", total, reason)
-        try:
-            released = self._actuator.request_total_executors(total)
-        except Exception:
-            decision_log.exception("batch: requesting %d executors failed", total)
-            released = ()
-        self._on_declared(released)
+        self._declare_to(Baseline(total, reason, release_surplus=release))
 
     def _cancel_idle(self) -> None:
         if self._idle_timer is not None:

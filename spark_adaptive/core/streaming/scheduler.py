@@ -2,19 +2,17 @@
 
 :class:`AdaptiveScheduler` is thin on purpose: the states decide. It
 
-* counts executors and slots (:class:`~spark_adaptive.core.streaming.resources.ResourceTracker`,
-  with the executor-loss grace and hang detection);
+* counts executors and slots in the app's one
+  :class:`~spark_adaptive.core.executors.inventory.ExecutorInventory` (with the
+  executor-loss grace and hang detection);
 * shares the slots among the managed queries
   (:func:`~spark_adaptive.core.streaming.allocator.determine_parallelism`) and tells each
   query whose share changed;
-* declares the executors the queries want through
-  :meth:`ExecutorActuator.request_total_executors`: the sum of the active
-  queries' upper bounds in slots, capped by max-parallelism, in executors
-  (reactive mode: upper bound = max-parallelism, so it asks for all it may); once
-  no managed query remains, what the app holds without spark-adaptive; before the
-  first one, the start's hold
-  (:class:`~spark_adaptive.core.streaming.start_hold.StartHold`) decides;
-* kills executors found hung;
+* hands the facts of the executor demand (each query's slots, slots in use, running stages;
+  the start's hold; the baseline once no managed query remains) to the
+  :class:`~spark_adaptive.core.executors.reconciler.Reconciler`, which alone declares and
+  releases executors, after every event it has handled
+  (:mod:`~spark_adaptive.core.executors.demand` says the rules);
 * routes each query event to the query whose current run it belongs to;
 * answers the REST API and the CLI: look-up by id or name, snapshots,
   requirements, cancel, stop-with-savepoint.
@@ -43,6 +41,9 @@ from spark_adaptive.core.events import (
     QueryStarted,
     QueryTerminated,
 )
+from spark_adaptive.core.executors.demand import Baseline, DemandInputs, QueryDemand, Sizing
+from spark_adaptive.core.executors.inventory import ExecutorInventory, SlotChange
+from spark_adaptive.core.executors.reconciler import Reconciler
 from spark_adaptive.core.ports import (
     ExecutorActuator,
     QueryDriver,
@@ -53,7 +54,6 @@ from spark_adaptive.core.ports import (
 from spark_adaptive.core.streaming import requirements as req
 from spark_adaptive.core.streaming.allocator import (
     FirstStart,
-    desired_slots,
     determine_parallelism,
     first_start,
 )
@@ -66,7 +66,6 @@ from spark_adaptive.core.streaming.query import (
     QuerySnapshot,
     StateChange,
 )
-from spark_adaptive.core.streaming.resources import ResourceTracker, SlotChange
 from spark_adaptive.core.streaming.restart import strategy_from_settings
 from spark_adaptive.core.streaming.settings import RestartStrategySettings, SchedulerSettings
 from spark_adaptive.core.streaming.start_hold import StartHold
@@ -83,11 +82,6 @@ RETAINED_FINISHED = 100
 """Finished queries kept (their ends, histories and figures readable), as Spark's UI keeps 100
 (spark.sql.streaming.ui.retainedQueries): those that finished first are forgotten beyond, as
 queries start."""
-
-SURPLUS_WAIT = 60.0
-"""Seconds a surplus executor waits for a moment when no managed query's micro-batch runs;
-after that it goes at the next batch boundary of any query (a batch of another query that
-loses tasks there runs them again, as Spark does for an executor lost)."""
 
 _EARLY_LIMIT = 64
 
@@ -151,36 +145,34 @@ class AdaptiveScheduler:
         self.settings = settings
         self._restart = restart if restart is not None else RestartStrategySettings()
         self._autoscaled = autoscaled
-        self._actuator = actuator
         self._timers = timers
         self._post = post
         self._default_slots_per_executor = default_slots_per_executor
         self._random = random
         self._history_writer = history_writer
         self._warming = warming
-        self.resources = ResourceTracker(
+        self.resources = ExecutorInventory(
             timers, loss_grace=settings.executor_loss_grace,
             failure_detection_timeout=settings.failure_detection_timeout
             if fixed_slots is not None else failure_detection_timeout(
                 settings.failure_detection_timeout, heartbeat_interval),
             first_heartbeat_grace=2 * heartbeat_interval, task_cpus=task_cpus,
             on_change=self._on_slots_changed, on_hung=self._on_hung, fixed_slots=fixed_slots)
+        self.executors = Reconciler(actuator, self.resources, timers, self._demand_inputs)
+        """The one owner of the executor total (the batch part adds its demand to it)."""
         self._queries: dict[str, QueryScheduler] = {}
         self._shares: dict[str, int] | None = {}
-        self._declared: int | None = None
         self._idle_executors = idle_executors
-        # Before the first query: hold start_slots' executors (None: not holding, or no
-        # longer; a hold that is over but still set does nothing).
+        # Before the first query: the start's hold (None once a query is taken over or the
+        # hold is undone).
         self._start = None if start_slots is None or fixed_slots is not None else StartHold(
-            start_slots, timers, undo=self._undo_hold, query_started=self._stop_trimming)
-        self._idle = False  # no managed query remains, and what the app holds is declared
-        self._releasing = False
-        self._surplus_waits = False
-        self._surplus_since: float | None = None  # when a surplus executor began to wait
-        self._release_refused = False  # a release was refused since the last declaration
-        # Once the autoscaler has decided for a query: the slots each query it has not
-        # decided for yet is counted on (the most it has run on since), and the order in
-        # which queries finished (the oldest forgotten first).
+            start_slots, timers, undo=self._undo_hold)
+        # What the app holds with no managed query: its hold undone, its last query ended
+        # (None while a query is managed, or nothing was ever declared).
+        self._baseline: Baseline | None = None
+        # Once the autoscaler has decided for a query (since the app went idle): the slots
+        # each query it has not decided for yet is counted on (the most it has run on
+        # since), and the order in which queries finished (the oldest forgotten first).
         self._decided = False
         self._undecided_slots: dict[str, int] = {}
         self._finish_order: list[str] = []
@@ -193,35 +185,33 @@ class AdaptiveScheduler:
     # -- events -----------------------------------------------------------------------
     def on_event(self, event: Event) -> None:
         """Feed one event (an :class:`~spark_adaptive.core.events.EventBus` subscriber)."""
-        if self._start is not None and not self._start.over:
-            self._start.on_event(event)
+        hold = self._start
+        if hold is not None and (hold.slots is not None or self.executors.sent is not None):
+            hold.on_event(event)  # trimming, or what it trimmed may be given back
         if self.resources.handle(event):
-            return
+            return  # a change of slots has shared them anew and reconciled
         self.load.on_event(event)
         if not isinstance(event, QUERY_EVENTS):
+            self._reconcile()  # a stage started or ended: what runs may hold executors
             return
         q = self.query_of_run(event.run_id)
-        if q is not None:
-            tasks, allocation = q.source_tasks, q.allocation
-            if isinstance(event, QueryProgress):
-                q.observe_batch(self.load.take(event.run_id))
-            q.on_query_event(event)
-            if q.allocation != allocation:  # a target past its upper bound: slot_upper moved
-                self._reallocate(f"the slots query {q.key} is counted on changed")
-            # A query that runs its source's partitions as its tasks keeps as many executors
-            # (see _runs_source_tasks): declared again when they change.
-            changed = q.source_tasks != tasks and not self._autoscaled
-            if isinstance(event, BATCH_BOUNDARIES) and (self._surplus_waits or changed):
-                # Between micro-batches (a QueryIdle: the trigger ran none): it may go now.
-                self._surplus_waits = False
-                self._declare(self._active(), between_batches=True)
+        if q is None:
+            # Spark reports a run's first events before its start returns to us: keep them
+            # until a query's run with this id starts (or newer runs push them out).
+            self._keep_early(event.run_id, event)
+            while len(self._early) > _EARLY_LIMIT:
+                self._early.popitem(last=False)
+            log.debug("no managed query runs %s yet; keeping %s", event.run_id,
+                      type(event).__name__)
             return
-        # Spark reports a run's first events before its start returns to us: keep them
-        # until a query's run with this id starts (or newer runs push them out).
-        self._keep_early(event.run_id, event)
-        while len(self._early) > _EARLY_LIMIT:
-            self._early.popitem(last=False)
-        log.debug("no managed query runs %s yet; keeping %s", event.run_id, type(event).__name__)
+        allocation = q.allocation
+        if isinstance(event, QueryProgress):
+            q.observe_batch(self.load.take(event.run_id))
+        q.on_query_event(event)
+        if q.allocation != allocation:  # a target past its upper bound: slot_upper moved
+            self._reallocate(f"the slots query {q.key} is counted on changed")
+        # A progress or idle report is between the micro-batches of its own query.
+        self._reconcile(at_boundary=isinstance(event, BATCH_BOUNDARIES))
 
     def _keep_early(self, run_id: str, event: Event) -> None:
         """Keep an event of a run whose start has not reported yet, at most
@@ -240,14 +230,10 @@ class AdaptiveScheduler:
 
     def _on_slots_changed(self, change: SlotChange) -> None:
         self._reallocate(change.reason)
+        self._reconcile()
 
     def _on_hung(self, executor_id: str, silent: float) -> None:
-        reason = f"no heartbeat for {silent:g}s"
-        decision_log.info("release hung executor %s: %s", executor_id, reason)
-        try:
-            self._actuator.release_hung_executor(executor_id, f"spark-adaptive: {reason}")
-        except Exception:
-            log.exception("killing hung executor %s failed", executor_id)
+        self.executors.hung(executor_id, silent)
 
     def _on_state_change(self, change: StateChange) -> None:
         q = self._queries[change.key]
@@ -261,7 +247,7 @@ class AdaptiveScheduler:
             if change.key in self._finish_order:
                 self._finish_order.remove(change.key)
             self._finish_order.append(change.key)
-            self._post(lambda: self._reallocate(f"query {change.key} finished"))
+            self._post(lambda: self._reallocate(f"query {change.key} finished", reconcile=True))
         for listener in list(self._listeners):
             try:
                 listener(change)
@@ -270,204 +256,72 @@ class AdaptiveScheduler:
 
     # -- slot shares and executors ------------------------------------------------------
     def _active(self) -> dict[str, req.ResourceRequirements]:
+        """What each query that has not finished is counted on: its allocation, or, once the
+        autoscaler has decided for a query, for one it has not decided for yet (its load
+        within the band since it started), the slots it keeps (:meth:`_note_runs`): neither
+        waits for the other's decision, nor takes the executors asked for the other."""
         active = {k: q.allocation for k, q in self._queries.items() if not q.finished}
         if self._autoscaled and self._decided:
-            # A query the autoscaler has not decided for yet (its load within the band since
-            # it started) keeps what it runs on, and the others' targets are served: neither
-            # waits for the other's decision, nor takes the executors asked for the other.
-            active = {k: r if self._queries[k].target is not None else self._as_run(k, r)
+            active = {k: r if self._queries[k].target is not None
+                      else req.ResourceRequirements(r.lower, self._undecided_slots.get(
+                          k, self._as_run(k, r)))
                       for k, r in active.items()}
         return active
 
-    def _reallocate(self, reason: str, *, quiet: str | None = None,
-                    declare: bool = True) -> None:
-        """Recompute every share; tell each query whose share changed (but ``quiet``);
-        declare the executors wanted (unless the caller does, once ``quiet`` has acted)."""
-        active = self._active()
-        old = self._shares
-        self._shares = determine_parallelism(self.resources.slots, active) if active else {}
-        log.debug("slot shares %s -> %s (%s)", old, self._shares, reason)
-        if declare:
-            self._declare(active)
-        for key in active:
-            before = None if old is None else old.get(key)
-            if key != quiet and self.slot_share(key) != before:
-                self._queries[key].on_resources_changed()
-
-    def _declare(self, active: dict[str, req.ResourceRequirements],
-                 between_batches: bool = False) -> None:
-        """Declare the executors the active queries want, but never fewer than their running
-        micro-batches use: a lower total releases executors, and tasks lost under a running
-        batch would have to run again (Flink, too, releases only free slots). What is held
-        back is declared once the queries let go (:meth:`released_slots`); a running stage
-        with more tasks than its query's slots holds the executors they may run on while
-        it runs (:meth:`_held_by_running_batches`). An executor that joins after the
-        declaration (the master launched it before it heard the total) is surplus: the
-        same total is declared again, which releases it, but only at a micro-batch
-        boundary (``between_batches``: a progress, or an idle report) if a query runs,
-        since Spark may already have given it tasks of a running one; so is an executor
-        whose release Spark refused (:meth:`release_refused`), whatever runs. Once no
-        managed query remains, :meth:`_declare_idle` declares what the app holds without
-        spark-adaptive."""
-        if self.resources.fixed_slots is not None:
-            return  # nothing can change; leave the executors alone
-        if not active:
-            if self._start is not None and self._start.slots is not None:
-                self._hold(self._start.slots)
-            else:
-                self._declare_idle()
+    def _note_runs(self) -> None:
+        """Once the autoscaler has decided for a query: raise the mark of slots each query
+        without a target is counted on to what it runs on now (:meth:`_as_run`)."""
+        if not (self._autoscaled and self._decided):
             return
-        self._idle = False
-        if self._autoscaled and not self._decided:
-            # The autoscaler sizes the executors from the load; until it has decided for a
-            # query, the app keeps what Spark gave it (see _active for the others).
-            return
-        counted = active if self._autoscaled else self._runs_source_tasks(active)
-        wanted = desired_slots(counted, self.settings.max_parallelism)
-        in_use = sum(q.slots_in_use for q in self._queries.values())
-        # What the runs use keeps the executors counted (alive or in their loss grace) but
-        # asks for no more: a share may be counted twice for a while (a query still on
-        # slots it gave up live, until its micro-batch completes, and another already
-        # rescaled onto them).
-        slots = max(wanted, min(in_use, self.resources.slots))
-        total = self.resources.executors_for(slots, self._default_slots_per_executor)
-        if total is None:
-            return
-        alive = len(self.resources.executors)
-        # A progress or idle report is between the micro-batches of its own query; another
-        # query's batch may be running, on any executor with a free slot. Queries whose
-        # batches overlap for good leave no such moment: after SURPLUS_WAIT it goes anyway.
-        if between_batches and self._batch_running():
-            since = self._surplus_since
-            between_batches = since is not None and self._timers.now() - since >= SURPLUS_WAIT
-        held = in_use if between_batches else self._held_by_running_batches(in_use)
-        spread = False
-        if held > slots:
-            # The hold only delays a release: never more than declared (or alive, before
-            # any declaration), so nothing is asked for on its account.
-            kept = self.resources.executors_for(held, self._default_slots_per_executor) or 0
-            kept = min(kept, alive if self._declared is None else min(alive, self._declared))
-            if kept > total:
-                total, spread = kept, True
-                self._wait_for_boundary()  # released at the next micro-batch boundary
-        first = (not self._autoscaled and self.settings.mode == "adaptive" and total < alive
-                 and any(not self._queries[k].boundary_seen for k in active))
-        if first:
-            # Until what a query runs is known (QueryScheduler.boundary_seen: a query
-            # without state may run more tasks than its partitions), nothing is released;
-            # what is surplus then goes at a batch boundary.
-            total = alive
-            self._wait_for_boundary()
-        if total == self._declared:
-            if self._releasing or len(self.resources.executors) <= total:
-                if not self._surplus_waits:
-                    self._surplus_since = None  # nothing beyond the total waits any more
-                return  # declared already, and no executor beyond it joined since
-            if (in_use or self._release_refused) and not between_batches:
-                self._wait_for_boundary()  # released at the next micro-batch boundary
-                return
-        per = self.resources.slots_per_executor(self._default_slots_per_executor)
-        sizes = sorted({e.slots for e in self.resources.executors if e.slots > 0})
-        per_text = (f"{per} slots per executor" if len(sizes) < 2 else
-                    f"executors of {sizes[0]}-{sizes[-1]} slots (any more at {per})")
-        held_text = (f"; the running queries still use {in_use} slots, the rest are released "
-                     "when they let go" if in_use > wanted else "")
-        if spread:
-            held_text = (f"; a running micro-batch's stage may use {held} slots, the rest are "
-                         "released once it has completed")
-        if first:
-            held_text = ("; nothing is released before each query's first micro-batch has "
-                         "said what it runs")
-        whose = "the autoscaler's targets" if self._autoscaled else "the queries' upper bounds"
-        if counted != active:
-            whose += (" (a query without state that runs its source's partitions as its "
-                      "tasks: those)")
-        decision_log.info("request %d executors in total: %s want %d slots, %s%s", total,
-                          whose, wanted, per_text, held_text)
-        self._surplus_since = None if not self._surplus_waits else self._surplus_since
-        self._request(total)
+        for key, q in self._queries.items():
+            if not q.finished and q.target is None:
+                self._undecided_slots[key] = self._as_run(key, q.allocation)
 
-    def _wait_for_boundary(self) -> None:
-        """Executors beyond the total go at a micro-batch boundary: from when they wait."""
-        self._surplus_waits = True
-        if self._surplus_since is None:
-            self._surplus_since = self._timers.now()
-
-    def _batch_running(self) -> bool:
-        """A stage of some managed query's micro-batch runs now."""
-        return any(self.load.running_tasks(q.run_id) for q in self._queries.values()
-                   if q.slots_in_use and q.run_id is not None)
-
-    def _as_run(self, key: str, r: req.ResourceRequirements) -> req.ResourceRequirements:
-        """``r`` with its upper bound at the most slots the query has run on since the
-        autoscaler first decided for a query (its share while it is not running), within
-        its bounds: what an autoscaled query without a target asks."""
+    def _as_run(self, key: str, r: req.ResourceRequirements) -> int:
+        """The most slots the query has run on since the autoscaler first decided for a query
+        (its share while it is not running), within its bounds as they are now (bounds
+        lowered and raised again do not bring back a mark from before)."""
         q = self._queries[key]
         slots = max(q.running_slots, q.slots_in_use) or (self._shares or {}).get(key) or r.lower
         # The most it ran on since: an executor lost shrinks it live, and the total declared
         # still asks for its replacement.
         slots = max(slots, self._undecided_slots.get(key, 0))
-        # Within the bounds as they are now: bounds lowered and raised again do not bring
-        # back a mark from before.
-        slots = self._undecided_slots[key] = max(r.lower, min(r.upper, slots))
-        return req.ResourceRequirements(r.lower, slots)
+        return max(r.lower, min(r.upper, slots))
 
-    def _held_by_running_batches(self, in_use: int) -> int:
-        """``in_use`` (the slots the queries' runs are counted on) raised to the slots their
-        micro-batches in flight may run tasks on: a stage of more tasks than the query's
-        slots (a source's partitions) runs on every executor with a free slot, and an
-        executor released under it loses those tasks (Spark's killExecutors does not wait
-        for them). Never more than are alive: nothing is asked for on that account."""
-        alive = self.resources.slots
-        spread = 0
-        for q in self._queries.values():
-            if q.slots_in_use and q.run_id is not None:
-                tasks = min(self.load.running_tasks(q.run_id), alive)
-                spread += max(0, tasks - q.slots_in_use)
-        return max(in_use, min(in_use + spread, alive))
+    def _reallocate(self, reason: str, *, quiet: str | None = None,
+                    reconcile: bool = False) -> None:
+        """Recompute every share and tell each query whose share changed (but ``quiet``);
+        ``reconcile``: then send the executor total, if it changed."""
+        self._note_runs()
+        active = self._active()
+        old = self._shares
+        self._shares = determine_parallelism(self.resources.slots, active) if active else {}
+        log.debug("slot shares %s -> %s (%s)", old, self._shares, reason)
+        for key in active:
+            before = None if old is None else old.get(key)
+            if key != quiet and self.slot_share(key) != before:
+                self._queries[key].on_resources_changed()
+        if reconcile:
+            self._reconcile()
 
-    def _hold(self, slots: int) -> None:
-        """Before its first query, an autoscaled app holds the executors of ``slots``
-        (``autoscaler.initial-slots``) only (:mod:`.start_hold` says why and until when)."""
-        assert self._start is not None
-        if self._releasing:
-            return  # declared already; each executor released meanwhile re-allocates
-        total = self._start.trim(
-            self.resources.executors_for(slots, self._default_slots_per_executor),
-            len(self.resources.executors), self._declared, self._release_refused)
-        if total is not None:
-            self._request(total)
+    def _reconcile(self, *, at_boundary: bool = False) -> None:
+        """The facts changed: note what the queries run on and whether the app went idle,
+        then let the reconciler send the executor total if it changed."""
+        self._note_runs()
+        self._note_idle()
+        self.executors.reconcile(at_boundary=at_boundary)
 
-    def _stop_trimming(self) -> None:
-        """A streaming query started: nothing is declared until it is taken over."""
-        self._idle = True
-
-    def _undo_hold(self, reason: str) -> None:
-        """Undo the start's hold before any query is taken over (``reason``: batch work, a
-        query left unmanaged), and declare what the app gets back."""
-        hold = self._start
-        if self._queries or hold is None or hold.over:
-            return  # a query was taken over (the autoscaler decides), or nothing is held
-        self._start = None
-        self._idle = True  # what the app holds with no query is declared: nothing more
-        total = hold.undo(reason, self._idle_executors, self._declared)
-        if total is not None:
-            self._request(total)
-
-    def _declare_idle(self) -> None:
-        """No managed query remains: declare, once, what the app would hold without
-        spark-adaptive (``idle_executors``: with dynamic allocation off, its initial
-        executors), or, when that is not known, the executors alive now (never more than
-        were declared): nothing is asked for any more, and nothing that is alive goes.
-        An app whose total spark-adaptive never declared keeps what Spark gave it."""
-        if self._idle or self._declared is None:
+    def _note_idle(self) -> None:
+        """Once no managed query remains (and no run of one is still stopping), the app goes
+        back to what it would hold without spark-adaptive (``idle_executors``: with dynamic
+        allocation off, its initial executors), or, when that is not known, the executors
+        alive now (never more than were declared): nothing is asked for any more, and
+        nothing that is alive goes. An app whose total spark-adaptive never declared keeps
+        what Spark gave it. A query started from here is taken over as in a new app."""
+        sent = self.executors.sent
+        if (self._baseline is not None or self._start is not None or sent is None
+                or any(not q.finished or q.slots_in_use for q in self._queries.values())):
             return
-        if any(q.slots_in_use for q in self._queries.values()):
-            return  # a run is still stopping: declared once it has (released_slots)
-        self._idle = True
-        self._surplus_waits, self._surplus_since = False, None
-        # A query started from here is taken over as in a new app: the app keeps what it
-        # is given until the autoscaler has decided for one again.
         self._decided = False
         self._undecided_slots.clear()
         alive = len(self.resources.executors)
@@ -475,53 +329,55 @@ class AdaptiveScheduler:
             total = self._idle_executors
             why = "the app's initial executors, as without spark-adaptive"
         else:
-            total = min(self._declared, alive)
+            total = min(sent, alive)
             why = f"the {alive} alive, no more asked for"
-        if total == self._declared:
-            return
-        decision_log.info("request %d executors in total: no managed query remains (%d were "
-                          "declared for the queries); %s", total, self._declared, why)
-        self._request(total)
+        self._baseline = Baseline(total, f"no managed query remains ({sent} were declared for "
+                                         f"the queries); {why}")
 
-    def _request(self, total: int) -> None:
-        self._declared = total
-        self._release_refused = False
-        try:
-            released = self._actuator.request_total_executors(total)
-        except Exception:
-            log.exception("requesting %d executors failed", total)
-            return
-        self.executors_released(released, f"{total} executors declared")
+    def _demand_inputs(self) -> DemandInputs:
+        """The facts of the executor demand now (read only)."""
+        sizing: Sizing = ("bounds" if not self._autoscaled
+                          else "autoscaler" if self._decided else "undecided")
+        hold = self._start
+        return DemandInputs(
+            pool=self.resources.pool(self._default_slots_per_executor),
+            queries=tuple(self._query_demand(k, r) for k, r in self._active().items()),
+            fixed=self.resources.fixed_slots is not None, sizing=sizing,
+            first_boundary=not self._autoscaled and self.settings.mode == "adaptive",
+            max_parallelism=self.settings.max_parallelism,
+            hold_slots=None if hold is None else hold.slots, baseline=self._baseline)
 
-    def executors_released(self, executor_ids: Sequence[str], reason: str) -> None:
-        """Executors released on spark-adaptive's request stop counting at once: Spark
-        reports them removed only once their processes have exited, seconds later."""
-        # Each release re-allocates; the executors still to be released are not surplus.
-        outer, self._releasing = self._releasing, True
-        try:
-            for executor_id in executor_ids:
-                self.resources.release(executor_id, reason)
-        finally:
-            self._releasing = outer
+    def _query_demand(self, key: str, r: req.ResourceRequirements) -> QueryDemand:
+        q = self._queries[key]
+        running = 0 if q.run_id is None else self.load.running_tasks(q.run_id)
+        # Without the autoscaler, a query without state that runs its source's partitions as
+        # its tasks keeps as many executors as plain Spark gives them (for the executors
+        # declared only: its share, and the other queries', are those of its bounds). Bounds
+        # of the user's own rule: they are how executors are given back. (With the
+        # autoscaler, its slots go up to those tasks already: QueryScheduler.slot_upper.)
+        source = None if self._autoscaled else q.source_tasks_above(r.upper)
+        return QueryDemand(key, r.upper, q.slots_in_use, running, q.boundary_seen, source)
+
+    def _undo_hold(self, reason: str) -> None:
+        """Undo the start's hold before any query is taken over (``reason``: batch work, a
+        query left unmanaged): the app gets back what it holds without spark-adaptive."""
+        hold = self._start
+        if self._queries or hold is None:
+            return  # a query was taken over (the autoscaler decides), or nothing is held
+        self._start = None
+        self._baseline = hold.undo(reason, self._idle_executors, self.executors.sent)
+        self._reconcile()
 
     def release_refused(self, executor_ids: Sequence[str], reason: str) -> None:
         """Spark refused to release these executors, or releasing them failed (the
         boundary reports it: ``killExecutors`` answered false or raised): they are alive
         and get tasks, so they count again, slots and all. Their release is tried again
         at the next micro-batch boundary, or by the next lower total declared."""
-        outer, self._release_refused = self._release_refused, True  # before they count
-        restored = [executor_id for executor_id in executor_ids
-                    if self.resources.restore(executor_id, f"its release was refused: {reason}")]
-        if not restored:  # none counted as released (a hung one, or already removed)
-            self._release_refused = outer
+        self.executors.release_refused(executor_ids, reason)
 
     def released_slots(self) -> None:
         """A query's run uses fewer slots now: declare what is wanted without them."""
-        self._declare(self._active())
-
-    def forget_declared_executors(self) -> None:
-        """Someone else (the batch part) declared a total: declare afresh at the next change."""
-        self._declared = None
+        self._reconcile()
 
     def slot_share(self, key: str) -> int | None:
         return None if self._shares is None else self._shares.get(key)
@@ -559,6 +415,7 @@ class AdaptiveScheduler:
         mode (every query there uses every slot)."""
         if self.settings.mode == "reactive" and requirements != self.default_requirements(info):
             raise RequirementsError([REACTIVE_REQUIREMENTS])
+        self._note_runs()
         active = self._active()
         active[info.key] = requirements
         shares = determine_parallelism(self.resources.slots, active)
@@ -609,10 +466,13 @@ class AdaptiveScheduler:
             history=history, history_writer=self._history_writer)
         q.add_listener(self._on_state_change)
         q.own_bounds = own_bounds or self.settings.upper_bound is not None
-        self._start = None  # the hold ends: the autoscaler sizes the app from here
+        # The streaming scheduler sizes the app from here: the start's hold ends, and so do
+        # the baseline of an idle app and the batch part's demand.
+        self._start, self._baseline = None, None
+        self.executors.set_batch_demand(None, reconcile=False)
         self._queries[info.key] = q
         q.adopt_first_run(plan, result)
-        self._reallocate(f"query {info.key} started")
+        self._reallocate(f"query {info.key} started", reconcile=True)
         return q
 
     def _forget_finished(self, name: str | None) -> None:
@@ -712,22 +572,6 @@ class AdaptiveScheduler:
         default = self.settings.effective_upper_bound(q.configured_partitions)
         return check(default)
 
-    def _runs_source_tasks(self, active: dict[str, req.ResourceRequirements]
-                           ) -> dict[str, req.ResourceRequirements]:
-        """``active`` with the upper bound of a query without state whose micro-batches run
-        in one stage raised to its source's partitions when they are more: they are its
-        tasks, whatever its partitions and bounds, and plain Spark runs them on as many
-        executors, which spark-adaptive therefore keeps (for the executors it declares only:
-        the query's share, and the other queries', are those of its bounds). Bounds of the
-        user's own (put, persisted, or set with spark.adaptive.parallelism.upper-bound) are
-        kept to: they are how executors are given back."""
-        out = dict(active)
-        for key, r in active.items():
-            tasks = self._queries[key].source_tasks_above(r.upper)
-            if tasks is not None:
-                out[key] = req.ResourceRequirements(r.lower, tasks)
-        return out
-
     def _apply(self, q: QueryScheduler, new: req.ResourceRequirements) -> req.ResourceRequirements:
         # Bounds put equal to the defaults still change what the query may be given: they
         # are the user's own from now (QueryScheduler.slot_upper).
@@ -743,6 +587,7 @@ class AdaptiveScheduler:
                          else t.within(new, q.slot_upper, q.partitions or new.lower))
             self._reallocate(f"requirements of {q.key} changed", quiet=q.key)
             q.on_requirements_changed()
+            self._reconcile()
         return new
 
     def set_scaling_target(self, ident: str, target: req.ScalingTarget | None) -> None:
@@ -754,11 +599,11 @@ class AdaptiveScheduler:
         if q.finished or not q.set_target(target):
             return
         self._decided = self._decided or target is not None
-        self._reallocate(f"autoscaler target of {q.key}", quiet=q.key, declare=False)
+        self._reallocate(f"autoscaler target of {q.key}", quiet=q.key)
         q.on_requirements_changed(autoscaler=True)
         # Declared once the query has acted on it: a run rescaled live onto fewer slots
         # before any of its tasks runs lets the others go at once.
-        self._declare(self._active())
+        self._reconcile()
 
     def add_listener(self, listener: Callable[[StateChange], None]) -> None:
         """``listener`` hears of every state change of every query (e.g. to wake
@@ -777,7 +622,7 @@ class AdaptiveScheduler:
             "mode": self.settings.mode,
             "slots": self.resources.slots,
             "executors": self.resources.executor_count,
-            "declaredExecutors": self._declared,
+            "declaredExecutors": self.executors.sent,
             "queries": len(self._queries),
         }
 

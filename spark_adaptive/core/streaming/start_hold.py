@@ -22,20 +22,19 @@ What ends it:
 Undone, the app gets back what it holds without spark-adaptive (``idle_executors``; on a
 standalone cluster, as many as Spark had given it), never fewer than declared.
 
-The hold decides; the scheduler declares its totals (:class:`StartHold` returns them).
+The hold is a source of the executor demand: while it trims, its slots are an input of
+:func:`~spark_adaptive.core.executors.demand.executor_demand` (row N1); undone, it hands
+the scheduler the baseline the app goes back to (row N3).
 """
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Callable
 
 from spark_adaptive.core.clock import Timers
 from spark_adaptive.core.events import Event, ExecutorAdded, JobStarted, QueryStarted
-from spark_adaptive.core.streaming.history import LOGGER_NAME
-
-decision_log = logging.getLogger(LOGGER_NAME)
+from spark_adaptive.core.executors.demand import Baseline
 
 #: Seconds a streaming query that started may take to be taken over, and a job whose group
 #: looks like a run id may wait for its run's start, before the start's hold is undone.
@@ -56,43 +55,19 @@ class StartHold:
     From :meth:`on_event` and its timers, on the scheduler's thread: ``undo(reason)`` when
     something undoes the hold (a job of the app's own, at once; a query left unmanaged or
     a job of no run, once the grace is over), and the scheduler then calls :meth:`undo`
-    with what it knows; ``query_started()`` when a streaming query's start stops the
-    trimming."""
+    with what it knows. A streaming query's start stops the trimming."""
 
-    def __init__(self, slots: int, timers: Timers, *, undo: Callable[[str], None],
-                 query_started: Callable[[], None]) -> None:
+    def __init__(self, slots: int, timers: Timers, *, undo: Callable[[str], None]) -> None:
         self._slots: int | None = slots  # trimming to this many slots' executors while set
-        self._held: int | None = None  # the total the hold declared, until it is undone
         self._granted: set[str] = set()  # executors Spark gave the app while it held
         self._runs_seen: set[str] = set()  # runs whose start was reported
         self._timers = timers
         self._on_undo = undo
-        self._on_query_started = query_started
 
     @property
     def slots(self) -> int | None:
         """The slots whose executors the app keeps while the hold trims; None: it does not."""
         return self._slots
-
-    @property
-    def over(self) -> bool:
-        """Nothing is trimmed and nothing held is left to give back."""
-        return self._slots is None and self._held is None
-
-    def trim(self, total: int | None, alive: int, declared: int | None,
-             release_refused: bool) -> int | None:
-        """The total to declare now that ``alive`` executors count, if any: ``total`` is
-        the executors of the start's slots (None: unknown until one executor joins)."""
-        if self._slots is None or total is None or alive <= total:
-            return None  # nothing to trim
-        if total == declared and release_refused:
-            return None  # Spark refused: tried again when the hold is undone or a query runs
-        decision_log.info("request %d executors in total: no streaming query has started yet; "
-                          "the app holds the executors of autoscaler.initial-slots=%d until "
-                          "its first query (or a job of its own) starts; %d alive", total,
-                          self._slots, alive)
-        self._held = total
-        return total
 
     def on_event(self, event: Event) -> None:
         """Follow what ends the hold, before the scheduler sees ``event``."""
@@ -103,7 +78,6 @@ class StartHold:
             self._runs_seen.add(event.run_id)
             if self._slots is not None:
                 self._slots = None
-                self._on_query_started()
                 why = (f"streaming query {event.query_id} started, but spark-adaptive did not "
                        f"take it over within {UNMANAGED_GRACE:g}s")
                 self._timers.call_later(UNMANAGED_GRACE, lambda: self._on_undo(why))
@@ -119,19 +93,19 @@ class StartHold:
                     UNMANAGED_GRACE,
                     lambda: None if group in self._runs_seen else self._on_undo(why))
 
-    def undo(self, reason: str, idle_executors: int | None, declared: int | None) -> int | None:
+    def undo(self, reason: str, idle_executors: int | None, sent: int | None
+             ) -> Baseline | None:
         """Undo the hold (``reason``: batch work, a query left unmanaged): trimming stops,
-        and the total to declare is returned if the hold had trimmed: what the app holds
-        without spark-adaptive (``idle_executors``, else as many as Spark had given it),
-        never fewer than ``declared`` (a job may have started on them); ``declared`` None:
-        someone else (the batch part) declared since, and decides."""
-        self._slots, held, self._held = None, self._held, None
-        if held is None or declared is None:
+        and, if the hold had trimmed (``sent``: the total it declared; nothing else declares
+        before the first query), the app goes back to what it holds without spark-adaptive
+        (``idle_executors``, else as many as Spark had given it), never fewer than
+        ``sent`` (a job may have started on them)."""
+        self._slots = None
+        if sent is None:
             return None
         total = idle_executors if idle_executors is not None else len(self._granted)
-        if total <= declared:
-            return None
-        decision_log.info("request %d executors in total: %s; the app gets back what it holds "
-                          "without spark-adaptive (autoscaler.initial-slots held it to %d "
-                          "until then)", total, reason, held)
-        return total
+        if total <= sent:
+            return Baseline(sent, f"{reason}; the app keeps the {sent} declared")
+        return Baseline(total, f"{reason}; the app gets back what it holds without "
+                               f"spark-adaptive (autoscaler.initial-slots held it to {sent} "
+                               "until then)")

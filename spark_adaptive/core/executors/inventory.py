@@ -1,4 +1,5 @@
-"""The application's executors and task slots, as the scheduler counts them.
+"""The application's executors and task slots: the one inventory that both the executor
+demand (:mod:`~spark_adaptive.core.executors.demand`) and the releases read.
 
 Fed with :class:`~spark_adaptive.core.events.ExecutorAdded`,
 :class:`~spark_adaptive.core.events.ExecutorRemoved` and
@@ -17,9 +18,9 @@ Executor-loss grace (FLIP-159)
     driver.": spark-adaptive released it) gets no grace: it will not come back.
 
 Released executors
-    An executor spark-adaptive releases stops counting at once (:meth:`ResourceTracker.release`),
+    An executor spark-adaptive releases stops counting at once (:meth:`ExecutorInventory.release`),
     and is remembered until Spark reports it removed: should Spark refuse the
-    release, :meth:`ResourceTracker.restore` counts it again.
+    release, :meth:`ExecutorInventory.restore` counts it again.
 
 Hang detection
     An executor that sent no heartbeat for ``failure_detection_timeout``
@@ -29,7 +30,10 @@ Hang detection
     itself drops a frozen one only after its heartbeat timeout,
     ``spark.network.timeout``, 120 s by default; measurements: docs/benchmarks.md,
     Spark itself). The check runs on a timer set to
-    the earliest possible deadline.
+    the earliest possible deadline. It stays known as hung until Spark reports it
+    removed: a kill Spark refused is sent again with the next total
+    (:meth:`ExecutorInventory.hung_to_kill`), and it never counts among the executors a
+    total keeps.
 
 Fixed pool
     In local mode (``local[N]``) the driver runs every task: there are N slots
@@ -45,12 +49,13 @@ from __future__ import annotations
 
 import logging
 import math
-from collections import Counter, OrderedDict
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from spark_adaptive.core.clock import Cancellable, Timers
 from spark_adaptive.core.events import Event, ExecutorAdded, ExecutorHeartbeat, ExecutorRemoved
+from spark_adaptive.core.executors.demand import Pool, PoolExecutor
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +98,7 @@ class _Lost:
     timer: Cancellable | None
 
 
-class ResourceTracker:
+class ExecutorInventory:
     """Counts executors and slots; see the module docstring for the rules."""
 
     def __init__(
@@ -126,6 +131,9 @@ class ResourceTracker:
         self._lost: list[_Lost] = []  # in grace, oldest first
         # Released by spark-adaptive, their removal not reported yet (oldest first).
         self._released: OrderedDict[str, Executor] = OrderedDict()
+        # Found hung, their removal not reported yet: True once a kill of theirs was refused
+        # (it goes again with the next total).
+        self._hung: dict[str, bool] = {}
         self._hang_check: Cancellable | None = None
         self._hang_check_due = math.inf
         self.fixed_slots = fixed_slots
@@ -154,32 +162,46 @@ class ResourceTracker:
         """Live executors (not those in their grace)."""
         return tuple(self._live.values())
 
+    @property
+    def live_slots(self) -> int:
+        """Slots of the live executors only (0 in a fixed pool)."""
+        return sum(e.slots for e in self._live.values())
+
+    def pool(self, default_slots_per_executor: int | None = None) -> Pool:
+        """The live executors, oldest first by the time Spark added them (as a lower total
+        releases the newest), and the slots counted, as the executor demand reads them."""
+        oldest_first = sorted(self._live.values(), key=lambda e: (e.added_at, e.joined))
+        return Pool(tuple(PoolExecutor(e.executor_id, e.slots) for e in oldest_first),
+                    self.slots, default_slots_per_executor)
+
     def slots_per_executor(self, default: int | None = None) -> int | None:
         """The most common slot count of live executors (the smaller on a tie), else ``default``."""
-        counts = Counter(e.slots for e in self._live.values() if e.slots > 0)
-        if not counts:
-            return default
-        top = max(counts.values())
-        return min(s for s, n in counts.items() if n == top)
+        return self.pool(default).slots_per_executor()
 
     def executors_for(
         self, slots: int, default_slots_per_executor: int | None = None
     ) -> int | None:
-        """Executors to declare for ``slots`` slots: the fewest live ones, oldest first
-        (by the time Spark added them, as the actuator releases the newest beyond a lower
-        total: those that stay, whatever their sizes), whose slots reach it, and beyond
-        all of them as many more as the rest needs at the most common size. None while no
-        size is known."""
-        per = self.slots_per_executor(default_slots_per_executor)
-        if per is None:
-            return None
-        kept = 0
-        oldest_first = sorted(self._live.values(), key=lambda e: (e.added_at, e.joined))
-        for count, executor in enumerate(oldest_first):
-            if kept >= slots:
-                return count
-            kept += executor.slots
-        return len(self._live) + max(0, math.ceil((slots - kept) / per))
+        """Executors to declare for ``slots`` slots (:meth:`Pool.executors_for`)."""
+        return self.pool(default_slots_per_executor).executors_for(slots)
+
+    def newest(self, count: int) -> list[str]:
+        """The ``count`` newest live executors, which a total ``count`` below those alive
+        releases (they hold the least cached and state-store data)."""
+        if count <= 0:
+            return []
+        ids = [e.executor_id for e in self.pool().executors]
+        return ids[-count:]
+
+    def hung_to_kill(self) -> list[str]:
+        """Executors found hung whose kill Spark refused or that failed: their kill goes
+        again with the next total, until Spark reports them removed."""
+        return [executor_id for executor_id, again in self._hung.items() if again]
+
+    def live_executor_events(self) -> list[ExecutorAdded]:
+        """An ExecutorAdded for each live executor, as Spark reported it (to replay them to a
+        subscriber that comes late)."""
+        return [ExecutorAdded(e.added_at, e.executor_id, e.host, e.cores)
+                for e in self._live.values()]
 
     # -- events ---------------------------------------------------------------------
     def handle(self, event: Event) -> bool:
@@ -215,6 +237,7 @@ class ResourceTracker:
 
     def executor_removed(self, executor_id: str, reason: str) -> None:
         self._released.pop(executor_id, None)
+        self._hung.pop(executor_id, None)
         executor = self._live.pop(executor_id, None)
         self._last_seen.pop(executor_id, None)
         self._heard.discard(executor_id)
@@ -232,19 +255,39 @@ class ResourceTracker:
         log.info("%s; its %d slots still count for the %gs executor-loss grace",
                  why, executor.slots, self._grace)
 
-    def release(self, executor_id: str, reason: str) -> None:
-        """spark-adaptive released this executor: it stops counting now, with no grace
-        (its removal event, seconds later, then changes nothing). It is remembered until
-        that event, in case Spark refuses the release (:meth:`restore`)."""
-        executor = self._live.pop(executor_id, None)
-        self._last_seen.pop(executor_id, None)
-        self._heard.discard(executor_id)
-        if executor is not None:
-            self._released[executor_id] = executor
-            while len(self._released) > _RELEASED_KEPT:
-                self._released.popitem(last=False)
-            self._changed(self.slots + executor.slots,
-                          f"executor {executor_id} released ({reason})")
+    def release(self, executor_ids: Sequence[str], reason: str) -> None:
+        """spark-adaptive released these executors: they stop counting now, with no grace
+        (their removal events, seconds later, then change nothing), and the listeners hear
+        of it once for all of them. Each is remembered until that event, in case Spark
+        refuses the release (:meth:`restore`)."""
+        before = self.slots
+        gone = []
+        for executor_id in executor_ids:
+            executor = self._live.pop(executor_id, None)
+            self._last_seen.pop(executor_id, None)
+            self._heard.discard(executor_id)
+            if executor is not None:
+                gone.append(executor_id)
+                self._released[executor_id] = executor
+                while len(self._released) > _RELEASED_KEPT:
+                    self._released.popitem(last=False)
+        if gone:
+            self._changed(before, f"executor(s) {', '.join(gone)} released ({reason})")
+
+    def killing(self, executor_ids: Sequence[str]) -> None:
+        """The kills of these hung executors were sent again: not again until refused."""
+        for executor_id in executor_ids:
+            if executor_id in self._hung:
+                self._hung[executor_id] = False
+
+    def kill_refused(self, executor_id: str, reason: str) -> bool:
+        """Spark refused (or failed) to release this executor. One found hung stays
+        uncounted and its kill goes again with the next total (False); one released as
+        surplus counts again (:meth:`restore`)."""
+        if executor_id in self._hung:
+            self._hung[executor_id] = True
+            return False
+        return self.restore(executor_id, reason)
 
     def restore(self, executor_id: str, reason: str) -> bool:
         """An executor :meth:`release` stopped counting was not released after all (Spark
@@ -329,6 +372,7 @@ class ResourceTracker:
         for executor_id, silent in hung:
             before = self.slots
             self._live.pop(executor_id)
+            self._hung[executor_id] = False
             self._last_seen.pop(executor_id)
             self._heard.discard(executor_id)
             # Reported before the listeners hear of the slots: a total they declare then
