@@ -84,8 +84,12 @@ class QueryDriver(Protocol):
     @property
     def info(self) -> QueryInfo: ...
 
-    def repartition_support(self, stateful: bool) -> RepartitionSupport:
-        """Can the partition count change? ``stateful``: the query has state operators."""
+    def repartition_support(self, stateful: bool,
+                            on_done: Callable[[RepartitionSupport], None]) -> None:
+        """Can the partition count change? ``stateful``: the query has state operators.
+        Answers through ``on_done``: at once on the caller's thread when nothing needs
+        reading, else from another thread once the checkpoint is read (the scheduler never
+        waits for HDFS or an object store)."""
         ...
 
     def start(self, parallelism: int, on_done: Callable[[StartResult], None]) -> None:

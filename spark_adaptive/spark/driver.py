@@ -142,7 +142,27 @@ class SparkQueryDriver:
         return self._info
 
     # -- what can change ----------------------------------------------------------------
-    def repartition_support(self, stateful: bool) -> RepartitionSupport:
+    def repartition_support(self, stateful: bool,
+                            on_done: Callable[[RepartitionSupport], None]) -> None:
+        """Answers at once when nothing needs reading; a stateful query's state store
+        provider is read from its checkpoint on a thread of its own (after any operation of
+        the query in flight)."""
+        if not (stateful and self._reads_checkpoint()):
+            on_done(self.support_now(stateful))
+            return
+        self._run_async("read its checkpoint", lambda: self.support_now(stateful), on_done,
+                        lambda e: RepartitionSupport(False, (
+                            f"its checkpoint could not be read ({_text(e)}); it keeps its "
+                            "partitions until a new run reads it")))
+
+    def _reads_checkpoint(self) -> bool:
+        """Whether :meth:`support_now` reads the checkpoint (a file system call)."""
+        return (self._local_slots is None and not self._info.non_replayable_sources
+                and self._info.checkpoint_location is not None)
+
+    def support_now(self, stateful: bool) -> RepartitionSupport:
+        """Whether the partition count can change, read now on the caller's thread (the
+        app's, at the first start; a thread of the driver's later)."""
         if self._local_slots is not None:
             return RepartitionSupport(False, (
                 f"local mode: its task slots are the {self._local_slots} local cores and "

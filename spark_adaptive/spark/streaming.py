@@ -412,7 +412,7 @@ class StreamingManager:
         # Bounds a REST PUT persisted beside the checkpoint win over the defaults.
         persisted = self._rt.persisted.load(info)
         requirements = persisted or self._sched.default_requirements(info)
-        support = driver.repartition_support(info.stateful)
+        support = driver.support_now(info.stateful)  # on the app's thread, as it starts
         first = self._rt.loop.call_sync(
             lambda: self._sched.plan_first_start(info, requirements, support))
         return driver, requirements, first, persisted is not None

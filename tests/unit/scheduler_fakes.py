@@ -286,8 +286,9 @@ class FakeDriver:
     _runs: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _batches: itertools.count[int] = field(default_factory=itertools.count)
 
-    def repartition_support(self, stateful: bool) -> RepartitionSupport:
-        return self.support
+    def repartition_support(self, stateful: bool,
+                            on_done: Callable[[RepartitionSupport], None]) -> None:
+        on_done(self.support)  # nothing to read: at once
 
     def first_start(self, parallelism: int) -> StartResult:
         """The app's ``start()``: the first run starts at once, outside the scheduler."""

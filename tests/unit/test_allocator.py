@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import pytest
 
+from spark_adaptive.core.executors.demand import (
+    DemandInputs,
+    Pool,
+    PoolExecutor,
+    QueryDemand,
+    executor_demand,
+)
 from spark_adaptive.core.ports import RepartitionSupport
 from spark_adaptive.core.streaming.allocator import (
     RescaleDecision,
     decide_rescale,
-    desired_slots,
     determine_parallelism,
     first_start,
 )
@@ -54,8 +60,13 @@ def test_no_queries() -> None:
 
 
 def test_desired_slots_is_the_sum_of_upper_bounds_capped() -> None:
-    assert desired_slots({"A": R(1, 4), "B": R(2, 10)}, 32768) == 14
-    assert desired_slots({"A": R(1, 32768), "B": R(1, 32768)}, 32768) == 32768
+    # The executor demand (core/executors/demand.py, row Q3) asks for them.
+    def wanted(*uppers: int) -> int | None:
+        qs = tuple(QueryDemand(str(i), u) for i, u in enumerate(uppers))
+        return executor_demand(DemandInputs(Pool((PoolExecutor("1", 1),), 1), qs)).total
+
+    assert wanted(4, 10) == 14
+    assert wanted(32768, 32768) == 32768
 
 
 # -- decide_rescale -----------------------------------------------------------------------

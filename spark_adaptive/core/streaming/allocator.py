@@ -22,6 +22,7 @@ repartition the state, start again from the same checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Literal, TypeVar
@@ -69,6 +70,8 @@ class FirstStart:
     parallelism: int
     slots: int
     reason: str
+    support: RepartitionSupport | None = None
+    """Whether its partition count can change, as the plan found it (None: not asked)."""
 
 
 def first_start(
@@ -98,22 +101,19 @@ def first_start(
     configured = min(max(configured_partitions, r.lower), r.upper)
     slots = share or 0
     if state_partitions is not None:
-        return FirstStart(state_partitions, slots,
+        plan = FirstStart(state_partitions, slots,
                           f"its checkpoint holds state in {state_partitions} partitions")
-    if not repartition.possible:
-        return FirstStart(configured, slots, f"starts at its configured {configured} "
+    elif not repartition.possible:
+        plan = FirstStart(configured, slots, f"starts at its configured {configured} "
                                              f"partitions: {repartition.reason}")
-    if share:
-        return FirstStart(share, share, f"{share} slots available within bounds "
+    elif share:
+        plan = FirstStart(share, share, f"{share} slots available within bounds "
                                         f"[{r.lower}, {r.upper}]")
-    return FirstStart(configured, 0, f"no task slot is known yet; starts at its configured "
-                                     f"{configured} partitions and rescales once resources "
-                                     "settle")
-
-
-def desired_slots(requirements: Mapping[K, ResourceRequirements], max_parallelism: int) -> int:
-    """Slots to ask the cluster for: every query at its upper bound, capped by max-parallelism."""
-    return min(sum(r.upper for r in requirements.values()), max_parallelism)
+    else:
+        plan = FirstStart(configured, 0, f"no task slot is known yet; starts at its configured "
+                                         f"{configured} partitions and rescales once resources "
+                                         "settle")
+    return dataclasses.replace(plan, support=repartition)
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ All methods must be called on the scheduler thread.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
@@ -230,7 +231,11 @@ class QueryScheduler:
         self.last_batch: BatchLoad | None = None
         """What the stages of its last completed micro-batch cost."""
         self._stateful = driver.info.stateful or driver.info.state_partitions is not None
-        self._support: tuple[tuple[str | None, bool], RepartitionSupport] | None = None
+        # Whether its partition count can change: the driver's answer for the run and
+        # statefulness it was asked about (it reads the checkpoint off this thread, and the
+        # answer comes back as an event; until then the previous answer stands).
+        self._support: RepartitionSupport | None = None
+        self._support_asked: tuple[str | None, bool] | None = None
         self._repartition_failure: tuple[int | None, str] | None = None
         """(slot share then, why) of the last restart onto other partitions that came up
         at the old ones (its state could not be repartitioned, or its start failed)."""
@@ -282,6 +287,8 @@ class QueryScheduler:
             raise RuntimeError(f"the first run is already taken over (state {self._state.name})")
         if not result.ok:
             raise ValueError("only a run that started can be taken over")
+        if plan.support is not None:
+            self._support = plan.support  # what the first start was planned with
         self._took_run(result)
         self.history.open(
             Trigger.INITIAL_SCHEDULE, "initial", from_parallelism=0,
@@ -298,6 +305,9 @@ class QueryScheduler:
         self._state.stop_with_savepoint()
 
     def on_resources_changed(self) -> None:
+        failure = self._repartition_failure
+        if failure is not None and failure[0] != self.slot_share():
+            self._repartition_failure = None  # its slots changed: a repartition is tried again
         self._state.on_resources_changed()
 
     def set_requirements(self, requirements: ResourceRequirements) -> bool:
@@ -385,8 +395,9 @@ class QueryScheduler:
             return
         if isinstance(event, QueryProgress):
             self._last_progress = event
-            if event.state_operators:
+            if event.state_operators and not self._stateful:
                 self._stateful = True
+                self._ask_support()  # a state store: its provider decides
             self._progresses += 1
         if isinstance(event, QueryIdle) or (isinstance(event, QueryProgress) and (
                 self._progresses >= 3 or self._stateful
@@ -612,7 +623,33 @@ class QueryScheduler:
         if result.query_id:
             self.query_id = result.query_id
             self.query_ids.add(result.query_id)
-        self._support = None
+        self._ask_support()
+
+    def _ask_support(self) -> None:
+        """Ask the driver again whether the partition count can change, once per run and
+        statefulness. It may answer at once on this thread (nothing to read), or later from
+        another (its checkpoint read), posted back here."""
+        asked = (self.run_id, self._stateful)
+        if self._support_asked == asked:
+            return
+        self._support_asked = asked
+        here = threading.get_ident()
+
+        def took(support: RepartitionSupport) -> None:
+            if self._support_asked == asked:
+                self._support = support
+
+        def on_done(support: RepartitionSupport) -> None:  # any thread
+            if threading.get_ident() == here:
+                took(support)
+            else:
+                self._post(lambda: took(support))
+
+        try:
+            self._driver.repartition_support(self._stateful, on_done)
+        except Exception:  # a broken driver: the answer before stands
+            log.exception("query %s: asking whether its partitions can change failed",
+                          self.key)
 
     def stop_query(self, state: State, clean: bool, on_done: Callable[[StopResult], None]) -> None:
         def stopped(result: StopResult) -> None:
@@ -678,23 +715,22 @@ class QueryScheduler:
         return None if self._stateful else self._source_tasks
 
     def repartition_support(self) -> RepartitionSupport:
+        """Whether the query's partition count can change by a restart, and why not (read
+        only: the facts change in the event handlers)."""
         if self.observed_tasks is not None and not self._stateful:
             return RepartitionSupport(
                 False, f"its micro-batches run in one stage (no shuffle, no state): their "
                        f"{self.observed_tasks} tasks are its source's partitions whatever its "
                        "partition count, so a restart would change nothing")
         failure = self._repartition_failure
-        if failure is not None:
-            share, why = failure
-            if self.slot_share() == share:
-                return RepartitionSupport(
-                    False, f"{why}; it keeps its partitions until its bounds, the "
-                           "autoscaler's target or its slots change")
-            self._repartition_failure = None
-        key = (self.run_id, self._stateful)
-        if self._support is None or self._support[0] != key:
-            self._support = (key, self._driver.repartition_support(self._stateful))
-        return self._support[1]
+        if failure is not None and self.slot_share() == failure[0]:
+            return RepartitionSupport(
+                False, f"{failure[1]}; it keeps its partitions until its bounds, the "
+                       "autoscaler's target or its slots change")
+        if self._support is None:
+            return RepartitionSupport(False, "whether its state can be repartitioned is being "
+                                             "read from its checkpoint")
+        return self._support
 
     def _fixed_partitions(self) -> tuple[int, str] | None:
         """The partitions the query must keep, when its partition count cannot change.
