@@ -13,6 +13,10 @@ Routes (JSON in and out; ``{id}`` is a key, Spark query id or name, URL-encoded)
     GET  /metrics                              Prometheus' text format (not JSON)
     GET  /, /ui/{file}                         the operators' page (HTML, CSS, JavaScript)
 
+Every GET route answers ``HEAD`` too (RFC 9110 section 9.1): the GET's status and
+headers, ``Content-Length`` included, without the body (the HTTP layer leaves it out).
+HEAD is not declared per route: it follows GET, in ``Allow`` as well.
+
 The page and its files are the only answers that need no bearer token (they hold
 no data: the page asks for the token and sends it with each API call).
 
@@ -95,7 +99,7 @@ def error(status: int, *reasons: str, headers: tuple[tuple[str, str], ...] = ())
 MAX_DEPTH = 32
 """Deepest nesting of arrays and objects a request body may have (the PUT body has 2)."""
 
-ALL_METHODS = ("GET", "PUT")
+ALL_METHODS = ("GET", "HEAD", "PUT")
 """Every method some route serves (the ``Allow`` of ``OPTIONS *`` and ``CONNECT``)."""
 
 _QUERY = r"/queries/(?P<id>[^/]+)"
@@ -113,6 +117,10 @@ _ROUTES: tuple[tuple[re.Pattern[str], dict[str, str]], ...] = (
     (re.compile(r"/ui/(?P<file>[^/]+)"), {"GET": "get_asset"}),
 )
 
+
+def _with_head(methods: dict[str, str]) -> dict[str, str]:
+    """A route's methods, HEAD added where GET is (served by the GET's handler)."""
+    return {**methods, "HEAD": methods["GET"]} if "GET" in methods else methods
 
 
 def is_public(target: str) -> bool:
@@ -164,10 +172,11 @@ class RestApi:
         path = path.split("?", 1)[0].split("#", 1)[0]
         if len(path) > 1:
             path = path.rstrip("/")
-        for pattern, methods in _ROUTES:
+        for pattern, declared in _ROUTES:
             m = pattern.fullmatch(path)
             if m is None:
                 continue
+            methods = _with_head(declared)
             if method not in methods:
                 return error(405, f"Method {method} is not allowed on {path}; allowed: "
                              f"{', '.join(sorted(methods))}.",

@@ -9,8 +9,26 @@ Contract (the server's, :mod:`~spark_adaptive.rest.server`, in detail):
 * :meth:`Owner.refusal` sees each request's head before its body is read (the bearer
   token, framing, the size limit); a refused request is answered and the
   connection closed, the body unread.
-* Deadlines: ``idle_timeout`` between requests (closed quietly: nothing was
-  asked), ``request_timeout`` from a request's first byte to its end (408).
+* Framing is h11's, and stricter on one point: ``Content-Length`` must be one
+  run of digits given once (h11 takes ``47, 47`` and two identical headers as
+  one value; RFC 9110 section 8.6 lets a recipient refuse them, and a length
+  read two ways is how requests are smuggled past proxies): else 400.
+* Deadlines: a new connection's first request head (request line and headers)
+  must be in within ``head_timeout`` of its accept; a kept-alive connection
+  may idle ``idle_timeout`` between requests, then each head must be in within
+  ``head_timeout`` of its first byte. Each request must be whole within
+  ``request_timeout`` of its first byte. A connection that sent nothing is
+  closed quietly (nothing was asked); one that sent part of a request gets 408.
+* While it waits for a request head (:meth:`Owner.waiting`) a connection may be
+  closed by its server to make room for a new one; from the head's arrival to
+  the end of its answer (:meth:`Owner.busy`) it is not.
+* Requests pipelined on a kept-alive connection are answered one after the
+  other, in order: the bytes already in are parsed before the next ``recv``.
+  HTTP/1.1 connections are kept alive unless the client says ``Connection:
+  close``; HTTP/1.0 ones when the client says ``Connection: keep-alive`` (as
+  ``http.server`` did; h11 itself closes every HTTP/1.0 exchange, so such an
+  answer is framed by a throwaway h11 connection and the next request read by
+  a new one).
 * Every answer is JSON with a ``Content-Length``; a HEAD's has no body, refused
   or not. A connection that an error leaves unreadable is closed after its
   answer, by :func:`linger_close` so that the client reads that answer.
@@ -21,6 +39,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import socket
 import socketserver
 import time
@@ -46,6 +65,7 @@ class Owner(Protocol):
     max_body: int
     request_timeout: float
     idle_timeout: float
+    head_timeout: float
 
     def refusal(self, req: h11.Request) -> Response | None:
         """The answer to a request refused on its head alone; None: read its body."""
@@ -53,6 +73,16 @@ class Owner(Protocol):
 
     def respond(self, req: h11.Request, body: bytes) -> Response:
         """The answer to a complete request (never raises)."""
+        ...
+
+    def waiting(self, sock: socket.socket) -> bool:
+        """The connection waits for a request head: the server may close it to make room.
+        False: it was closed already; stop."""
+        ...
+
+    def busy(self, sock: socket.socket) -> bool:
+        """A request head is in: the server leaves the connection open until it waits
+        again. False: it was closed already (just before); stop."""
         ...
 
     def release(self, sock: socket.socket) -> None:
@@ -76,11 +106,12 @@ class Connection(socketserver.BaseRequestHandler):
 
     def handle(self) -> None:
         owner: Owner = self.server.rest  # type: ignore[attr-defined]
-        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+        conn = _parser()
+        opened: float | None = time.monotonic()  # the first head is due head_timeout after
         try:
             while True:
                 try:
-                    got = self._read(conn, owner)
+                    got = self._read(conn, owner, opened)
                 except _Refused as r:
                     self._send(conn, owner, r.response, close=True)
                     return
@@ -90,10 +121,16 @@ class Connection(socketserver.BaseRequestHandler):
                 if got is None:
                     return
                 req, body = got
-                self._send(conn, owner, owner.respond(req, body))
+                opened = None
+                response = owner.respond(req, body)
+                if _keep_alive_10(req):
+                    self._send_10(owner, response)
+                    conn = _parser(conn.trailing_data)
+                    continue
+                self._send(conn, owner, response)
                 if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                     return  # h11 says this connection cannot carry another request
-                conn.start_next_cycle()
+                conn.start_next_cycle()  # a pipelined request already in is read next
         except OSError:  # the client went away, or stalled while reading our answer
             log.debug("REST connection from %s ended", self.client_address, exc_info=True)
         except Exception:  # a bug of ours: say so, and close this connection only
@@ -102,38 +139,51 @@ class Connection(socketserver.BaseRequestHandler):
             linger_close(self.request)
             owner.release(self.request)
 
-    def _read(self, conn: h11.Connection, owner: Owner) -> tuple[h11.Request, bytes] | None:
-        """The next complete request and its body; None when the client is done."""
-        started = time.monotonic() if conn.trailing_data[0] else None
+    def _read(self, conn: h11.Connection, owner: Owner,
+              opened: float | None) -> tuple[h11.Request, bytes] | None:
+        """The next complete request and its body; None when the client is done, or the
+        connection was closed to make room. ``opened``: when the connection was accepted,
+        for its first request (None for the later ones)."""
+        now = time.monotonic()
+        head = bytearray(conn.trailing_data[0])  # h11 reads the head from here: it is first
+        started = now if head else None  # a pipelined request's bytes are in
+        # Until its first byte: head_timeout of the accept, or idle_timeout of the last answer.
+        first_byte_due = now + owner.idle_timeout if opened is None else (
+            opened + owner.head_timeout)
         self._head = False
         req: h11.Request | None = None
         body = bytearray()
         while True:
             event = conn.next_event()
             if event is h11.NEED_DATA:
+                if req is None and not owner.waiting(self.request):
+                    return None
                 if conn.they_are_waiting_for_100_continue:
                     self._write(owner, conn.send(
                         h11.InformationalResponse(status_code=100, headers=[])))
-                if started is None:
-                    self.request.settimeout(owner.idle_timeout)
-                else:
-                    left = started + owner.request_timeout - time.monotonic()
-                    if left <= 0:
-                        raise _Refused(_slow(owner))
-                    self.request.settimeout(left)
+                due, late = (first_byte_due, None) if started is None else _deadline(
+                    owner, started, opened, req is None)
+                left = due - time.monotonic()
                 try:
+                    if left <= 0:
+                        raise TimeoutError
+                    self.request.settimeout(left)
                     data = self.request.recv(_RECV)
                 except TimeoutError:
-                    if started is None:
-                        return None  # an idle kept-alive connection: closed quietly
-                    raise _Refused(_slow(owner)) from None
+                    if late is None:
+                        return None  # nothing was asked: closed quietly
+                    raise _Refused(late) from None
                 if started is None and data:
                     started = time.monotonic()
+                if req is None:
+                    head += data
                 conn.receive_data(data)
             elif isinstance(event, h11.Request):
                 req = event
                 self._head = req.method == b"HEAD"  # refused too, a HEAD gets no body
-                refusal = owner.refusal(req)
+                if not owner.busy(self.request):
+                    return None
+                refusal = content_length_problem(head) or owner.refusal(req)
                 if refusal is not None:
                     raise _Refused(refusal)
             elif isinstance(event, h11.Data):
@@ -151,8 +201,7 @@ class Connection(socketserver.BaseRequestHandler):
         if conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
             return  # a response is already out (cannot happen; never send two)
         data = encode(response)
-        headers = [("Content-Type", response.content_type), ("Content-Length", str(len(data))),
-                   ("Cache-Control", "no-store"), *response.headers]
+        headers = _headers(response, data)
         if close:
             headers.append(("Connection", "close"))
         out = conn.send(h11.Response(status_code=response.status, headers=headers,
@@ -161,10 +210,83 @@ class Connection(socketserver.BaseRequestHandler):
             out = (out or b"") + (conn.send(h11.Data(data=data)) or b"")
         self._write(owner, (out or b"") + (conn.send(h11.EndOfMessage()) or b""))
 
+    def _send_10(self, owner: Owner, response: Response) -> None:
+        """The answer to an HTTP/1.0 request that asked to keep the connection alive,
+        framed by a throwaway h11 connection (which, having read no request, neither adds
+        ``Connection: close`` nor knows of a HEAD: its body is left out here)."""
+        data = encode(response)
+        framer = h11.Connection(h11.SERVER)
+        out = framer.send(h11.Response(
+            status_code=response.status, reason=_phrase(response.status),
+            headers=[*_headers(response, data), ("Connection", "keep-alive")])) or b""
+        if not self._head:
+            out += (framer.send(h11.Data(data=data)) or b"") + (
+                framer.send(h11.EndOfMessage()) or b"")
+        self._write(owner, out)
+
     def _write(self, owner: Owner, data: bytes | None) -> None:
         if data:
             self.request.settimeout(owner.request_timeout)
             self.request.sendall(data)
+
+
+def _parser(trailing: tuple[bytes, bool] = (b"", False)) -> h11.Connection:
+    """A new h11 connection, fed what the one before had received and not read."""
+    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+    data, closed = trailing
+    if data:
+        conn.receive_data(data)
+    if closed:
+        conn.receive_data(b"")
+    return conn
+
+
+def _keep_alive_10(req: h11.Request) -> bool:
+    """An HTTP/1.0 request whose ``Connection`` header says ``keep-alive`` (not ``close``)."""
+    if req.http_version != b"1.0":
+        return False
+    tokens = {t.strip().lower() for n, v in req.headers if n == b"connection"
+              for t in v.split(b",")}
+    return b"keep-alive" in tokens and b"close" not in tokens
+
+
+def _deadline(owner: Owner, started: float, opened: float | None,
+              in_head: bool) -> tuple[float, Response]:
+    """When the request begun at ``started`` is late, and what it then gets (408)."""
+    whole = started + owner.request_timeout
+    if in_head:
+        head = (started if opened is None else opened) + owner.head_timeout
+        if head < whole:
+            return head, _slow(owner.head_timeout, "request line and headers")
+    return whole, _slow(owner.request_timeout, "request")
+
+
+def _headers(response: Response, data: bytes) -> list[tuple[str, str]]:
+    return [("Content-Type", response.content_type), ("Content-Length", str(len(data))),
+            ("Cache-Control", "no-store"), *response.headers]
+
+
+# A Content-Length field line of a request head (h11 allows no space before the colon, and
+# has read the request line, whose method cannot contain one).
+_CONTENT_LENGTH = re.compile(rb"^content-length:[ \t]*([^\r\n]*?)[ \t]*\r?$",
+                             re.IGNORECASE | re.MULTILINE)
+_HEAD_END = re.compile(rb"\n\r?\n")  # h11's end of a head
+
+
+def content_length_problem(head: bytes | bytearray) -> Response | None:
+    """400 when the head (the bytes h11 read a request from, the request line first) gives
+    ``Content-Length`` other than once as one run of digits. h11 has already refused
+    everything else that is not digits (``+47``, ``4_7``, ``47, 48``)."""
+    end = _HEAD_END.search(head)
+    values = _CONTENT_LENGTH.findall(head[:end.start() if end else len(head)])
+    if len(values) > 1:
+        what = f"is given {len(values)} times"
+    elif values and not values[0].isdigit():
+        what = f"is {values[0].decode('latin-1')!r}"
+    else:
+        return None
+    return error(400, f"Malformed HTTP request: Content-Length {what}; it must be given once, "
+                      "as one number of digits only (RFC 9110 section 8.6). Nothing was done.")
 
 
 def encode(response: Response) -> bytes:
@@ -234,9 +356,9 @@ def _phrase(status: int) -> bytes:
         return b""
 
 
-def _slow(owner: Owner) -> Response:
-    return error(408, f"The request did not arrive whole within {owner.request_timeout:g} "
-                      "seconds; nothing was done.")
+def _slow(seconds: float, what: str) -> Response:
+    return error(408, f"The {what} did not arrive whole within {seconds:g} seconds; nothing "
+                      "was done.")
 
 
 def _protocol_error(e: h11.RemoteProtocolError) -> Response:

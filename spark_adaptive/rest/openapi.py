@@ -10,7 +10,9 @@ Each operation lists the answers of its route; its ``default`` answer covers
 what the HTTP layer may answer any request before routing
 (:data:`TRANSPORT_ERRORS`). A method a path does not serve gets 405
 (``components.responses.MethodNotAllowed``); OpenAPI has no place for
-operations that do not exist, so that answer is described once.
+operations that do not exist, so that answer is described once. HEAD, served
+wherever GET is, is not listed as operations of its own (as most servers'
+documents do not): the document says so once, in ``info.description``.
 """
 
 from __future__ import annotations
@@ -340,7 +342,7 @@ TRANSPORT_ERRORS = {
     "408": "the request did not arrive whole in time",
     "413": "a body over the limit (64 KiB)",
     "431": "a header section over the limit (16 KiB)",
-    "503": "too many open connections (with Retry-After)",
+    "503": "every connection has a request in progress (with Retry-After)",
 }
 """What the HTTP layer may answer any request before it is routed (each operation's
 ``default``); nothing is done for any of them."""
@@ -433,13 +435,16 @@ def document(url: str | None = None, token_required: bool = False) -> dict[str, 
                                 "queries managed by spark-adaptive on this driver. Errors are "
                                 "{\"errors\": [reasons]}. A method a path does not serve "
                                 "is 405 with Allow (components.responses.MethodNotAllowed); "
-                                "a request body must be application/json."},
+                                "a request body must be application/json. Every GET also "
+                                "answers HEAD (its status and headers, no body), not listed "
+                                "as an operation of its own."},
         "paths": paths,
         "components": {"schemas": _schemas(), "responses": {"MethodNotAllowed": {
             **_json(_ref("Error"), "Any method a path does not serve (OPTIONS, TRACE, CONNECT, "
-                    "HEAD, lowercase get, made-up ones): nothing was done. HEAD gets no body."),
-            "headers": {"Allow": {"description": "The methods the path serves, e.g. "
-                                  "'GET, PUT'.", "schema": {"type": "string"}}}}}},
+                    "lowercase get, made-up ones): nothing was done."),
+            "headers": {"Allow": {"description": "The methods the path serves, HEAD wherever "
+                                  "GET, e.g. 'GET, HEAD, PUT'.",
+                                  "schema": {"type": "string"}}}}}},
     }
     if url:
         doc["servers"] = [{"url": url}]

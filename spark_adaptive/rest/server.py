@@ -26,21 +26,36 @@ Contract:
   exception is a GET of the operators' page and its files (``/``,
   ``/ui/<file>``, :func:`~spark_adaptive.rest.api.is_public`): they hold no data,
   and the page asks for the token itself.
-* Framing is h11's: ``Content-Length`` (digits only; two different values are
-  refused, identical repeats are one, as RFC 9110 section 8.6 allows) or
+* Framing is h11's: ``Content-Length`` (given once, digits only: ``+47``, ``47, 47``
+  or the header twice is 400, as RFC 9110 section 8.6 allows) or
   ``Transfer-Encoding: chunked``, never both. A request is dispatched only once
   its body is complete: a client that closes early or stalls gets a 400 or 408
   and nothing is applied. Bodies are at most ``max_body`` bytes (else 413
   without reading the rest), header sections about 16 KiB (431). Reading,
   writing and deadlines are :mod:`~spark_adaptive.rest.connection`'s.
-* Slow clients: a request must arrive whole within ``request_timeout`` seconds
-  of its first byte (else 408); a kept-alive connection with no request is
-  closed after ``idle_timeout``; at most ``max_connections`` at once (more get
-  503 with ``Retry-After``).
+* Slow clients: a new connection must send its first request's line and
+  headers within ``head_timeout`` (:data:`HEAD_TIMEOUT`) of its accept, a request
+  must arrive whole within ``request_timeout`` of its first byte (else 408, or a
+  quiet close when nothing came); a kept-alive connection with no request is
+  closed after ``idle_timeout``.
+* Floods: at most ``max_connections`` connections are open, so at most as many
+  threads serve them. A connection that waits for a request head (a new one, or
+  a kept-alive one between requests) holds nobody's request: when all are
+  open, the one that has waited longest is closed to make room for the new one.
+  Only when every connection has a request in progress (its head is in, its
+  answer not yet written) does a new one get 503 with ``Retry-After``. So idle
+  or slow-header connections (slowloris) cannot keep an operator out, while
+  requests in progress are never cut. This is nginx's rule (connections waiting
+  for a request are "reusable" and closed when ``worker_connections`` run out),
+  in one ordered dict under one lock: no second limit, no reserve to size. The
+  price: under a flood of new connections faster than a client sends its head,
+  that client may be closed before it is read (``max_connections`` newer ones
+  must arrive first); it sees the connection close with no answer and retries.
 * Every answer, errors included, is JSON (``{"errors": [...]}`` for errors)
   with a status line and a ``Content-Length``; connections are kept alive
-  unless an error leaves the stream unreadable. Routing, 404, 405 and 415 are
-  :class:`~spark_adaptive.rest.api.RestApi`'s.
+  unless an error leaves the stream unreadable, and pipelined requests are
+  answered in order. ``HEAD`` is served wherever ``GET`` is. Routing, 404, 405
+  and 415 are :class:`~spark_adaptive.rest.api.RestApi`'s.
 
 :func:`serve` is what the runtime calls: it never raises, because an app
 must not fail for want of its REST API (several drivers on one host can
@@ -71,8 +86,21 @@ log = logging.getLogger(__name__)
 PORT_TRIES = 16
 MAX_BODY = 64 * 1024
 REQUEST_TIMEOUT = 10.0
+"""Seconds from a request's first byte to its end (body included); later: 408."""
 IDLE_TIMEOUT = 30.0
+"""Seconds a kept-alive connection may wait for its next request; then it is closed."""
+HEAD_TIMEOUT = 5.0
+"""Seconds a new connection has to send its first request's line and headers whole (a
+kept-alive connection's later requests: from their first byte). Then it is closed: quietly
+when it sent nothing, with 408 when it sent part of a head. A client sends its head at once
+(a few hundred bytes); a connection that does not is a client gone wrong or a slowloris."""
 MAX_CONNECTIONS = 64
+"""Connections open at once (and threads serving them). Beyond, the one that has waited
+longest for a request head is closed for the new one; when each has a request in progress,
+the new one gets 503."""
+BACKLOG = 128
+"""Connections the kernel holds until the server accepts them (``listen``); socketserver's
+5 would drop a burst's handshakes and leave an operator's connection waiting a second."""
 _UNAUTHORIZED = error(
     401, "Missing or wrong bearer token: send the header "
     "'Authorization: Bearer <spark.adaptive.rest.token>'.",
@@ -85,10 +113,13 @@ class _Server(socketserver.ThreadingTCPServer):
     allow_reuse_port = False  # two servers must never share a port
     rest: RestServer
 
+    request_queue_size = BACKLOG
+
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self.rest._admit(request):
-            answer_and_close(request, error(503, "Too many connections to the REST API; "
-                                                  "retry.", headers=(("Retry-After", "1"),)))
+            answer_and_close(request, error(
+                503, f"All {self.rest.max_connections} connections to the REST API have a "
+                     "request in progress; retry.", headers=(("Retry-After", "1"),)))
             return
         super().process_request(request, client_address)
 
@@ -108,6 +139,7 @@ class RestServer:
                  token: str | None = None, port_tries: int = PORT_TRIES,
                  max_body: int = MAX_BODY, poll_interval: float = 0.5,
                  request_timeout: float = REQUEST_TIMEOUT, idle_timeout: float = IDLE_TIMEOUT,
+                 head_timeout: float = HEAD_TIMEOUT,
                  max_connections: int = MAX_CONNECTIONS) -> None:
         """``poll_interval``: how often the serving thread checks for :meth:`stop` (the
         longest a stop waits)."""
@@ -118,13 +150,17 @@ class RestServer:
         self.max_body = max_body
         self.request_timeout = request_timeout
         self.idle_timeout = idle_timeout
+        self.head_timeout = head_timeout
         self.max_connections = max_connections
         self._token = token.encode("utf-8") if token else None
         self._tries = port_tries
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self._open: set[socket.socket] = set()
+        # Open connections: those waiting for a request head, the longest waiting first
+        # (a dict keeps its order), and those with a request in progress.
+        self._waiting: dict[socket.socket, None] = {}
+        self._busy: set[socket.socket] = set()
         self.ready = threading.Event()
         self.port: int | None = None
 
@@ -193,16 +229,56 @@ class RestServer:
 
     # -- connections --------------------------------------------------------------------
     def _admit(self, sock: socket.socket) -> bool:
+        """Take a new connection (it waits for its head), closing the one that has waited
+        longest for a head if all are open; False when each has a request in progress."""
+        victim = None
         with self._lock:
-            if len(self._open) >= self.max_connections:
+            if len(self._waiting) + len(self._busy) >= self.max_connections:
+                if not self._waiting:
+                    return False
+                victim = next(iter(self._waiting))
+                del self._waiting[victim]
+            self._waiting[sock] = None
+        if victim is not None:
+            log.debug("all %d REST connections open: closing the one that has waited "
+                      "longest for a request, for a new one", self.max_connections)
+            _shut(victim)  # its thread wakes from recv and ends
+        return True
+
+    # The view a connection has of its server (:class:`~spark_adaptive.rest.connection.Owner`).
+    def waiting(self, sock: socket.socket) -> bool:
+        """A connection waits for a request head: it may be closed to make room."""
+        with self._lock:
+            if sock in self._waiting:
+                return True  # keeps its place: it has waited since then
+            if sock not in self._busy:
+                return False  # closed to make room
+            self._busy.discard(sock)
+            self._waiting[sock] = None
+            return True
+
+    def busy(self, sock: socket.socket) -> bool:
+        """A connection has a request in progress: it is not closed to make room."""
+        with self._lock:
+            if sock in self._busy:
+                return True
+            if sock not in self._waiting:
                 return False
-            self._open.add(sock)
+            del self._waiting[sock]
+            self._busy.add(sock)
             return True
 
     def release(self, sock: socket.socket) -> None:
-        """A connection is closed (:class:`~spark_adaptive.rest.connection.Owner`)."""
+        """A connection is closed."""
         with self._lock:
-            self._open.discard(sock)
+            self._waiting.pop(sock, None)
+            self._busy.discard(sock)
+
+    def open_connections(self) -> tuple[int, int]:
+        """How many connections wait for a request head, and how many have one in progress
+        (for tests)."""
+        with self._lock:
+            return len(self._waiting), len(self._busy)
 
     def start(self) -> str:
         """Bind (trying the next ports if need be), serve in a daemon thread; the URL.
@@ -251,15 +327,20 @@ class RestServer:
         server.shutdown()
         server.server_close()
         with self._lock:
-            open_now = list(self._open)
+            open_now = [*self._waiting, *self._busy]
         for sock in open_now:  # wakes the connection threads blocked in recv
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+            _shut(sock)
         if self._thread is not None:
             self._thread.join(5.0)
         log.debug("spark-adaptive REST API at %s stopped", self.url)
+
+
+def _shut(sock: socket.socket) -> None:
+    """End a connection from another thread: its thread's ``recv`` returns, and it closes."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:  # closed already
+        pass
 
 
 if TYPE_CHECKING:

@@ -15,7 +15,9 @@ wrong ``Content-Type`` and framing (short bodies with a half-close, chunked,
   (error answers, always JSON, to the ``Error`` schema; a status an operation does
   not list must be one the HTTP layer gives any request,
   ``openapi.TRANSPORT_ERRORS``), the page's HTML and files, or the metrics that
-  ``prometheus_client``'s parser reads; 405 carries the path's ``Allow``;
+  ``prometheus_client``'s parser reads; 405 carries the path's ``Allow``; a
+  HEAD is checked as the GET it stands for (the document lists no HEAD), its
+  answer without a body;
 * a refused request changes nothing: the query's requirements, its rescale
   history and the persisted file read back the same after every non-2xx answer.
 
@@ -194,7 +196,8 @@ def _operation(doc: dict[str, Any], method: str, path: str) -> tuple[str | None,
     for template, item in doc["paths"].items():
         pattern = re.escape(template).replace(r"\{id\}", "[^/]+").replace(r"\{file\}", "[^/]+")
         if re.fullmatch(pattern, path):
-            return template, item.get(method.lower()) if method.isupper() else None
+            name = "get" if method == "HEAD" else method.lower()  # HEAD: wherever GET is
+            return template, item.get(name) if method.isupper() else None
     return None, None
 
 
@@ -264,6 +267,7 @@ def test_no_request_breaks_the_rest_api(spark_session: Any, tmp_path: Path) -> N
                         openapi.TRANSPORT_ERRORS), (r, status, body)
                 elif template is not None and status == 405:
                     allowed = [m.upper() for m in doc["paths"][template] if m != "parameters"]
+                    allowed += ["HEAD"] if "GET" in allowed else []
                     assert headers["allow"] == ", ".join(sorted(allowed)), headers
                 assert _state(port, key, persisted) == before, (r, status, body)
             if status == 401:

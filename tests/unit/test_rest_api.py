@@ -21,6 +21,7 @@ from rest_fakes import (
 
 from spark_adaptive.core.streaming.requirements import ResourceRequirements
 from spark_adaptive.core.streaming.scheduler import REACTIVE_REQUIREMENTS
+from spark_adaptive.rest.api import _ROUTES
 from spark_adaptive.rest.wire import EMPTY_BODY
 
 REQ = "/queries/orders/resource-requirements"
@@ -206,17 +207,43 @@ def test_unknown_path_is_404(url: str, path: str) -> None:
 
 
 @pytest.mark.parametrize(("method", "path", "allow"), [
-    ("POST", "/queries", "GET"), ("DELETE", "/queries/orders", "GET"),
-    ("POST", REQ, "GET, PUT"), ("PATCH", REQ, "GET, PUT"), ("PUT", "/openapi.json", "GET")])
+    ("POST", "/queries", "GET, HEAD"), ("DELETE", "/queries/orders", "GET, HEAD"),
+    ("POST", REQ, "GET, HEAD, PUT"), ("PATCH", REQ, "GET, HEAD, PUT"),
+    ("PUT", "/openapi.json", "GET, HEAD")])
 def test_wrong_method_is_405_with_allow(url: str, method: str, path: str, allow: str) -> None:
     reply = call(url, method, path, {})
     assert reply.status == 405 and reply.headers["allow"] == allow
     assert reply.body["errors"][0].startswith(f"Method {method} is not allowed")
 
 
-def test_head_gets_405_without_a_body(url: str) -> None:
-    reply = call(url, "HEAD", "/queries")
-    assert reply.status == 405 and reply.body is None
+# One path of each GET route (the autoscaler's answers 404: its GET does too).
+GET_PATHS = ["/queries", "/queries/orders", REQ, "/queries/orders/rescales",
+             "/queries/orders/autoscaler", "/queries/orders/samples", "/openapi.json",
+             "/metrics", "/", "/ui/app.js"]
+
+
+def test_every_get_route_is_in_the_head_test() -> None:
+    routes = [pattern for pattern, methods in _ROUTES if "GET" in methods]
+    assert all(any(p.fullmatch(path) for path in GET_PATHS) for p in routes)
+
+
+@pytest.mark.parametrize("path", GET_PATHS)
+def test_head_answers_as_get_without_the_body(url: str, path: str) -> None:
+    """RFC 9110 section 9.1: HEAD wherever GET; the same status and headers, no body."""
+    got = call(url, "GET", path)
+    head = call(url, "HEAD", path)
+    assert head.status == got.status
+    assert not head.body and got.body  # None (JSON) or "" (text): nothing was read
+    if path == "/metrics":  # its figures (the scrape's own) may change the length
+        assert int(head.headers.pop("content-length")) > 0
+        got.headers.pop("content-length")
+    assert head.headers == got.headers
+
+
+def test_head_without_the_token_is_401_on_the_api_but_not_the_page(sched: FakeScheduler) -> None:
+    with serving(sched, token="t0ken") as server:
+        assert call(server.url, "HEAD", "/queries").status == 401
+        assert call(server.url, "HEAD", "/").status == 200
 
 
 # -- 409: one update of a query at a time -----------------------------------------------

@@ -5,7 +5,11 @@ Content-Length (half-closed or stalled) is never applied, bad or conflicting
 framing is refused, every method a route does not serve is a JSON 405 with
 ``Allow``, a malformed request line is a JSON 400 with a real status line,
 a body that is not ``application/json`` is 415, deep nesting is 400 and size
-413/431, slow clients 408; never a 500, and every answer is JSON.
+413/431, slow clients 408; never a 500, and every answer is JSON. And what a
+connection flood showed: pipelined requests (HTTP/1.0 kept alive, HTTP/1.1)
+are each answered in order, HEAD is served as GET without the body, a
+``Content-Length`` list is 400, connections that send no head in time are
+closed, and idle ones make room for new ones.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import json
 import logging
 import math
 import socket
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +33,7 @@ from spark_adaptive.rest.connection import encode
 from spark_adaptive.rest.server import RestServer
 
 REQ = "/queries/orders/resource-requirements"
-GOOD = json.dumps(bounds(2, 3)).encode()  # 57 bytes
+GOOD = json.dumps(bounds(2, 3)).encode()  # 51 bytes
 
 
 @dataclass
@@ -177,6 +182,9 @@ def test_an_idle_kept_alive_connection_is_closed_quietly(server: RestServer) -> 
     ("Content-Length: -57",),
     ("Content-Length: 0x39",),
     ("Content-Length: 57 57",),
+    ("Content-Length: 57, 57",),  # h11 takes identical repeats as one; we do not
+    ("Content-Length: 57", "Content-Length: 57"),
+    ("Content-Length: 57,57", "Content-Length: 57"),
     ("Content-Length: 57", "Transfer-Encoding: chunked"),
     ("Transfer-Encoding: gzip",),
     ("Transfer-Encoding: chunked", "Transfer-Encoding: chunked"),
@@ -191,10 +199,28 @@ def test_malformed_or_conflicting_framing_is_400(server: RestServer, sched: Fake
     unchanged(server, sched)
 
 
-def test_a_repeated_identical_content_length_is_one(server: RestServer,
-                                                    sched: FakeScheduler) -> None:
-    """RFC 9110 section 8.6 lets a recipient take identical repeats as one value (h11 does)."""
-    data = request("PUT", REQ, GOOD, f"Content-Length: {len(GOOD)}")
+@pytest.mark.parametrize(("framing", "what"), [
+    (("Content-Length: 57, 57",), "is '57, 57'"),
+    (("Content-Length: 57", "Content-Length: 57"), "is given 2 times"),
+    (("content-length:57,57",), "is '57,57'")])
+def test_a_content_length_list_is_400_naming_it(server: RestServer, sched: FakeScheduler,
+                                                framing: tuple[str, ...], what: str) -> None:
+    """RFC 9110 section 8.6 allows one decimal number; a list of identical ones a recipient
+    may refuse, and does here: a length read two ways is how requests are smuggled."""
+    data = request("PUT", REQ, b"", "Content-Type: application/json", *framing) + GOOD
+    (reply,), closed = exchange(server, data, closes=True)
+    is_error(reply, 400)
+    assert reply.body["errors"] == [
+        f"Malformed HTTP request: Content-Length {what}; it must be given once, as one "
+        "number of digits only (RFC 9110 section 8.6). Nothing was done."]
+    assert closed
+    unchanged(server, sched)
+
+
+def test_a_content_length_padded_with_whitespace_is_taken(server: RestServer,
+                                                          sched: FakeScheduler) -> None:
+    data = request("PUT", REQ, b"", "Content-Type: application/json",
+                   f"Content-Length: \t {len(GOOD)}  ") + GOOD
     (reply,), _ = exchange(server, data)
     assert reply.status == 200
     assert sched.queries_by_key["query-1"].applied == [ResourceRequirements(2, 3)]
@@ -232,17 +258,18 @@ def test_an_unfinished_chunked_body_then_half_close_is_not_applied(
 
 # -- methods ----------------------------------------------------------------------------
 @pytest.mark.parametrize(("method", "target", "allow"), [
-    ("OPTIONS", "/queries", "GET"),
-    ("OPTIONS", REQ, "GET, PUT"),
-    ("OPTIONS", "*", "GET, PUT"),
-    ("TRACE", "/queries/orders", "GET"),
-    ("CONNECT", "/openapi.json", "GET"),
-    ("CONNECT", "127.0.0.1:4050", "GET, PUT"),
-    ("get", "/queries", "GET"),
-    ("put", REQ, "GET, PUT"),
-    ("BREW", "/queries", "GET"),
-    ("PROPFIND", "/queries/orders/rescales", "GET"),
-    ("M-SEARCH", "/queries/orders/autoscaler", "GET"),
+    ("OPTIONS", "/queries", "GET, HEAD"),
+    ("OPTIONS", REQ, "GET, HEAD, PUT"),
+    ("OPTIONS", "*", "GET, HEAD, PUT"),
+    ("TRACE", "/queries/orders", "GET, HEAD"),
+    ("CONNECT", "/openapi.json", "GET, HEAD"),
+    ("CONNECT", "127.0.0.1:4050", "GET, HEAD, PUT"),
+    ("get", "/queries", "GET, HEAD"),
+    ("head", "/queries", "GET, HEAD"),
+    ("put", REQ, "GET, HEAD, PUT"),
+    ("BREW", "/queries", "GET, HEAD"),
+    ("PROPFIND", "/queries/orders/rescales", "GET, HEAD"),
+    ("M-SEARCH", "/queries/orders/autoscaler", "GET, HEAD"),
 ])
 def test_a_method_a_route_does_not_serve_is_405_with_allow(
         server: RestServer, sched: FakeScheduler, method: str, target: str, allow: str) -> None:
@@ -254,9 +281,28 @@ def test_a_method_a_route_does_not_serve_is_405_with_allow(
     unchanged(server, sched)
 
 
-def test_head_is_405_with_allow_and_no_body(server: RestServer) -> None:
-    (reply,), _ = exchange(server, request("HEAD", "/queries"), head=True)
-    assert reply.status == 405 and reply.headers["allow"] == "GET" and reply.body is None
+@pytest.mark.parametrize("path", ["/queries", REQ, "/queries/nope", "/openapi.json",
+                                  "/metrics", "/", "/ui/style.css"])
+def test_head_is_the_get_head_and_not_a_byte_more(server: RestServer, path: str) -> None:
+    """RFC 9110 section 9.1: HEAD wherever GET. Read to the end on the wire: the answer
+    stops at its head, whose Content-Length is the GET's body."""
+    def whole(method: str) -> bytes:
+        with socket.create_connection(("127.0.0.1", server.port or 0), timeout=5) as sock:
+            sock.sendall(request(method, path, b"", "Connection: close"))
+            data = b""
+            while chunk := sock.recv(65536):
+                data += chunk
+            return data
+
+    got, head = whole("GET"), whole("HEAD")
+    head_end = got.index(b"\r\n\r\n") + 4
+    assert head.endswith(b"\r\n\r\n") and head.count(b"\r\n\r\n") == 1
+    assert head.split(b"\r\n")[0] == got.split(b"\r\n")[0]
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length:"))
+    if path != "/metrics":  # its figures may change between two scrapes
+        assert head == got[:head_end]
+    assert length > 0 and (path == "/metrics" or length == len(got) - head_end)
 
 
 @pytest.mark.parametrize(("token", "length", "status"), [("t0ken", 0, 401), (None, 2000, 413)])
@@ -301,6 +347,44 @@ def test_requests_pipelined_on_one_connection_are_answered_in_order(server: Rest
     replies, closed = exchange(server, data, replies=3, closes=False)
     assert [r.status for r in replies] == [200, 200, 200] and not closed
     assert replies[2].body == bounds(2, 3)
+
+
+def _version(data: bytes, version: str) -> bytes:
+    return data.replace(b" HTTP/1.1\r\n", f" HTTP/{version}\r\n".encode(), 1)
+
+
+@pytest.mark.parametrize(("version", "headers"), [
+    ("1.1", ()), ("1.1", ("Connection: keep-alive",)), ("1.0", ("Connection: keep-alive",)),
+    ("1.0", ("Connection: Keep-Alive",))])
+def test_gets_pipelined_in_one_write_are_each_answered(server: RestServer, version: str,
+                                                       headers: tuple[str, ...]) -> None:
+    """Found by an operator: the second of two GETs sent in one write on an HTTP/1.0
+    keep-alive connection was never answered."""
+    one = _version(request("GET", "/queries", b"", *headers), version)
+    replies, closed = exchange(server, one * 3, replies=3, closes=False)
+    assert [r.status for r in replies] == [200, 200, 200] and not closed
+    assert replies[0].body == replies[2].body and replies[0].body[0]["name"] == "orders"
+    if version == "1.0":  # an HTTP/1.0 client keeps the connection only when told so
+        assert all(r.headers["connection"] == "keep-alive" for r in replies)
+
+
+def test_http_1_0_requests_kept_alive_are_read_whole_in_order(server: RestServer) -> None:
+    alive = "Connection: keep-alive"
+    data = (_version(request("PUT", REQ, GOOD, alive), "1.0")
+            + _version(request("GET", REQ, b"", alive), "1.0") + request("GET", REQ))
+    replies, closed = exchange(server, data, replies=3, closes=False)
+    assert [r.status for r in replies] == [200, 200, 200] and not closed
+    assert replies[1].body == replies[2].body == bounds(2, 3)
+
+
+@pytest.mark.parametrize("headers", [(), ("Connection: close",)])
+def test_http_1_0_without_keep_alive_is_closed_after_its_answer(
+        server: RestServer, headers: tuple[str, ...]) -> None:
+    """The other answer RFC 9112 allows: close (saying so); the client sees it at once and
+    is never left waiting for the second."""
+    one = _version(request("GET", "/queries", b"", *headers), "1.0")
+    (reply,), closed = exchange(server, one * 2, closes=True, timeout=2.0)
+    assert reply.status == 200 and reply.headers["connection"] == "close" and closed
 
 
 def test_expect_100_continue_is_answered(server: RestServer, sched: FakeScheduler) -> None:
@@ -416,15 +500,102 @@ def test_a_huge_number_is_400_not_500(server: RestServer) -> None:
 
 
 # -- connections ------------------------------------------------------------------------
-def test_connections_over_the_limit_get_503_with_retry_after(sched: FakeScheduler) -> None:
-    with serving(sched, max_connections=1) as server:
-        held = socket.create_connection(("127.0.0.1", server.port or 0), timeout=5)
-        with held:
-            held.sendall(request("GET", "/queries"))
-            assert held.recv(65536).startswith(b"HTTP/1.1 200 OK")  # admitted and kept
-            (reply,), closed = exchange(server, request("GET", "/queries"), closes=True)
-            is_error(reply, 503)
-            assert reply.headers["retry-after"] == "1" and closed
+def _connect(server: RestServer) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", server.port or 0), timeout=5)
+
+
+def _until(check: Any, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+def _closed_by_server(sock: socket.socket, wait: float) -> bool:
+    """Whether the server closes ``sock`` within ``wait`` seconds, having sent nothing."""
+    sock.settimeout(wait)
+    try:
+        return sock.recv(65536) == b""
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def test_when_every_connection_has_a_request_in_progress_a_new_one_gets_503(
+        sched: FakeScheduler) -> None:
+    with serving(sched, max_connections=1) as server, _connect(server) as held:
+        # The head is in (the server says 100 Continue), the body not yet: in progress.
+        held.sendall(request("PUT", REQ, GOOD, "Expect: 100-continue")[:-len(GOOD)])
+        assert held.recv(65536) == b"HTTP/1.1 100 \r\n\r\n"
+        (reply,), closed = exchange(server, request("GET", "/queries"), closes=True)
+        is_error(reply, 503)
+        assert "have a request in progress; retry." in reply.body["errors"][0]
+        assert reply.headers["retry-after"] == "1" and closed
+        held.sendall(GOOD)  # the request in progress was not cut for the new connection
+        assert held.recv(65536).startswith(b"HTTP/1.1 200 OK\r\n")
+    assert sched.queries_by_key["query-1"].applied == [ResourceRequirements(2, 3)]
+
+
+def test_idle_connections_make_room_for_a_new_one_oldest_first(sched: FakeScheduler) -> None:
+    """A flood of connections that send nothing: each new one closes the one that has
+    waited longest for a head; a request on a fresh connection is served at once."""
+    with serving(sched, max_connections=4) as server:
+        idle = [_connect(server) for _ in range(10)]
+        try:
+            _until(lambda: server.open_connections() == (4, 0))
+            started = time.monotonic()
+            assert call(server.url, "GET", "/queries").status == 200
+            assert time.monotonic() - started < 1.0
+            # 11 connections for 4 places: the 7 oldest idle ones were closed, unanswered.
+            assert [_closed_by_server(s, 2.0) for s in idle[:7]] == [True] * 7
+            assert [_closed_by_server(s, 0.05) for s in idle[7:]] == [False] * 3
+            _until(lambda: server.open_connections() == (3, 0))
+        finally:
+            for s in idle:
+                s.close()
+
+
+def test_a_kept_alive_connection_between_requests_makes_room(sched: FakeScheduler) -> None:
+    with serving(sched, max_connections=1) as server, _connect(server) as kept:
+        kept.sendall(request("GET", "/queries"))
+        assert kept.recv(65536).startswith(b"HTTP/1.1 200 OK")
+        _until(lambda: server.open_connections() == (1, 0))  # it waits for a next request
+        assert call(server.url, "GET", "/queries").status == 200
+        assert _closed_by_server(kept, 2.0)
+
+
+def test_a_connection_that_sends_no_head_in_time_is_closed(sched: FakeScheduler) -> None:
+    with serving(sched, head_timeout=0.3) as server:
+        with _connect(server) as silent:
+            started = time.monotonic()
+            assert _closed_by_server(silent, 3.0)  # quietly: nothing was asked
+            assert 0.25 < time.monotonic() - started < 2.0
+        with _connect(server) as slow:  # part of a head, a byte at a time
+            started = time.monotonic()
+            for byte in b"GET /queries HTTP/1.1\r\nHo":
+                slow.sendall(bytes([byte]))
+                time.sleep(0.01)
+            slow.settimeout(3.0)
+            answer = slow.recv(65536)
+            assert answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n")
+            assert b"The request line and headers did not arrive whole within 0.3 seconds" in (
+                answer)
+            assert 0.25 < time.monotonic() - started < 2.0
+            assert _closed_by_server(slow, 3.0)
+        _until(lambda: server.open_connections() == (0, 0))
+
+
+def test_a_kept_alive_connection_idles_longer_than_the_head_timeout(
+        sched: FakeScheduler) -> None:
+    """The head timeout is for a new connection's first request; between requests a kept
+    alive connection has idle_timeout."""
+    with serving(sched, head_timeout=0.2, idle_timeout=5.0) as server, _connect(server) as s:
+        s.sendall(request("GET", "/queries"))
+        assert s.recv(65536).startswith(b"HTTP/1.1 200 OK")
+        time.sleep(0.4)
+        s.sendall(request("GET", "/queries"))
+        assert s.recv(65536).startswith(b"HTTP/1.1 200 OK")
 
 
 def test_stop_closes_kept_alive_connections(sched: FakeScheduler) -> None:
