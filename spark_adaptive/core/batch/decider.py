@@ -104,35 +104,9 @@ def decide_parallelism(
     if broadcast_ratio_cap is not None and not 0.0 <= broadcast_ratio_cap < 1.0:
         raise ValueError(f"broadcast_ratio_cap must be in [0, 1), got {broadcast_ratio_cap}")
 
-    lower, upper, notes = min_p, max_p, []
-    if vertex_max is not None and vertex_max < upper:
-        # A stage cannot run more tasks than it has partitions to read.
-        upper = vertex_max
-        note = f"stage max-parallelism {vertex_max} lowered the upper bound from {max_p}"
-        if vertex_max < lower:
-            lower = vertex_max
-            note += f" and the lower bound from {min_p}"
-        notes.append(note)
-    if normalize_power_of_two:
-        n_lower, n_upper = _round_up_pow2(lower), _round_down_pow2(upper)
-        if n_lower <= n_upper:
-            lower, upper = n_lower, n_upper
-        else:
-            notes.append(f"no power of two within [{lower}, {upper}], so not normalized")
-            normalize_power_of_two = False
-
-    v_text = format_bytes(avg_bytes_per_task)
-    budget, budget_text = avg_bytes_per_task, v_text
-    if broadcast_ratio_cap is not None and broadcast_bytes > 0:
-        # Every task reads the whole broadcast input; charge it to the task's
-        # budget, but only up to cap x V so that a large broadcast side cannot
-        # push the parallelism up without bound.
-        cap = math.ceil(avg_bytes_per_task * broadcast_ratio_cap)
-        charged = min(broadcast_bytes, cap)
-        budget = max(1, avg_bytes_per_task - charged)
-        capped = f", capped at {broadcast_ratio_cap:g} x {v_text}" if broadcast_bytes > cap else ""
-        budget_text = f"({v_text} - {format_bytes(charged)} broadcast{capped})"
-
+    lower, upper, notes, normalize_power_of_two = _effective_bounds(
+        min_p, max_p, vertex_max, normalize_power_of_two)
+    budget, budget_text = _task_budget(avg_bytes_per_task, broadcast_bytes, broadcast_ratio_cap)
     if consumed_bytes == 0:
         computed = 0
         what = (f"only broadcast input ({format_bytes(broadcast_bytes)})" if broadcast_bytes
@@ -167,6 +141,45 @@ def decide_parallelism(
         lower=lower,
         upper=upper,
     )
+
+
+def _effective_bounds(min_p: int, max_p: int, vertex_max: int | None, normalize: bool
+                      ) -> tuple[int, int, list[str], bool]:
+    """``[min_p, max_p]`` narrowed by the stage's max-parallelism and, if asked, to powers of
+    two (when there is one within them: else not normalized), with notes saying so."""
+    lower, upper, notes = min_p, max_p, []
+    if vertex_max is not None and vertex_max < upper:
+        # A stage cannot run more tasks than it has partitions to read.
+        upper = vertex_max
+        note = f"stage max-parallelism {vertex_max} lowered the upper bound from {max_p}"
+        if vertex_max < lower:
+            lower = vertex_max
+            note += f" and the lower bound from {min_p}"
+        notes.append(note)
+    if normalize:
+        n_lower, n_upper = _round_up_pow2(lower), _round_down_pow2(upper)
+        if n_lower <= n_upper:
+            lower, upper = n_lower, n_upper
+        else:
+            notes.append(f"no power of two within [{lower}, {upper}], so not normalized")
+            normalize = False
+    return lower, upper, notes, normalize
+
+
+def _task_budget(avg_bytes_per_task: int, broadcast_bytes: int,
+                 broadcast_ratio_cap: float | None) -> tuple[int, str]:
+    """The bytes of non-broadcast input one task reads, and how it was found."""
+    v_text = format_bytes(avg_bytes_per_task)
+    if broadcast_ratio_cap is None or broadcast_bytes <= 0:
+        return avg_bytes_per_task, v_text
+    # Every task reads the whole broadcast input; charge it to the task's budget, but only
+    # up to cap x V so that a large broadcast side cannot push the parallelism up without
+    # bound.
+    cap = math.ceil(avg_bytes_per_task * broadcast_ratio_cap)
+    charged = min(broadcast_bytes, cap)
+    budget = max(1, avg_bytes_per_task - charged)
+    capped = f", capped at {broadcast_ratio_cap:g} x {v_text}" if broadcast_bytes > cap else ""
+    return budget, f"({v_text} - {format_bytes(charged)} broadcast{capped})"
 
 
 def infer_source_parallelism(

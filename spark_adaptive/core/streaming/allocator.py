@@ -182,20 +182,7 @@ def decide_rescale(
                                "not enough slots for every query's lower bound; keeps running "
                                f"{p} partitions")
     if target_partitions is not None and repartition.possible:
-        if p != target_partitions:
-            lo, hi = requirements.lower, requirements.upper
-            why = (f"{p} partitions are outside the bounds [{lo}, {hi}]"
-                   if not lo <= p <= hi else
-                   f"the autoscaler asks for {target_partitions} partitions")
-            return RescaleDecision(
-                "restart", p, target_partitions, s, share,
-                f"{why}: restart at {target_partitions} partitions on {share} slots")
-        if share == s:
-            return RescaleDecision("none", p, p, s, s,
-                                   f"runs the autoscaler's {p} partitions on {s} slots")
-        return RescaleDecision("live", p, p, s, share,
-                               f"the autoscaler's {p} partitions run on {share} slots (was {s}); "
-                               "no restart needed")
+        return _toward_target(p, s, share, requirements, target_partitions)
     in_bounds = requirements.lower <= p <= requirements.upper
     if in_bounds and p % share == 0:
         if share == s:
@@ -204,6 +191,36 @@ def decide_rescale(
         return RescaleDecision("live", p, p, s, share,
                                f"{p} partitions run balanced on {share} slots (was {s}); no "
                                "restart needed")
+    return _restart_or_follow(p, s, share, requirements, repartition, in_bounds,
+                              min_parallelism_increase, held_back_since, now,
+                              scaling_interval_max)
+
+
+def _toward_target(p: int, s: int, share: int, requirements: ResourceRequirements,
+                   target_partitions: int) -> RescaleDecision:
+    """Rule 6: the autoscaler's partitions, restarted at if not running, else followed live."""
+    if p != target_partitions:
+        lo, hi = requirements.lower, requirements.upper
+        why = (f"{p} partitions are outside the bounds [{lo}, {hi}]"
+               if not lo <= p <= hi else
+               f"the autoscaler asks for {target_partitions} partitions")
+        return RescaleDecision(
+            "restart", p, target_partitions, s, share,
+            f"{why}: restart at {target_partitions} partitions on {share} slots")
+    if share == s:
+        return RescaleDecision("none", p, p, s, s,
+                               f"runs the autoscaler's {p} partitions on {s} slots")
+    return RescaleDecision("live", p, p, s, share,
+                           f"the autoscaler's {p} partitions run on {share} slots (was {s}); "
+                           "no restart needed")
+
+
+def _restart_or_follow(p: int, s: int, share: int, requirements: ResourceRequirements,
+                       repartition: RepartitionSupport, in_bounds: bool,
+                       min_parallelism_increase: int, held_back_since: float | None,
+                       now: float, scaling_interval_max: float | None) -> RescaleDecision:
+    """Rules 3-5: partitions that must change are restarted at the share, unless the
+    scale-up is held back or the query cannot restart (it follows its share live)."""
     if not in_bounds:
         why = (f"{p} partitions are outside the bounds [{requirements.lower}, "
                f"{requirements.upper}]")
