@@ -14,23 +14,25 @@ executors to release (in standalone mode lowering the target never ends an execu
 the reconciler names the newest ones beyond it).
 
 The py4j calls run on a worker thread of their own, so the scheduler thread
-never waits on an RPC to the cluster manager. Requests coalesce: when several
-totals are declared quickly, only the newest is sent; and the declared total is
-sent again after every release, as Spark's ``killExecutors`` lowers its target
-by the executors it kills. A call that raises (py4j, the cluster manager) is one
-ERROR line saying what was not done; nothing waits on it, so the scheduler and
-the queries go on. A release that Spark refuses or that raises is reported to
-the :meth:`SparkExecutorActuator.on_release_refused` callback (the runtime hands
-it to the scheduler, which counts those executors again), except that of an
-executor killed as hung, which is no longer counted and whose kill is sent again
-at the next declaration.
+never waits on an RPC to the cluster manager. Each declaration is one command:
+its releases, then the total; and the total goes after every release, as
+Spark's ``killExecutors`` lowers its target by the executors it kills. Commands
+coalesce: one that finds a newer one queued behind it leaves the total to it, so
+when several totals are declared quickly only the newest is sent. A call that
+raises (py4j, the cluster manager) is one ERROR line saying what was not done;
+nothing waits on it, so the scheduler and the queries go on. A release that
+Spark refuses or that raises is reported to the
+:meth:`SparkExecutorActuator.on_release_refused` callback (the runtime hands it
+to the reconciler, which counts those executors again, or kills one found hung
+again with its next total).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-import queue
 import threading
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -58,10 +60,9 @@ class SparkExecutorActuator:
         self.shim_jar = shim_jar
         self._control: Any = None
         self._synchronous = synchronous
-        self._queue: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
-        self._latest_total: int | None = None  # the total to send, None once sent
-        self._declared_total: int | None = None  # the last total the scheduler declared
-        self._lock = threading.Lock()
+        self._commands: deque[tuple[str, Any]] = deque()
+        self._queued = threading.Condition()
+        self._total: int | None = None  # the last total declared: sent after every release
         self._thread: threading.Thread | None = None
         self._warned = False
         self.supported = self._check_supported()
@@ -93,35 +94,24 @@ class SparkExecutorActuator:
                                 release: Sequence[ExecutorRelease] = ()) -> list[str]:
         """Release ``release``, then declare ``total`` executors; returns the executors whose
         release is sent (none where the master cannot release any)."""
-        # The total first: a kill sent from here re-sends the declared total once done.
-        with self._lock:
-            self._latest_total = self._declared_total = total
-        sent: list[str] = []
-        if self.supported:  # unsupported: no kill is sent, none is released
-            by_reason: dict[str, list[str]] = {}
-            for r in release:
-                by_reason.setdefault(r.reason, []).append(r.executor_id)
-            for reason, ids in by_reason.items():
-                self.kill_executors(ids, reason)
-                sent += ids
-        self._enqueue("request", None)
-        return sent
+        self._total = total
+        groups: dict[str, list[str]] = {}
+        for r in release:
+            groups.setdefault(r.reason, []).append(r.executor_id)
+        self._enqueue("declare", (list(groups.items()), True))
+        return [e for ids in groups.values() for e in ids] if self.supported else []
 
     def release_hung_executor(self, executor_id: str, reason: str) -> None:
         """Kill a silent executor and have the driver drop it at once (through the shim),
         then declare the total again: Spark's ``killExecutors`` also lowers the app's
         executor target by the executors it kills, so without it no replacement would
         ever be launched."""
-        self.kill_executors([executor_id], reason)
-        self._enqueue("declare-lost", (executor_id, reason))
-        if self._declared_total is not None:
-            with self._lock:
-                self._latest_total = self._declared_total
-            self._enqueue("request", None)
+        self._enqueue("hung", (executor_id, reason))
 
     def kill_executors(self, executor_ids: Sequence[str], reason: str) -> None:
+        """Release these executors (the total declared last goes again after)."""
         if executor_ids:
-            self._enqueue("kill", (list(executor_ids), reason))
+            self._enqueue("declare", ([(reason, list(executor_ids))], False))
 
     # -- execution ----------------------------------------------------------------
     def _enqueue(self, what: str, arg: Any) -> None:
@@ -133,9 +123,11 @@ class SparkExecutorActuator:
                             self.master())
             return
         if self._synchronous:
-            self._run(what, arg)
+            self._run(what, arg, superseded=False)
             return
-        self._queue.put((what, arg))
+        with self._queued:
+            self._commands.append((what, arg))
+            self._queued.notify()
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, name="spark-adaptive-actuator",
                                             daemon=True)
@@ -143,79 +135,96 @@ class SparkExecutorActuator:
 
     def drain(self, timeout: float = 30.0) -> bool:
         """Wait until every request and release queued before this call has been sent to
-        Spark; False if that took longer than ``timeout`` seconds. Releasing surplus
-        executors is queued before the request that declares the new total, so executors
-        may be gone before that request has been sent."""
+        Spark; False if that took longer than ``timeout`` seconds."""
         if self._synchronous or self._thread is None:
             return True
         sent = threading.Event()
-        self._queue.put(("mark", sent))
+        with self._queued:
+            self._commands.append(("mark", sent))
+            self._queued.notify()
         return sent.wait(timeout)
 
     def _loop(self) -> None:
         while True:
-            what, arg = self._queue.get()
+            with self._queued:
+                while not self._commands:
+                    self._queued.wait()
+                what, arg = self._commands.popleft()
+                # A declaration queued behind this one sends the total after it.
+                superseded = any(w in ("declare", "hung") for w, _ in self._commands)
             if what == "stop":
                 return
             if what == "mark":
                 arg.set()
                 continue
-            self._run(what, arg)
+            self._run(what, arg, superseded)
 
-    def _run(self, what: str, arg: Any) -> None:
-        """Send one call to Spark. A call that raises (py4j, the cluster manager) is one
-        ERROR line saying what was not done (it is not retried: the scheduler's next
-        declaration is sent as usual, with the kill of a hung executor again); the
+    def _run(self, what: str, arg: Any, superseded: bool) -> None:
+        """Carry out one command: its kills (a hung executor's also declared lost to the
+        driver), then the total declared last, unless a newer command sends it; a command
+        of kills only sends it once one was done."""
+        if what == "hung":
+            executor_id, reason = arg
+            self._call(f"releasing executor(s) {executor_id}",
+                       lambda: self._kill([executor_id], reason), [executor_id])
+            self._call(f"declaring executor {executor_id} lost to the driver",
+                       lambda: self._declare_lost(executor_id, reason))
+            send = True
+        else:
+            groups, send = arg
+            for reason, ids in groups:
+                killed = self._call(f"releasing executor(s) {', '.join(ids)}",
+                                    functools.partial(self._kill, ids, reason), ids)
+                send = send or killed
+        total = self._total
+        if send and total is not None and not superseded:
+            self._call(f"requesting {total} executor(s) in total",
+                       lambda: self._request(total))
+
+    def _call(self, doing: str, call: Callable[[], bool],
+              releasing: Sequence[str] = ()) -> bool:
+        """One call to Spark; what it answers. One that raises (py4j, the cluster manager)
+        is one ERROR line saying what was not done (it is not retried: the reconciler's
+        next declaration is sent as usual, with the kill of a hung executor again); the
         scheduler and the queries go on."""
-        jsc = self._sc._jsc.sc()
-        doing = what
         try:
-            if what == "request":
-                with self._lock:
-                    total, self._latest_total = self._latest_total, None
-                if total is None:
-                    return  # coalesced into a newer request already sent
-                doing = f"requesting {total} executor(s) in total"
-                ok = jsc.requestTotalExecutors(int(total), 0, empty_scala_map(self._sc))
-                self.requested.append(int(total))
-                log.info("requested %d executor(s) in total (accepted: %s)",
-                         total, ok)
-            elif what == "declare-lost":
-                executor_id, reason = arg
-                doing = f"declaring executor {executor_id} lost to the driver"
-                jar = shim_jar_path(self.shim_jar)
-                if jar is None:
-                    log.info("executor %s is dropped when its process ends (the JVM shim, "
-                             "which drops it at once, is not installed)", executor_id)
-                    return
-                if self._control is None:
-                    self._control = new_shim_object(self._sc, "ExecutorControl", jar)
-                if self._control.declareLost(self._sc._jsc.sc(), executor_id, reason):
-                    log.info("executor %s declared lost to the driver: %s", executor_id, reason)
-            elif what == "kill":
-                ids, reason = arg
-                doing = f"releasing executor(s) {', '.join(ids)}"
-                ok = jsc.killExecutors(scala_string_seq(self._sc, ids))
-                if not ok:
-                    log.warning("releasing executor(s) %s (%s) was refused by the cluster "
-                                "manager; they count as the app's again", ", ".join(ids),
-                                reason)
-                    self._kept(ids, "the cluster manager refused")
-                    return
-                self.killed.extend(ids)
-                log.info("released executor(s) %s: %s", ", ".join(ids), reason)
-                # Spark's killExecutors also lowers its executor target by the executors
-                # it kills: the declared total goes again after every kill, even when a
-                # request queued before the kill has already sent it.
-                with self._lock:
-                    if self._declared_total is not None:
-                        self._latest_total = self._declared_total
-                self._run("request", None)
+            return call()
         except Exception as e:
             log.error("%s failed (%s); not done, and the queries run on with the executors "
                       "they have", doing, error_text(e), exc_info=True)
-            if what == "kill":
-                self._kept(arg[0], f"killExecutors failed: {error_text(e)}")
+            if releasing:
+                self._kept(releasing, f"killExecutors failed: {error_text(e)}")
+            return False
+
+    def _request(self, total: int) -> bool:
+        ok = self._sc._jsc.sc().requestTotalExecutors(int(total), 0, empty_scala_map(self._sc))
+        self.requested.append(int(total))
+        log.info("requested %d executor(s) in total (accepted: %s)", total, ok)
+        return bool(ok)
+
+    def _kill(self, ids: Sequence[str], reason: str) -> bool:
+        """Release ``ids``; whether Spark did (a refusal is reported back)."""
+        if not self._sc._jsc.sc().killExecutors(scala_string_seq(self._sc, list(ids))):
+            log.warning("releasing executor(s) %s (%s) was refused by the cluster manager; "
+                        "they count as the app's again", ", ".join(ids), reason)
+            self._kept(ids, "the cluster manager refused")
+            return False
+        self.killed.extend(ids)
+        log.info("released executor(s) %s: %s", ", ".join(ids), reason)
+        return True
+
+    def _declare_lost(self, executor_id: str, reason: str) -> bool:
+        jar = shim_jar_path(self.shim_jar)
+        if jar is None:
+            log.info("executor %s is dropped when its process ends (the JVM shim, which "
+                     "drops it at once, is not installed)", executor_id)
+            return False
+        if self._control is None:
+            self._control = new_shim_object(self._sc, "ExecutorControl", jar)
+        lost = bool(self._control.declareLost(self._sc._jsc.sc(), executor_id, reason))
+        if lost:
+            log.info("executor %s declared lost to the driver: %s", executor_id, reason)
+        return lost
 
     def _kept(self, ids: Sequence[str], why: str) -> None:
         """Executors whose release failed stay the app's: the :meth:`on_release_refused`
@@ -232,6 +241,8 @@ class SparkExecutorActuator:
 
     def close(self) -> None:
         if self._thread is not None:
-            self._queue.put(("stop", None))
+            with self._queued:
+                self._commands.append(("stop", None))
+                self._queued.notify()
             self._thread.join(5)
             self._thread = None
