@@ -17,6 +17,8 @@ from spark_adaptive.core.streaming.allocator import (
     decide_rescale,
     determine_parallelism,
     first_start,
+    reserve_slots,
+    share_slots,
 )
 from spark_adaptive.core.streaming.requirements import ResourceRequirements as R
 
@@ -118,9 +120,10 @@ def test_raised_lower_bound_restarts() -> None:
 
 
 def test_no_share_keeps_running() -> None:
+    # No share: the slots are fewer than the query's lower bound (share_slots).
     d = decide(4, 4, None)
     assert d.kind == "none"
-    assert "not enough slots" in d.reason
+    assert "its lower bound 1 is above the app's slots; keeps running 4 partitions" in d.reason
 
 
 def test_small_scale_up_is_held_back_by_min_parallelism_increase() -> None:
@@ -203,3 +206,47 @@ def test_first_start_never_waits(state: int | None, share: int | None,
     plan = first_start(configured_partitions=6, state_partitions=state, share=share,
                        requirements=bounds, repartition=support)
     assert (plan.parallelism, plan.slots, plan.reason) == expected
+
+
+# -- share_slots: the queries of one app share its slots in time --------------------------
+@pytest.mark.parametrize("queries", [1, 2, 5, 20])
+@pytest.mark.parametrize("slots", [1, 3, 8])
+def test_every_query_runs_on_every_slot_within_its_bounds(queries: int, slots: int) -> None:
+    reqs = {f"q{i}": R(1, 4) for i in range(queries)}
+    assert share_slots(slots, reqs) == {k: min(4, slots) for k in reqs}
+
+
+def test_a_query_whose_lower_bound_is_above_the_slots_has_no_share_and_holds_up_no_other(
+        ) -> None:
+    reqs = {"big": R(4, 8), "small": R(1, 2), "wide": R(1, 32768)}
+    assert share_slots(3, reqs) == {"small": 2, "wide": 3}
+    assert share_slots(4, reqs) == {"big": 4, "small": 2, "wide": 4}
+    assert share_slots(0, reqs) == {}
+
+
+def test_queries_arriving_and_ending_change_no_other_query_s_share() -> None:
+    reqs = {"a": R(1, 4)}
+    before = share_slots(3, reqs)["a"]
+    for i in range(5):
+        reqs[f"n{i}"] = R(1, 4)
+        assert share_slots(3, reqs)["a"] == before
+    for i in range(5):
+        del reqs[f"n{i}"]
+        assert share_slots(3, reqs)["a"] == before
+
+
+# -- reserve_slots: the autoscaler's targets, exclusively -----------------------------------
+@pytest.mark.parametrize(("queries", "slots", "each"), [
+    (1, 3, 3), (2, 8, 4), (5, 8, None), (20, 8, 1), (5, 3, 1), (20, 1, 1), (2, 3, None)])
+def test_reserved_shares_are_flinks_or_the_lower_bounds_in_time(
+        queries: int, slots: int, each: int | None) -> None:
+    reqs = {f"q{i}": R(1, 4) for i in range(queries)}
+    shares = reserve_slots(slots, reqs)
+    assert len(shares) == queries
+    if each is not None:
+        assert set(shares.values()) == {each}
+    assert sum(shares.values()) <= max(slots, queries)  # never more than there are, or 1 each
+
+
+def test_reserved_shares_leave_out_a_lower_bound_above_the_slots() -> None:
+    assert reserve_slots(3, {"big": R(4, 8), "a": R(1, 4), "b": R(1, 4)}) == {"a": 1, "b": 1}

@@ -25,6 +25,7 @@ class OneQueryApp:
     def __init__(self, share: int | None = 4, executors: int = 2) -> None:
         self.share = share
         self.executor_count = executors
+        self.slots = 4
         self.released = 0
         self.started_work = True  # whether a job of the query's run has started
 

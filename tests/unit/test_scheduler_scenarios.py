@@ -239,7 +239,10 @@ def test_after_a_failure_without_slots_the_resource_wait_timeout_fails_the_query
     assert driver.calls == [("start", 1)]
 
 
-def test_two_queries_share_the_slots_like_flinks_slot_sharing_groups() -> None:
+def test_two_queries_each_run_on_every_slot_as_their_batches_interleave() -> None:
+    # The queries of one app share its slots in time: each runs on all 9, within its bounds
+    # (Flink's exclusive slot-sharing groups would give A 4 and B 5). The executors asked
+    # for still sum their upper bounds.
     app = App()
     for e in range(9):
         app.add(str(e))
@@ -247,18 +250,20 @@ def test_two_queries_share_the_slots_like_flinks_slot_sharing_groups() -> None:
     b = FakeDriver(query_info("B", partitions=10), query_id="qb")
     app.register(a, ResourceRequirements(1, 4))
     app.register(b, ResourceRequirements(2, 10))
-    assert a.calls == [("start", 4)] and b.calls == [("start", 5)]
+    assert a.calls == [("start", 4)] and b.calls == [("start", 9)]
+    assert (app.scheduler.slot_share("A"), app.scheduler.slot_share("B")) == (4, 9)
     assert app.actuator.requested[-1] == 14
-    # When A finishes, its slots go to B.
+    # When A finishes, B runs on the same 9 slots; the total goes down to B's bound.
     app.event(a.terminated(None))
     assert app.state("A") == "Finished"
     assert app.actuator.requested[-1] == 10
-    app.advance(9.9)  # 9 slots are not B's desired 10: its first run stabilizes for 10 s
-    assert b.calls == [("start", 5)]
-    app.advance(0.1)
+    app.advance(60)
+    assert b.calls == [("start", 9)]
+    app.add("9")  # B's desired 10: restarted at them after the stabilization
+    app.advance(60)
     assert b.calls[-1] == ("stop", True)
     app.stop(b)
-    assert b.calls[-1] == ("start", 9)
+    assert b.calls[-1] == ("start", 10)
 
 
 def test_an_executor_that_joins_after_the_declaration_is_released() -> None:

@@ -1,11 +1,22 @@
 """Who gets which slots, and whether a running query must change to use them.
 
-Two pure functions:
+Four pure functions:
 
-* :func:`determine_parallelism` shares an application's task slots among its
-  managed queries, the way Flink's ``SlotSharingSlotAllocator`` shares a
-  cluster's slots among slot-sharing groups. Each query is one group with
-  bounds ``[lower, upper]``.
+* :func:`share_slots` says on how many of the application's task slots each managed
+  query runs. Spark queries are not Flink jobs: the queries of one app interleave their
+  micro-batches on the same executors, and a micro-batch uses every free slot while it
+  runs. So each query runs on all the app's slots, within its bounds: with partitions a
+  whole multiple of the slots, every wave of tasks is full whichever queries' batches
+  run together (two queries of 3 partitions on 3 slots: 3 tasks in one wave each alone,
+  6 in two full waves together). More queries than slots is a normal state: each query
+  whose lower bound the slots cover has a share.
+* :func:`reserve_slots` shares them exclusively where slots are reserved: the
+  autoscaler asks for executors for each query's target (the total sums them), so each
+  query's share is the part of the slots asked for it, by Flink's
+  ``SlotSharingSlotAllocator`` rule (:func:`determine_parallelism`, each query one
+  slot-sharing group with bounds ``[lower, upper]``); when the slots cannot cover every
+  lower bound, each query whose lower bound fits runs on its lower bound, in time with
+  the others, rather than on nothing.
 * :func:`decide_rescale` compares a running query with its share and returns a
   :class:`RescaleDecision`: nothing to do, a *live* rescale, or a *restart*
   rescale, always with the reason.
@@ -33,6 +44,23 @@ from spark_adaptive.core.streaming.requirements import ResourceRequirements
 K = TypeVar("K", bound=Hashable)
 
 RescaleKind = Literal["none", "live", "restart"]
+
+
+def share_slots(slots: int, requirements: Mapping[K, ResourceRequirements]) -> dict[K, int]:
+    """The slots each query runs on: all of the app's, within its bounds; none (no key) for
+    a query whose lower bound is above them (it keeps running: Spark queues its tasks).
+    Example: 5 queries [1..4] on 3 slots -> 3 each; one [4..8] on 3 slots -> none."""
+    return {key: min(r.upper, slots) for key, r in requirements.items() if slots >= r.lower}
+
+
+def reserve_slots(slots: int, requirements: Mapping[K, ResourceRequirements]) -> dict[K, int]:
+    """Each query's exclusive share (:func:`determine_parallelism`); when the slots cannot
+    cover every lower bound, each query's lower bound (if the slots reach it), shared in
+    time. Example: 5 queries [1..4] on 3 slots -> 1 each."""
+    shares = determine_parallelism(slots, requirements)
+    if shares is not None:
+        return shares
+    return {key: r.lower for key, r in requirements.items() if slots >= r.lower}
 
 
 def determine_parallelism(
@@ -81,6 +109,7 @@ def first_start(
     share: int | None,
     requirements: ResourceRequirements,
     repartition: RepartitionSupport,
+    app_slots: int = 0,
 ) -> FirstStart:
     """The partitions a query's first run starts with, decided at once, without waiting.
 
@@ -94,8 +123,9 @@ def first_start(
        checkpoint, a source that cannot replay, local mode, ...): the configured
        partitions within the bounds, as the app would run without spark-adaptive.
     3. A slot share exists: the share (the allocator keeps it within the bounds).
-    4. No executor yet (an application's executors register seconds after it starts):
-       the configured partitions within the bounds.
+    4. No executor yet (an application's executors register seconds after it starts),
+       or fewer slots (``app_slots``) than the lower bound: the configured partitions
+       within the bounds.
     """
     r = requirements
     configured = min(max(configured_partitions, r.lower), r.upper)
@@ -110,9 +140,10 @@ def first_start(
         plan = FirstStart(share, share, f"{share} slots available within bounds "
                                         f"[{r.lower}, {r.upper}]")
     else:
-        plan = FirstStart(configured, 0, f"no task slot is known yet; starts at its configured "
-                                         f"{configured} partitions and rescales once resources "
-                                         "settle")
+        why = ("no task slot is known yet" if not app_slots else
+               f"its lower bound {r.lower} is above the app's {app_slots} slots")
+        plan = FirstStart(configured, 0, f"{why}; starts at its configured {configured} "
+                                         "partitions and rescales once resources settle")
     return dataclasses.replace(plan, support=repartition)
 
 
@@ -156,9 +187,9 @@ def decide_rescale(
 ) -> RescaleDecision:
     """The rescale rule for a query running ``parallelism`` partitions on ``slots`` slots.
 
-    ``share`` is the query's slot share now (None: not enough slots for every
-    query's lower bound). The target is the share, which the allocator already
-    keeps within the bounds. Rules, in order:
+    ``share`` is the slots the query runs on now (None: fewer than its lower bound). The
+    target is the share, which :func:`share_slots` already keeps within the bounds. Rules,
+    in order:
 
     1. No share: nothing to do; the query keeps running (Spark queues its tasks).
     2. Partitions within the bounds and a whole multiple of the share: the query
@@ -179,8 +210,8 @@ def decide_rescale(
     p, s = parallelism, slots
     if share is None:
         return RescaleDecision("none", p, p, s, s,
-                               "not enough slots for every query's lower bound; keeps running "
-                               f"{p} partitions")
+                               f"its lower bound {requirements.lower} is above the app's slots; "
+                               f"keeps running {p} partitions")
     if target_partitions is not None and repartition.possible:
         return _toward_target(p, s, share, requirements, target_partitions)
     in_bounds = requirements.lower <= p <= requirements.upper

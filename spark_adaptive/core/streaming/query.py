@@ -85,7 +85,12 @@ class AppView(Protocol):
     """What one query's scheduler sees of the application it shares slots with."""
 
     def slot_share(self, key: str) -> int | None:
-        """The query's current share of the slots (None: not enough for every lower bound)."""
+        """The slots the query runs on now (None: fewer than its lower bound)."""
+        ...
+
+    @property
+    def slots(self) -> int:
+        """The app's task slots counted now."""
         ...
 
     @property
@@ -126,7 +131,8 @@ class QuerySnapshot:
     parallelism: int
     """Partitions of the running query; 0 while none runs."""
     slots: int
-    """The query's current slot share; 0 when it has none."""
+    """The slots the query runs on: its share, or while it runs below its lower bound, the
+    app's slots; 0 while none runs and it has no share."""
     executors: int
     requirements: ResourceRequirements
     last_decision: Decision | None
@@ -418,7 +424,8 @@ class QueryScheduler:
         return QuerySnapshot(
             id=self.query_id or self.key, key=self.key, name=self.name, state=st.name,
             parallelism=(self._partitions or 0) if self._running else 0,
-            slots=self.slot_share() or 0, executors=self._app.executor_count,
+            slots=self.slot_share() or (self._app.slots if self._running else 0),
+            executors=self._app.executor_count,
             requirements=self._requirements, last_decision=self._decisions.last,
             counters=self.history.counters, run_id=self.run_id,
             status=st.status if isinstance(st, Finished) else None,

@@ -5,9 +5,11 @@
 * counts executors and slots in the app's one
   :class:`~spark_adaptive.core.executors.inventory.ExecutorInventory` (with the
   executor-loss grace and hang detection);
-* shares the slots among the managed queries
-  (:func:`~spark_adaptive.core.streaming.allocator.determine_parallelism`) and tells each
-  query whose share changed;
+* says on how many slots each managed query runs and tells each query whose share
+  changed: all the app's slots within its bounds, as the queries of one app share them in
+  time (:func:`~spark_adaptive.core.streaming.allocator.share_slots`); with the autoscaler,
+  the part of them asked for its target
+  (:func:`~spark_adaptive.core.streaming.allocator.reserve_slots`);
 * hands the facts of the executor demand (each query's slots, slots in use, running stages;
   the start's hold; the baseline once no managed query remains) to the
   :class:`~spark_adaptive.core.executors.reconciler.Reconciler`, which alone declares and
@@ -54,8 +56,9 @@ from spark_adaptive.core.ports import (
 from spark_adaptive.core.streaming import requirements as req
 from spark_adaptive.core.streaming.allocator import (
     FirstStart,
-    determine_parallelism,
     first_start,
+    reserve_slots,
+    share_slots,
 )
 from spark_adaptive.core.streaming.history import LOGGER_NAME, RescaleRecord, SavedHistory
 from spark_adaptive.core.streaming.history_store import HistoryWriter
@@ -161,7 +164,7 @@ class AdaptiveScheduler:
         self.executors = Reconciler(actuator, self.resources, timers, self._demand_inputs)
         """The one owner of the executor total (the batch part adds its demand to it)."""
         self._queries: dict[str, QueryScheduler] = {}
-        self._shares: dict[str, int] | None = {}
+        self._shares: dict[str, int] = {}
         self._idle_executors = idle_executors
         # Before the first query: the start's hold (None once a query is taken over or the
         # hold is undone).
@@ -282,7 +285,7 @@ class AdaptiveScheduler:
         (its share while it is not running), within its bounds as they are now (bounds
         lowered and raised again do not bring back a mark from before)."""
         q = self._queries[key]
-        slots = max(q.running_slots, q.slots_in_use) or (self._shares or {}).get(key) or r.lower
+        slots = max(q.running_slots, q.slots_in_use) or self._shares.get(key) or r.lower
         # The most it ran on since: an executor lost shrinks it live, and the total declared
         # still asks for its replacement.
         slots = max(slots, self._undecided_slots.get(key, 0))
@@ -295,7 +298,7 @@ class AdaptiveScheduler:
         self._note_runs()
         active = self._active()
         old = self._shares
-        self._shares = determine_parallelism(self.resources.slots, active) if active else {}
+        self._shares = self._share(active)
         log.debug("slot shares %s -> %s (%s)", old, self._shares, reason)
         for key in active:
             before = None if old is None else old.get(key)
@@ -380,7 +383,20 @@ class AdaptiveScheduler:
         self._reconcile()
 
     def slot_share(self, key: str) -> int | None:
-        return None if self._shares is None else self._shares.get(key)
+        """The slots the query runs on (None: fewer than its lower bound)."""
+        return self._shares.get(key)
+
+    def _share(self, active: dict[str, req.ResourceRequirements]) -> dict[str, int]:
+        """The slots each query runs on: with the autoscaler, the part of the slots asked
+        for its target (the executors asked for sum the targets); else all the app's slots
+        within its bounds (the queries share them in time)."""
+        rule = reserve_slots if self._autoscaled else share_slots
+        return rule(self.resources.slots, active)
+
+    @property
+    def slots(self) -> int:
+        """The app's task slots counted now."""
+        return self.resources.slots
 
     def warming_up(self) -> bool:
         """Executors that joined are being warmed up (a restart onto them waits)."""
@@ -418,13 +434,14 @@ class AdaptiveScheduler:
         self._note_runs()
         active = self._active()
         active[info.key] = requirements
-        shares = determine_parallelism(self.resources.slots, active)
-        share = None if shares is None or self._autoscaled else shares.get(info.key)
+        shares = self._share(active)
+        share = None if self._autoscaled else shares.get(info.key)
         plan = first_start(
             configured_partitions=info.configured_partitions,
             state_partitions=info.state_partitions,
-            share=share, requirements=requirements, repartition=support)
-        if self._autoscaled and plan.slots == 0 and shares is not None:
+            share=share, requirements=requirements, repartition=support,
+            app_slots=self.resources.slots)
+        if self._autoscaled and plan.slots == 0:
             # The autoscaler sizes the query's slots from its load; its partitions are the
             # app's, so that most slot counts up to them run it live.
             return FirstStart(plan.parallelism, shares.get(info.key) or 0,
