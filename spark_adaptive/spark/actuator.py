@@ -30,6 +30,7 @@ again with its next total).
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import threading
 from collections import deque
@@ -98,7 +99,7 @@ class SparkExecutorActuator:
         groups: dict[str, list[str]] = {}
         for r in release:
             groups.setdefault(r.reason, []).append(r.executor_id)
-        self._enqueue("declare", (list(groups.items()), True))
+        self._enqueue("declare", list(groups.items()))
         return [e for ids in groups.values() for e in ids] if self.supported else []
 
     def release_hung_executor(self, executor_id: str, reason: str) -> None:
@@ -107,11 +108,6 @@ class SparkExecutorActuator:
         executor target by the executors it kills, so without it no replacement would
         ever be launched."""
         self._enqueue("hung", (executor_id, reason))
-
-    def kill_executors(self, executor_ids: Sequence[str], reason: str) -> None:
-        """Release these executors (the total declared last goes again after)."""
-        if executor_ids:
-            self._enqueue("declare", ([(reason, list(executor_ids))], False))
 
     # -- execution ----------------------------------------------------------------
     def _enqueue(self, what: str, arg: Any) -> None:
@@ -150,8 +146,10 @@ class SparkExecutorActuator:
                 while not self._commands:
                     self._queued.wait()
                 what, arg = self._commands.popleft()
-                # A declaration queued behind this one sends the total after it.
-                superseded = any(w in ("declare", "hung") for w, _ in self._commands)
+                # A declaration queued behind this one (before any drain's mark, whose
+                # caller waits for what was queued before it) sends the total after it.
+                superseded = any(w in ("declare", "hung") for w, _ in
+                                 itertools.takewhile(lambda c: c[0] != "mark", self._commands))
             if what == "stop":
                 return
             if what == "mark":
@@ -161,23 +159,19 @@ class SparkExecutorActuator:
 
     def _run(self, what: str, arg: Any, superseded: bool) -> None:
         """Carry out one command: its kills (a hung executor's also declared lost to the
-        driver), then the total declared last, unless a newer command sends it; a command
-        of kills only sends it once one was done."""
+        driver), then the total declared last, unless a newer command sends it."""
         if what == "hung":
             executor_id, reason = arg
             self._call(f"releasing executor(s) {executor_id}",
                        lambda: self._kill([executor_id], reason), [executor_id])
             self._call(f"declaring executor {executor_id} lost to the driver",
                        lambda: self._declare_lost(executor_id, reason))
-            send = True
         else:
-            groups, send = arg
-            for reason, ids in groups:
-                killed = self._call(f"releasing executor(s) {', '.join(ids)}",
-                                    functools.partial(self._kill, ids, reason), ids)
-                send = send or killed
+            for reason, ids in arg:
+                self._call(f"releasing executor(s) {', '.join(ids)}",
+                           functools.partial(self._kill, ids, reason), ids)
         total = self._total
-        if send and total is not None and not superseded:
+        if total is not None and not superseded:
             self._call(f"requesting {total} executor(s) in total",
                        lambda: self._request(total))
 
@@ -198,7 +192,7 @@ class SparkExecutorActuator:
 
     def _request(self, total: int) -> bool:
         ok = self._sc._jsc.sc().requestTotalExecutors(int(total), 0, empty_scala_map(self._sc))
-        self.requested.append(int(total))
+        _remember(self.requested, int(total))
         log.info("requested %d executor(s) in total (accepted: %s)", total, ok)
         return bool(ok)
 
@@ -209,7 +203,8 @@ class SparkExecutorActuator:
                         "they count as the app's again", ", ".join(ids), reason)
             self._kept(ids, "the cluster manager refused")
             return False
-        self.killed.extend(ids)
+        for executor_id in ids:
+            _remember(self.killed, executor_id)
         log.info("released executor(s) %s: %s", ", ".join(ids), reason)
         return True
 
@@ -246,3 +241,14 @@ class SparkExecutorActuator:
                 self._queued.notify()
             self._thread.join(5)
             self._thread = None
+
+
+#: The newest totals sent and executors released that the actuator keeps (for tests and
+#: diagnostics): an app that runs for weeks must not grow them without end.
+_REMEMBERED = 1000
+
+
+def _remember(kept: list[Any], value: Any) -> None:
+    kept.append(value)
+    if len(kept) > _REMEMBERED:
+        del kept[: len(kept) - _REMEMBERED]

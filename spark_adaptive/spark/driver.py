@@ -173,7 +173,9 @@ class SparkQueryDriver:
                 f"its source {', '.join(sources)} cannot replay its input, so a restart "
                 "would lose what it sent meanwhile"))
         loc = self._info.checkpoint_location
-        if loc is None:
+        # An unnamed query under the session's checkpoint root gets a checkpoint of its own
+        # at its first start (Spark names its directory then): planned as having one.
+        if loc is None and not self._session_checkpoint_root:
             return RepartitionSupport(False, (
                 "the query has no checkpoint location, so a restart would begin again from "
                 "its sources' starting offsets and lose its state; set the checkpointLocation "

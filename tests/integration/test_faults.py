@@ -259,12 +259,11 @@ def test_d_failing_executor_calls_are_one_line_each_and_the_query_goes_on(
     monkeypatch.setattr("spark_adaptive.spark.actuator.scala_string_seq", lambda sc, ids: 42)
     caplog.set_level(logging.INFO, logger="spark_adaptive")
     seven = [ExecutorRelease("7", "a test")]  # local mode has no executor of its own
-    actuator.request_total_executors(3)
-    actuator.kill_executors(["7"], "a test")
+    actuator.request_total_executors(3, seven)
     assert actuator.drain()
 
     assert actuator.requested == [] and actuator.killed == []
-    request, kill = _problems(caplog)
+    kill, request = _problems(caplog)
     assert request.startswith("requesting 3 executor(s) in total failed (")
     assert kill.startswith("releasing executor(s) 7 failed (")
     for line in (request, kill):
@@ -278,7 +277,7 @@ def test_d_failing_executor_calls_are_one_line_each_and_the_query_goes_on(
     # A release the cluster manager refuses (local mode's scheduler kills nothing and
     # answers false) leaves it the app's too.
     monkeypatch.setattr("spark_adaptive.spark.actuator.scala_string_seq", real_seq)
-    actuator.kill_executors(["7"], "a test")
+    actuator.request_total_executors(0, seven)
     assert actuator.drain()
     assert actuator.killed == []
     assert ("releasing executor(s) 7 (a test) was refused by the cluster manager; they "

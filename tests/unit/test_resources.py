@@ -183,16 +183,16 @@ def test_handle_dispatches_executor_events_only(vt: VirtualTime, rec: Recorder) 
 def test_slots_per_executor_and_executors_for(vt: VirtualTime, rec: Recorder) -> None:
     t = tracker(vt, rec)
     assert t.slots_per_executor() is None
-    assert t.executors_for(10) is None
-    assert t.executors_for(10, default_slots_per_executor=4) == 3
+    assert t.pool().executors_for(10) is None
+    assert t.pool(4).executors_for(10) == 3
     t.executor_added("1", "h1", 2)
     t.executor_added("2", "h2", 2)
     t.executor_added("3", "h3", 4)
     assert t.slots_per_executor(default=8) == 2  # the most common size wins over the default
-    assert t.executors_for(7) == 3  # the three alive carry 8; a fourth is not needed
-    assert t.executors_for(4) == 2
-    assert t.executors_for(0) == 0
-    assert t.executors_for(11) == 5  # the three alive, and 3 slots more at 2 per executor
+    assert t.pool().executors_for(7) == 3  # the three alive carry 8; a fourth is not needed
+    assert t.pool().executors_for(4) == 2
+    assert t.pool().executors_for(0) == 0
+    assert t.pool().executors_for(11) == 5  # the three alive, and 3 slots more at 2 per executor
 
 
 def test_executors_for_counts_those_that_stay_when_sizes_differ(
@@ -205,16 +205,17 @@ def test_executors_for_counts_those_that_stay_when_sizes_differ(
     t.executor_added("2", "h2", 4)
     t.executor_added("3", "h3", 4)
     assert t.slots_per_executor() == 4
-    assert t.executors_for(8) == 3  # 1 + 4 carry 5 only
-    assert t.executors_for(5) == 2
-    assert t.executors_for(1) == 1
+    assert t.pool().executors_for(8) == 3  # 1 + 4 carry 5 only
+    assert t.pool().executors_for(5) == 2
+    assert t.pool().executors_for(1) == 1
     t.release("1", "declared fewer")
     assert t.restore("1", "Spark refused")  # counts again, in its place as the oldest
-    assert t.executors_for(5) == 2 and t.executors_for(8) == 3
+    assert t.pool().executors_for(5) == 2 and t.pool().executors_for(8) == 3
     t.executor_added("4", "h4", 1)
-    assert t.executors_for(9) == 3
-    assert t.executors_for(10) == 4
-    assert t.executors_for(12) == 6  # the four alive, and 2 slots at 1 (1 and 4 tie: the smaller)
+    assert t.pool().executors_for(9) == 3
+    assert t.pool().executors_for(10) == 4
+    # The four alive, and 2 slots at 1 (1 and 4 tie: the smaller).
+    assert t.pool().executors_for(12) == 6
 
 
 def test_executors_for_orders_executors_by_when_spark_added_them(
@@ -226,9 +227,9 @@ def test_executors_for_orders_executors_by_when_spark_added_them(
     t.handle(ExecutorAdded(5.0, "10", "h1", 8))  # heard of first, added last
     t.handle(ExecutorAdded(1.0, "2", "h2", 1))
     t.handle(ExecutorAdded(5.0, "11", "h3", 1))
-    assert t.executors_for(1) == 1  # "2", the oldest
-    assert t.executors_for(8) == 2  # "2" and "10": "11" came after "10" at the same time
-    assert t.executors_for(10) == 3
+    assert t.pool().executors_for(1) == 1  # "2", the oldest
+    assert t.pool().executors_for(8) == 2  # "2" and "10": "11" came after "10" at the same time
+    assert t.pool().executors_for(10) == 3
 
 
 def test_refuses_bad_task_cpus(vt: VirtualTime, rec: Recorder) -> None:

@@ -35,21 +35,23 @@ Q6     a running stage with more tasks than its query's slots holds the executor
        run on (never above the total sent or alive) until it completes or a boundary
 Q7     adaptive mode without the autoscaler: nothing is released before every query's
        first boundary said what it runs
-Q8     surplus beyond an unchanged total (a late executor, a refused release) goes only
-       at a micro-batch boundary while a query runs or a release was refused; a boundary
-       while another query's stage runs counts only after SURPLUS_WAIT
-N1     before the first query, the start's hold trims to the executors of its slots (at
+Q8     executors beyond a lower total go at once (the rows above keep what runs); beyond
+       a higher or unchanged one (a late executor, a refused release), only at a
+       micro-batch boundary while a query runs or a release was refused; a boundary while
+       another query's stage runs counts only after SURPLUS_WAIT
+N1     with no managed query, the batch part's decision (its own work runs); executors
+       beyond it go only when its idle decision releases them
+N2     before the first query, the start's hold trims to the executors of its slots (at
        once, never asking for more; a refused release is not retried)
-N2     with no managed query, the batch part's demand; executors beyond it go only when
-       its idle decision releases them
 N3     else the baseline the app went back to (its hold undone, its last query ended);
-       nothing beyond it is released
+       what is beyond it goes with it, not later
 N4     else nothing: the app keeps what Spark gave it
 =====  ==================================================================================
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from dataclasses import dataclass
@@ -83,19 +85,32 @@ class Pool:
     """Slots counted: live executors and lost ones still in their loss grace."""
     default_slots_per_executor: int | None = None
     """The size of executors to come while none is alive (``spark.executor.cores``)."""
+    lost: int = 0
+    """Executors lost and still in their loss grace: they count (a lost executor often
+    comes back or is replaced at once), but cannot be released."""
 
     @property
     def alive(self) -> int:
+        """Live executors: those a total below them releases."""
         return len(self.executors)
 
-    def slots_per_executor(self) -> int | None:
-        """The most common slot count of live executors (the smaller on a tie), else the
-        default."""
+    @property
+    def counted(self) -> int:
+        """Live executors and those in their loss grace: what a hold keeps at most."""
+        return len(self.executors) + self.lost
+
+    @functools.cached_property
+    def _per_executor(self) -> int | None:
         counts = Counter(e.slots for e in self.executors if e.slots > 0)
         if not counts:
             return self.default_slots_per_executor
         top = max(counts.values())
         return min(s for s, n in counts.items() if n == top)
+
+    def slots_per_executor(self) -> int | None:
+        """The most common slot count of live executors (the smaller on a tie), else the
+        default."""
+        return self._per_executor
 
     def executors_for(self, slots: int) -> int | None:
         """Executors to declare for ``slots`` slots: the fewest live ones, oldest first,
@@ -195,7 +210,9 @@ class Demand:
     reason: str
     source: Source = "none"
     release_surplus: bool = False
-    """Executors alive beyond ``total`` go now, though the total did not change."""
+    """Executors alive beyond ``total`` go now. Otherwise they go with a lower total only
+    (one the queries' rules already hold what runs for), never with a higher or an
+    unchanged one."""
     waits: bool = False
     """Executors beyond what the queries want are kept until a micro-batch boundary."""
 
@@ -210,7 +227,10 @@ def executor_demand(i: DemandInputs) -> Demand:
 
 
 def _without_queries(i: DemandInputs) -> Demand:
-    if i.hold_slots is not None:  # N1
+    if i.batch is not None:  # N1
+        return Demand(i.batch.total, i.batch.reason, "batch",
+                      release_surplus=i.batch.release_surplus)
+    if i.hold_slots is not None:  # N2
         total = i.pool.executors_for(i.hold_slots)
         if total is None or i.pool.alive <= total:
             return Demand(None, "the start's hold: nothing to trim")
@@ -218,11 +238,9 @@ def _without_queries(i: DemandInputs) -> Demand:
                              f"executors of autoscaler.initial-slots={i.hold_slots} until its "
                              f"first query (or a job of its own) starts; {i.pool.alive} alive",
                       "hold", release_surplus=not i.refused)
-    if i.batch is not None:  # N2
-        return Demand(i.batch.total, i.batch.reason, "batch",
-                      release_surplus=i.batch.release_surplus)
-    if i.baseline is not None:  # N3
-        return Demand(i.baseline.total, i.baseline.reason, "baseline")
+    if i.baseline is not None:  # N3: what is beyond it goes with it, not later
+        return Demand(i.baseline.total, i.baseline.reason, "baseline",
+                      release_surplus=i.baseline.total != i.sent)
     return Demand(None, "no managed query: the app keeps what Spark gave it")  # N4
 
 
@@ -244,18 +262,23 @@ def _for_queries(i: DemandInputs) -> Demand:
     note = (f"; the running queries still use {in_use} slots, the rest are released when "
             "they let go" if in_use > wanted else "")
     waits = False
+    counted = i.pool.counted  # a loss within its grace moves no total
     if held > slots:  # Q6
         kept = i.pool.executors_for(held) or 0
-        kept = min(kept, alive if i.sent is None else min(alive, i.sent))
+        kept = min(kept, counted if i.sent is None else min(counted, i.sent))
         if kept > total:
             total, waits = kept, True
             note = (f"; a running micro-batch's stage may use {held} slots, the rest are "
                     "released once it has completed")
-    if i.first_boundary and total < alive and any(not q.boundary_seen for q in qs):  # Q7
-        total, waits = alive, True
+    if i.first_boundary and total < counted and any(not q.boundary_seen for q in qs):  # Q7
+        total, waits = counted, True
         note = "; nothing is released before each query's first micro-batch has said what it runs"
-    release_surplus = between or not (in_use or i.refused)  # Q8
-    if total == i.sent and alive > total and not release_surplus:
+    # Q8: beyond a lower total (the rules above keep what runs) executors go at once;
+    # beyond a higher or unchanged one, at a boundary while a query runs or a release was
+    # refused.
+    lower = i.sent is None or total < i.sent
+    release_surplus = lower or between or not (in_use or i.refused)
+    if alive > total and not release_surplus:
         waits = True
     whose = "the autoscaler's targets" if i.sizing == "autoscaler" else "the queries' upper bounds"
     if any(q.source_tasks is not None for q in qs):

@@ -47,6 +47,7 @@ scheduler thread, after the tracker's own state is up to date.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections import OrderedDict
@@ -137,6 +138,7 @@ class ExecutorInventory:
         self._hang_check: Cancellable | None = None
         self._hang_check_due = math.inf
         self.fixed_slots = fixed_slots
+        self._pool: Pool | None = None  # the executors as the demand reads them, until they change
 
     def add_listener(self, listener: Callable[[SlotChange], None]) -> None:
         self._listeners.append(listener)
@@ -169,20 +171,21 @@ class ExecutorInventory:
 
     def pool(self, default_slots_per_executor: int | None = None) -> Pool:
         """The live executors, oldest first by the time Spark added them (as a lower total
-        releases the newest), and the slots counted, as the executor demand reads them."""
-        oldest_first = sorted(self._live.values(), key=lambda e: (e.added_at, e.joined))
-        return Pool(tuple(PoolExecutor(e.executor_id, e.slots) for e in oldest_first),
-                    self.slots, default_slots_per_executor)
+        releases the newest), the slots counted and the executors in their loss grace, as
+        the executor demand reads them (kept until the executors change)."""
+        pool = self._pool
+        if pool is None:
+            oldest_first = sorted(self._live.values(), key=lambda e: (e.added_at, e.joined))
+            pool = self._pool = Pool(
+                tuple(PoolExecutor(e.executor_id, e.slots) for e in oldest_first),
+                self.slots, None, len(self._lost))
+        if pool.default_slots_per_executor != default_slots_per_executor:
+            pool = dataclasses.replace(pool, default_slots_per_executor=default_slots_per_executor)
+        return pool
 
     def slots_per_executor(self, default: int | None = None) -> int | None:
         """The most common slot count of live executors (the smaller on a tie), else ``default``."""
         return self.pool(default).slots_per_executor()
-
-    def executors_for(
-        self, slots: int, default_slots_per_executor: int | None = None
-    ) -> int | None:
-        """Executors to declare for ``slots`` slots (:meth:`Pool.executors_for`)."""
-        return self.pool(default_slots_per_executor).executors_for(slots)
 
     def newest(self, count: int) -> list[str]:
         """The ``count`` newest live executors, which a total ``count`` below those alive
@@ -227,6 +230,7 @@ class ExecutorInventory:
         executor = Executor(executor_id, host, cores, cores // self._task_cpus, added_at,
                             self._joined)
         self._live[executor_id] = executor
+        self._pool = None
         self._last_seen[executor_id] = self._timers.now()
         replaced = self._replace_lost(executor)
         self._arm_hang_check()
@@ -239,6 +243,7 @@ class ExecutorInventory:
         self._released.pop(executor_id, None)
         self._hung.pop(executor_id, None)
         executor = self._live.pop(executor_id, None)
+        self._pool = None
         self._last_seen.pop(executor_id, None)
         self._heard.discard(executor_id)
         if executor is None:
@@ -252,6 +257,7 @@ class ExecutorInventory:
         lost = _Lost(executor, None)
         lost.timer = self._timers.call_later(self._grace, lambda: self._grace_over(lost))
         self._lost.append(lost)
+        self._pool = None
         log.info("%s; its %d slots still count for the %gs executor-loss grace",
                  why, executor.slots, self._grace)
 
@@ -264,6 +270,7 @@ class ExecutorInventory:
         gone = []
         for executor_id in executor_ids:
             executor = self._live.pop(executor_id, None)
+            self._pool = None
             self._last_seen.pop(executor_id, None)
             self._heard.discard(executor_id)
             if executor is not None:
@@ -298,6 +305,7 @@ class ExecutorInventory:
             return False
         before = self.slots
         self._live[executor_id] = executor
+        self._pool = None
         self._last_seen[executor_id] = self._timers.now()
         self._arm_hang_check()
         self._changed(before, f"executor {executor_id} counts again ({reason})")
@@ -329,6 +337,7 @@ class ExecutorInventory:
         same_host = [lost for lost in self._lost if lost.executor.host == executor.host]
         lost = (same_host or self._lost)[0]
         self._lost.remove(lost)
+        self._pool = None
         if lost.timer is not None:
             lost.timer.cancel()
         return lost.executor
@@ -338,6 +347,7 @@ class ExecutorInventory:
             return
         before = self.slots
         self._lost.remove(lost)
+        self._pool = None
         self._changed(before, f"executor {lost.executor.executor_id} did not come back within "
                               f"the {self._grace:g}s executor-loss grace")
 
@@ -372,6 +382,7 @@ class ExecutorInventory:
         for executor_id, silent in hung:
             before = self.slots
             self._live.pop(executor_id)
+            self._pool = None
             self._hung[executor_id] = False
             self._last_seen.pop(executor_id)
             self._heard.discard(executor_id)

@@ -37,6 +37,7 @@ from spark_adaptive.core.executors.demand import (
     Baseline,
     Demand,
     DemandInputs,
+    Source,
     executor_demand,
 )
 from spark_adaptive.core.executors.inventory import ExecutorInventory
@@ -59,7 +60,7 @@ class Reconciler:
         self._inventory = inventory
         self._timers = timers
         self._facts = facts
-        self._sent: int | None = None
+        self._sent: Demand | None = None  # the demand whose total was sent last
         self._refused = False  # a release was refused since the last total was sent
         self._batch: Baseline | None = None
         self._waiting_since: float | None = None  # executors beyond the total wait since
@@ -67,7 +68,12 @@ class Reconciler:
     @property
     def sent(self) -> int | None:
         """The total sent last (None: never)."""
-        return self._sent
+        return None if self._sent is None else self._sent.total
+
+    @property
+    def sent_by(self) -> Source:
+        """Whose demand the total sent last was ("none": nothing was sent)."""
+        return "none" if self._sent is None else self._sent.source
 
     def set_batch_demand(self, demand: Baseline | None, *, reconcile: bool = True) -> None:
         """The batch part's decision (None: it does not size the app now), then reconcile
@@ -85,7 +91,7 @@ class Reconciler:
         now = self._timers.now()
         since = self._waiting_since
         inputs = dataclasses.replace(
-            self._facts(), sent=self._sent, refused=self._refused, batch=self._batch,
+            self._facts(), sent=self.sent, refused=self._refused, batch=self._batch,
             at_boundary=at_boundary,
             surplus_wait_over=since is not None and now - since >= SURPLUS_WAIT)
         demand = executor_demand(inputs)
@@ -93,8 +99,8 @@ class Reconciler:
         total = demand.total
         if total is None:
             return demand
-        surplus = inputs.pool.alive - total
-        if total != self._sent or (demand.release_surplus and surplus > 0):
+        surplus = inputs.pool.alive - total if demand.release_surplus else 0
+        if total != self.sent or surplus > 0:
             self._send(demand, total, self._inventory.newest(surplus))
         return demand
 
@@ -108,7 +114,7 @@ class Reconciler:
                    for e in newest]
         release += [ExecutorRelease(e, "killed as hung; the kill is tried again")
                     for e in self._inventory.hung_to_kill()]
-        self._sent, self._refused = total, False
+        self._sent, self._refused = demand, False
         try:
             taken = set(self._actuator.request_total_executors(total, release))
         except Exception:

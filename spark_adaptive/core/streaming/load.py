@@ -126,6 +126,14 @@ class LoadTracker:
             for stage in [st for st, run in self._run_of_stage.items() if run == event.run_id]:
                 del self._run_of_stage[stage]
 
+    def run_of(self, event: Event) -> str | None:
+        """The streaming run a job or stage event belongs to, if it is one's."""
+        if isinstance(event, JobStarted):
+            return event.job_group
+        if isinstance(event, (StageSubmitted, StageCompleted)):
+            return self._run_of_stage.get(event.stage_id)
+        return None
+
     def running_tasks(self, run_id: str) -> int:
         """The most tasks of a stage of the run's that was submitted and has not completed
         (0: none runs): Spark spreads them over every executor with a free slot, whatever

@@ -643,8 +643,12 @@ class QueryScheduler:
         here = threading.get_ident()
 
         def took(support: RepartitionSupport) -> None:
-            if self._support_asked == asked:
-                self._support = support
+            if self._support_asked != asked:
+                return  # an answer for a run or statefulness that is gone
+            changed = self._support is None or self._support.possible != support.possible
+            self._support = support
+            if changed and not self._transitioning:
+                self._state.on_resources_changed()  # what it may do changed: decide again
 
         def on_done(support: RepartitionSupport) -> None:  # any thread
             if threading.get_ident() == here:
@@ -654,7 +658,8 @@ class QueryScheduler:
 
         try:
             self._driver.repartition_support(self._stateful, on_done)
-        except Exception:  # a broken driver: the answer before stands
+        except Exception:  # a broken driver: the answer before stands; asked again later
+            self._support_asked = None
             log.exception("query %s: asking whether its partitions can change failed",
                           self.key)
 

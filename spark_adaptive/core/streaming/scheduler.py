@@ -39,6 +39,7 @@ from spark_adaptive.core.events import (
     BATCH_BOUNDARIES,
     QUERY_EVENTS,
     Event,
+    ExecutorHeartbeat,
     QueryProgress,
     QueryStarted,
     QueryTerminated,
@@ -60,7 +61,7 @@ from spark_adaptive.core.streaming.allocator import (
     reserve_slots,
     share_slots,
 )
-from spark_adaptive.core.streaming.history import LOGGER_NAME, RescaleRecord, SavedHistory
+from spark_adaptive.core.streaming.history import RescaleRecord, SavedHistory
 from spark_adaptive.core.streaming.history_store import HistoryWriter
 from spark_adaptive.core.streaming.load import LoadTracker
 from spark_adaptive.core.streaming.query import (
@@ -76,7 +77,6 @@ from spark_adaptive.core.streaming.states import SchedulingParams, StateName
 from spark_adaptive.errors import ConflictError, RequirementsError, UnknownQueryError
 
 log = logging.getLogger(__name__)
-decision_log = logging.getLogger(LOGGER_NAME)
 
 REACTIVE_REQUIREMENTS = "Cannot change the parallelism of a job running in reactive mode."
 LOCAL_MODE_REQUIREMENTS = ("Cannot change the parallelism of a query in local mode: its task "
@@ -192,10 +192,14 @@ class AdaptiveScheduler:
         if hold is not None and (hold.slots is not None or self.executors.sent is not None):
             hold.on_event(event)  # trimming, or what it trimmed may be given back
         if self.resources.handle(event):
-            return  # a change of slots has shared them anew and reconciled
+            if not isinstance(event, ExecutorHeartbeat):
+                self._reconcile()  # a loss in its grace, or its replacement: slots unchanged
+            return
         self.load.on_event(event)
         if not isinstance(event, QUERY_EVENTS):
-            self._reconcile()  # a stage started or ended: what runs may hold executors
+            run = self.load.run_of(event)
+            if run is not None and self.query_of_run(run) is not None:
+                self._reconcile()  # a stage of a managed query's run: it may hold executors
             return
         q = self.query_of_run(event.run_id)
         if q is None:
@@ -323,6 +327,7 @@ class AdaptiveScheduler:
         what Spark gave it. A query started from here is taken over as in a new app."""
         sent = self.executors.sent
         if (self._baseline is not None or self._start is not None or sent is None
+                or self.executors.sent_by == "batch"  # the batch part decides
                 or any(not q.finished or q.slots_in_use for q in self._queries.values())):
             return
         self._decided = False
@@ -431,7 +436,6 @@ class AdaptiveScheduler:
         mode (every query there uses every slot)."""
         if self.settings.mode == "reactive" and requirements != self.default_requirements(info):
             raise RequirementsError([REACTIVE_REQUIREMENTS])
-        self._note_runs()
         active = self._active()
         active[info.key] = requirements
         shares = self._share(active)
@@ -446,7 +450,7 @@ class AdaptiveScheduler:
             # app's, so that most slot counts up to them run it live.
             return FirstStart(plan.parallelism, shares.get(info.key) or 0,
                               f"starts at its configured {plan.parallelism} partitions: the "
-                              "autoscaler sizes its slots from its load")
+                              "autoscaler sizes its slots from its load", plan.support)
         return plan
 
     def adopt_query(
