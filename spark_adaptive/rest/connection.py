@@ -7,31 +7,39 @@ Contract (the server's, :mod:`~spark_adaptive.rest.server`, in detail):
   ``Content-Length`` (the client closes: h11 raises; it stalls: the deadline
   passes) is never dispatched.
 * :meth:`Owner.refusal` sees each request's head before its body is read (the bearer
-  token, framing, the size limit); a refused request is answered and the
-  connection closed, the body unread.
-* Framing is h11's, and stricter on one point: ``Content-Length`` must be one
-  run of digits given once (h11 takes ``47, 47`` and two identical headers as
-  one value; RFC 9110 section 8.6 lets a recipient refuse them, and a length
-  read two ways is how requests are smuggled past proxies): else 400.
+  token, framing, the size limit, a body on GET or HEAD); a refused request is
+  answered and the connection closed, the body unread.
+* Framing is h11's, and stricter on two points, each a 400: ``Content-Length``
+  must be one run of digits given once (h11 takes ``47, 47`` and two identical
+  headers as one value; RFC 9110 section 8.6 lets a recipient refuse them, and a
+  length read two ways is how requests are smuggled past proxies); and no header
+  line may continue the one before by starting with a space or tab (obs-fold,
+  which h11 joins: ``Content-Length: 47`` then `` , 47`` would be read as one
+  list; RFC 9112 section 5.2 lets a server refuse it).
 * Deadlines: a new connection's first request head (request line and headers)
   must be in within ``head_timeout`` of its accept; a kept-alive connection
   may idle ``idle_timeout`` between requests, then each head must be in within
-  ``head_timeout`` of its first byte. Each request must be whole within
-  ``request_timeout`` of its first byte. A connection that sent nothing is
-  closed quietly (nothing was asked); one that sent part of a request gets 408.
-* While it waits for a request head (:meth:`Owner.waiting`) a connection may be
-  closed by its server to make room for a new one; from the head's arrival to
-  the end of its answer (:meth:`Owner.busy`) it is not.
+  ``head_timeout`` of its first byte. A body (at most 64 KiB) must be in within
+  ``head_timeout`` of its head, and each request whole within ``request_timeout``
+  of its first byte. A connection that sent nothing is closed quietly (nothing
+  was asked); one that sent part of a request gets 408.
+* While its thread waits for bytes of a request (:meth:`Owner.waiting`: before
+  its head is whole, or its body), a connection may be closed by its server to
+  make room for a new one: nothing of that request was done. While the thread
+  works on bytes it has read, and from a whole request to the end of its answer
+  (:meth:`Owner.busy`), it is not.
 * Requests pipelined on a kept-alive connection are answered one after the
   other, in order: the bytes already in are parsed before the next ``recv``.
   HTTP/1.1 connections are kept alive unless the client says ``Connection:
-  close``; HTTP/1.0 ones when the client says ``Connection: keep-alive`` (as
-  ``http.server`` did; h11 itself closes every HTTP/1.0 exchange, so such an
-  answer is framed by a throwaway h11 connection and the next request read by
-  a new one).
+  close``; HTTP/1.0 ones when the client says ``Connection: keep-alive`` and
+  sends no ``Transfer-Encoding`` (as ``http.server`` did; RFC 9112 section 6.1
+  has an HTTP/1.0 request with one closed after its answer). h11 itself closes
+  every HTTP/1.0 exchange, so such an answer is framed by a throwaway h11
+  connection and the next request read by a new one.
 * Every answer is JSON with a ``Content-Length``; a HEAD's has no body, refused
-  or not. A connection that an error leaves unreadable is closed after its
-  answer, by :func:`linger_close` so that the client reads that answer.
+  or not. When a connection ends its place is free at once
+  (:meth:`Owner.release`); once an answer went out, the server's :class:`Reaper`
+  closes the socket so that the client reads that answer.
 """
 
 from __future__ import annotations
@@ -40,8 +48,10 @@ import json
 import logging
 import math
 import re
+import selectors
 import socket
 import socketserver
+import threading
 import time
 from http import HTTPStatus
 from typing import Any, Protocol
@@ -56,6 +66,9 @@ log = logging.getLogger("spark_adaptive.rest.server")
 MAX_HEAD = 16 * 1024
 """Bytes of request line and headers in h11's buffer without their end (h11's default);
 more is 431. h11 checks as bytes arrive, so a head is refused somewhere past this."""
+LINGER = 1.0
+"""Seconds, at most, that a socket whose answer is out is read from (and what comes
+dropped) before it is closed: see :class:`Reaper`."""
 _RECV = 16 * 1024
 
 
@@ -75,18 +88,20 @@ class Owner(Protocol):
         """The answer to a complete request (never raises)."""
         ...
 
-    def waiting(self, sock: socket.socket) -> bool:
-        """The connection waits for a request head: the server may close it to make room.
-        False: it was closed already; stop."""
+    def waiting(self, sock: socket.socket) -> float | None:
+        """The connection waits for bytes of a request: the server may close it to make
+        room. Since when it has waited (a new one: since its accept); None: it was closed
+        already; stop."""
         ...
 
     def busy(self, sock: socket.socket) -> bool:
-        """A request head is in: the server leaves the connection open until it waits
-        again. False: it was closed already (just before); stop."""
+        """The connection works on bytes it has read, or on a whole request: the server
+        leaves it open until it waits again. False: it was closed already; stop."""
         ...
 
-    def release(self, sock: socket.socket) -> None:
-        """The connection is closed."""
+    def release(self, sock: socket.socket, *, linger: bool) -> None:
+        """The connection is done: its place is free, and the server closes the socket
+        (``linger``: an answer went out; let the client read it first)."""
         ...
 
 
@@ -103,12 +118,15 @@ class Connection(socketserver.BaseRequestHandler):
 
     request: socket.socket
     _head = False  # the request being answered is a HEAD: its answer has no body
+    _wrote = False  # something went out: the socket is closed after a linger
 
     def handle(self) -> None:
         owner: Owner = self.server.rest  # type: ignore[attr-defined]
         conn = _parser()
-        opened: float | None = time.monotonic()  # the first head is due head_timeout after
+        opened = owner.waiting(self.request)  # its accept: the first head is due after it
         try:
+            if opened is None:
+                return  # closed to make room before this thread began
             while True:
                 try:
                     got = self._read(conn, owner, opened)
@@ -136,8 +154,7 @@ class Connection(socketserver.BaseRequestHandler):
         except Exception:  # a bug of ours: say so, and close this connection only
             log.exception("REST connection from %s failed", self.client_address)
         finally:
-            linger_close(self.request)
-            owner.release(self.request)
+            owner.release(self.request, linger=self._wrote)
 
     def _read(self, conn: h11.Connection, owner: Owner,
               opened: float | None) -> tuple[h11.Request, bytes] | None:
@@ -150,29 +167,29 @@ class Connection(socketserver.BaseRequestHandler):
         # Until its first byte: head_timeout of the accept, or idle_timeout of the last answer.
         first_byte_due = now + owner.idle_timeout if opened is None else (
             opened + owner.head_timeout)
+        head_in: float | None = None  # when the head was in
         self._head = False
         req: h11.Request | None = None
         body = bytearray()
         while True:
             event = conn.next_event()
             if event is h11.NEED_DATA:
-                if req is None and not owner.waiting(self.request):
-                    return None
+                if owner.waiting(self.request) is None:  # from here it may be closed
+                    return None  # closed to make room; nothing was done
                 if conn.they_are_waiting_for_100_continue:
                     self._write(owner, conn.send(
                         h11.InformationalResponse(status_code=100, headers=[])))
                 due, late = (first_byte_due, None) if started is None else _deadline(
-                    owner, started, opened, req is None)
-                left = due - time.monotonic()
-                try:
-                    if left <= 0:
-                        raise TimeoutError
-                    self.request.settimeout(left)
+                    owner, started, opened, head_in)
+                try:  # past the deadline, what arrived in time is still read (timeout 0)
+                    self.request.settimeout(max(0.0, due - time.monotonic()))
                     data = self.request.recv(_RECV)
-                except TimeoutError:
+                except (TimeoutError, BlockingIOError):
                     if late is None:
                         return None  # nothing was asked: closed quietly
                     raise _Refused(late) from None
+                if data and not owner.busy(self.request):  # not closed while we parse it
+                    return None  # closed to make room as it came; nothing was done
                 if started is None and data:
                     started = time.monotonic()
                 if req is None:
@@ -180,10 +197,9 @@ class Connection(socketserver.BaseRequestHandler):
                 conn.receive_data(data)
             elif isinstance(event, h11.Request):
                 req = event
+                head_in = time.monotonic()
                 self._head = req.method == b"HEAD"  # refused too, a HEAD gets no body
-                if not owner.busy(self.request):
-                    return None
-                refusal = content_length_problem(head) or owner.refusal(req)
+                refusal = head_problem(head) or owner.refusal(req)
                 if refusal is not None:
                     raise _Refused(refusal)
             elif isinstance(event, h11.Data):
@@ -192,6 +208,8 @@ class Connection(socketserver.BaseRequestHandler):
                     raise _Refused(too_large(f"over {owner.max_body}", owner.max_body))
             elif isinstance(event, h11.EndOfMessage):
                 assert req is not None
+                if not owner.busy(self.request):  # it is, unless it read nothing for it
+                    return None  # closed to make room just before; nothing was done
                 return req, bytes(body)
             else:  # ConnectionClosed (PAUSED comes only after EndOfMessage)
                 return None
@@ -226,6 +244,7 @@ class Connection(socketserver.BaseRequestHandler):
 
     def _write(self, owner: Owner, data: bytes | None) -> None:
         if data:
+            self._wrote = True
             self.request.settimeout(owner.request_timeout)
             self.request.sendall(data)
 
@@ -242,8 +261,10 @@ def _parser(trailing: tuple[bytes, bool] = (b"", False)) -> h11.Connection:
 
 
 def _keep_alive_10(req: h11.Request) -> bool:
-    """An HTTP/1.0 request whose ``Connection`` header says ``keep-alive`` (not ``close``)."""
-    if req.http_version != b"1.0":
+    """An HTTP/1.0 request whose ``Connection`` header says ``keep-alive`` (not ``close``)
+    and that has no ``Transfer-Encoding`` (RFC 9112 section 6.1: its framing is faulty, and
+    the connection is closed after it)."""
+    if req.http_version != b"1.0" or any(n == b"transfer-encoding" for n, _ in req.headers):
         return False
     tokens = {t.strip().lower() for n, v in req.headers if n == b"connection"
               for t in v.split(b",")}
@@ -251,13 +272,19 @@ def _keep_alive_10(req: h11.Request) -> bool:
 
 
 def _deadline(owner: Owner, started: float, opened: float | None,
-              in_head: bool) -> tuple[float, Response]:
-    """When the request begun at ``started`` is late, and what it then gets (408)."""
+              head_in: float | None) -> tuple[float, Response]:
+    """When the request begun at ``started`` is late, and what it then gets (408): its head
+    is due ``head_timeout`` after the accept (a first request) or its first byte, its body
+    as long after its head, the whole ``request_timeout`` after its first byte."""
     whole = started + owner.request_timeout
-    if in_head:
-        head = (started if opened is None else opened) + owner.head_timeout
-        if head < whole:
-            return head, _slow(owner.head_timeout, "request line and headers")
+    if head_in is None:
+        due = (started if opened is None else opened) + owner.head_timeout
+        late = _slow(owner.head_timeout, "request line and headers")
+    else:
+        due = head_in + owner.head_timeout
+        late = _slow(owner.head_timeout, "request body", " of its head")
+    if due < whole:
+        return due, late
     return whole, _slow(owner.request_timeout, "request")
 
 
@@ -270,15 +297,22 @@ def _headers(response: Response, data: bytes) -> list[tuple[str, str]]:
 # has read the request line, whose method cannot contain one).
 _CONTENT_LENGTH = re.compile(rb"^content-length:[ \t]*([^\r\n]*?)[ \t]*\r?$",
                              re.IGNORECASE | re.MULTILINE)
+_FOLDED = re.compile(rb"\n[ \t]")  # a line that continues the one before (obs-fold)
 _HEAD_END = re.compile(rb"\n\r?\n")  # h11's end of a head
 
 
-def content_length_problem(head: bytes | bytearray) -> Response | None:
-    """400 when the head (the bytes h11 read a request from, the request line first) gives
-    ``Content-Length`` other than once as one run of digits. h11 has already refused
-    everything else that is not digits (``+47``, ``4_7``, ``47, 48``)."""
+def head_problem(head: bytes | bytearray) -> Response | None:
+    """400 when the head (the bytes h11 read a request from, the request line first) folds
+    a header line onto the one before, or gives ``Content-Length`` other than once as one
+    run of digits. h11 has already refused everything else that is not digits (``+47``,
+    ``4_7``, ``47, 48``)."""
     end = _HEAD_END.search(head)
-    values = _CONTENT_LENGTH.findall(head[:end.start() if end else len(head)])
+    head = head[:end.start() if end else len(head)]
+    if _FOLDED.search(head):
+        return error(400, "Malformed HTTP request: a header line starts with a space or tab, "
+                          "continuing the line before (obs-fold, RFC 9112 section 5.2); send "
+                          "each header on one line. Nothing was done.")
+    values = _CONTENT_LENGTH.findall(head)
     if len(values) > 1:
         what = f"is given {len(values)} times"
     elif values and not values[0].isdigit():
@@ -311,42 +345,133 @@ def too_large(length: str, limit: int) -> Response:
     return error(413, f"The request body of {length} bytes exceeds the limit of {limit} bytes.")
 
 
-def answer_and_close(sock: socket.socket, response: Response) -> None:
-    """Answer on a connection that gets no thread (over the connection limit)."""
+def answer_at_once(sock: socket.socket, response: Response, reaper: Reaper) -> None:
+    """Answer on a connection that gets no thread (every place has a request in progress)
+    without waiting for it: one send that does not block (the answer is a few hundred
+    bytes, the new socket's buffer empty), then the reaper closes it."""
     data = encode(response)
     headers = [("Content-Type", "application/json"), ("Content-Length", str(len(data))),
                ("Connection", "close"), *response.headers]
     head = h11.Connection(h11.SERVER).send(h11.Response(
         status_code=response.status, headers=headers, reason=_phrase(response.status)))
     try:
-        sock.settimeout(1.0)
-        sock.sendall((head or b"") + data)
+        sock.setblocking(False)
+        sock.send((head or b"") + data)
     except OSError:
         pass
-    linger_close(sock, 0.2)
+    reaper.close(sock)
 
 
-def linger_close(sock: socket.socket, linger: float = 1.0) -> None:
-    """Close so that the client reads our answer: closing with unread input would reset the
-    connection (RST) and could discard the answer in flight; so shut our side, then read
-    and drop what the client still sends, briefly."""
-    try:
-        sock.shutdown(socket.SHUT_WR)
-        deadline = time.monotonic() + linger
-        drained = 0
-        while drained < 1 << 20:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            sock.settimeout(left)
-            chunk = sock.recv(_RECV)
-            if not chunk:
-                break
-            drained += len(chunk)
-    except OSError:
-        pass
-    finally:
-        sock.close()
+class Reaper:
+    """Closes the sockets whose answer is out, on one thread for all of them.
+
+    Closing a socket with input unread makes the kernel reset the connection, and a reset
+    can discard the answer before the client reads it. So :meth:`close` shuts the sending
+    side at once (the client sees the answer end) and hands the socket over; this thread
+    reads and drops what the client still sends (up to 1 MiB) until the client closes too,
+    or for :data:`LINGER` seconds, then closes it. Neither a connection's thread nor the
+    accept loop waits for that, and the connection's place is free before. At most
+    ``most`` sockets are held; beyond, one is closed at once (its client may see a reset).
+    """
+
+    def __init__(self, most: int, linger: float = LINGER) -> None:
+        self.most = most
+        self.linger = linger
+        self._lock = threading.Lock()
+        self._new: list[socket.socket] = []  # handed over, not yet seen by the thread
+        self._held = 0  # handed over, not yet closed
+        self._stopped = True  # until started: every socket is closed at once
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._wake_in, self._wake_out = socket.socketpair()
+        self._wake_out.setblocking(False)
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="spark-adaptive-rest-reaper",
+                                        daemon=True)
+        self._thread.start()
+
+    def close(self, sock: socket.socket) -> None:
+        """Shut ``sock``'s sending side; close it once the client has closed, or later."""
+        try:
+            sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        with self._lock:
+            taken = not self._stopped and self._held < self.most
+            if taken:
+                self._held += 1
+                self._new.append(sock)
+        if taken:
+            self._wake()
+        else:
+            sock.close()
+
+    def stop(self) -> None:
+        """Close every socket held, and end the thread."""
+        with self._lock:
+            self._stopped = True
+        if self._thread is not None:
+            self._wake()
+            self._thread.join(5.0)
+
+    def _wake(self) -> None:
+        try:
+            self._wake_out.send(b"\0")
+        except OSError:  # a wake is pending already (buffer full), or the thread is gone
+            pass
+
+    def _run(self) -> None:
+        held: dict[socket.socket, tuple[float, int]] = {}  # deadline, bytes left to drop
+        sel = selectors.DefaultSelector()
+        sel.register(self._wake_in, selectors.EVENT_READ)
+        try:
+            while True:
+                due = min((d for d, _ in held.values()), default=None)
+                wait = None if due is None else max(0.0, due - time.monotonic())
+                for key, _ in sel.select(wait):
+                    sock = key.fileobj
+                    assert isinstance(sock, socket.socket)
+                    if sock is self._wake_in:
+                        self._wake_in.recv(4096)
+                        with self._lock:
+                            new, self._new, stopped = self._new, [], self._stopped
+                        for s in new:
+                            s.setblocking(False)
+                            sel.register(s, selectors.EVENT_READ)
+                            held[s] = (time.monotonic() + self.linger, 1 << 20)
+                        if stopped:
+                            return
+                        continue
+                    try:
+                        chunk = sock.recv(_RECV)
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        chunk = b""
+                    deadline, left = held[sock]
+                    left -= len(chunk)
+                    held[sock] = (deadline if chunk and left > 0 else 0.0, left)
+                now = time.monotonic()
+                for sock in [s for s, (d, _) in held.items() if d <= now]:
+                    sel.unregister(sock)
+                    sock.close()
+                    del held[sock]
+                    with self._lock:
+                        self._held -= 1
+        except Exception:
+            log.exception("the REST server's reaper failed; answered sockets are closed at "
+                          "once from now on")
+        finally:  # stopped, or failed: from now on each socket is closed at once
+            with self._lock:
+                self._stopped = True
+                held.update(dict.fromkeys(self._new, (0.0, 0)))
+                self._new = []
+            for sock in held:
+                sock.close()
+            sel.close()
+            self._wake_in.close()
+            self._wake_out.close()
 
 
 def _phrase(status: int) -> bytes:
@@ -356,9 +481,9 @@ def _phrase(status: int) -> bytes:
         return b""
 
 
-def _slow(seconds: float, what: str) -> Response:
-    return error(408, f"The {what} did not arrive whole within {seconds:g} seconds; nothing "
-                      "was done.")
+def _slow(seconds: float, what: str, after: str = "") -> Response:
+    return error(408, f"The {what} did not arrive whole within {seconds:g} seconds{after}; "
+                      "nothing was done.")
 
 
 def _protocol_error(e: h11.RemoteProtocolError) -> Response:

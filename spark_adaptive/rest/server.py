@@ -28,29 +28,46 @@ Contract:
   and the page asks for the token itself.
 * Framing is h11's: ``Content-Length`` (given once, digits only: ``+47``, ``47, 47``
   or the header twice is 400, as RFC 9110 section 8.6 allows) or
-  ``Transfer-Encoding: chunked``, never both. A request is dispatched only once
-  its body is complete: a client that closes early or stalls gets a 400 or 408
-  and nothing is applied. Bodies are at most ``max_body`` bytes (else 413
-  without reading the rest), header sections about 16 KiB (431). Reading,
-  writing and deadlines are :mod:`~spark_adaptive.rest.connection`'s.
+  ``Transfer-Encoding: chunked``, never both; a header line folded onto the one
+  before (obs-fold) is 400. A request is dispatched only once its body is
+  complete: a client that closes early or stalls gets a 400 or 408 and nothing
+  is applied. Bodies are at most ``max_body`` bytes (else 413 without reading
+  the rest), header sections about 16 KiB (431); a GET or HEAD has none (else
+  400 at its head). Reading, writing and deadlines are
+  :mod:`~spark_adaptive.rest.connection`'s.
 * Slow clients: a new connection must send its first request's line and
-  headers within ``head_timeout`` (:data:`HEAD_TIMEOUT`) of its accept, a request
-  must arrive whole within ``request_timeout`` of its first byte (else 408, or a
-  quiet close when nothing came); a kept-alive connection with no request is
-  closed after ``idle_timeout``.
+  headers within ``head_timeout`` (:data:`HEAD_TIMEOUT`) of its accept, a body
+  must follow its head within as long, and a request must arrive whole within
+  ``request_timeout`` of its first byte (else 408, or a quiet close when nothing
+  came); a kept-alive connection with no request is closed after
+  ``idle_timeout``.
 * Floods: at most ``max_connections`` connections are open, so at most as many
-  threads serve them. A connection that waits for a request head (a new one, or
-  a kept-alive one between requests) holds nobody's request: when all are
-  open, the one that has waited longest is closed to make room for the new one.
-  Only when every connection has a request in progress (its head is in, its
-  answer not yet written) does a new one get 503 with ``Retry-After``. So idle
-  or slow-header connections (slowloris) cannot keep an operator out, while
-  requests in progress are never cut. This is nginx's rule (connections waiting
-  for a request are "reusable" and closed when ``worker_connections`` run out),
-  in one ordered dict under one lock: no second limit, no reserve to size. The
-  price: under a flood of new connections faster than a client sends its head,
-  that client may be closed before it is read (``max_connections`` newer ones
-  must arrive first); it sees the connection close with no answer and retries.
+  threads serve them (the thread of one closed to make room ends before the new
+  one's starts). A connection whose request is not whole yet (a new one, a
+  kept-alive one between requests, one whose head is in and its body not) holds
+  nobody's request: when all are open, the one that has waited longest for a
+  byte is closed to make room for the new one, passing over those whose bytes
+  have arrived and are not yet read (a request coming in). Such a connection
+  is closed without an answer, maybe with its request sent whole (its last
+  bytes just arriving), but nothing of that request was done: retrying is safe.
+  A new connection gets 503 with ``Retry-After`` only when every connection has
+  a whole request in progress (or bytes just arrived): being dispatched (a call
+  to the scheduler gives up after the facade's timeout, 30 s; a PUT also writes
+  beside the checkpoint) or its answer being written (at most
+  ``request_timeout``, to a client that does not read it). So idle, slow-head or
+  slow-body connections (slowloris) cannot keep an operator out, while requests
+  in progress are never cut. This is nginx's rule (connections waiting for a
+  request are "reusable" and closed when ``worker_connections`` run out), in
+  one ordered dict under one lock: no second limit, no reserve to size. The
+  price: under a flood of new connections faster than a client sends its
+  request, that client may be closed before it is read (``max_connections``
+  newer ones must arrive first); it sees the connection close with no answer
+  and retries.
+* Closing waits for nobody: once a connection's answer is out (a refusal, or an
+  answer with ``Connection: close``) its place is free, and the server's one
+  :class:`~spark_adaptive.rest.connection.Reaper` thread lets the client read the
+  answer and closes the socket; a 503 is sent without blocking, so a burst of
+  them does not hold up the accept loop.
 * Every answer, errors included, is JSON (``{"errors": [...]}`` for errors)
   with a status line and a ``Content-Length``; connections are kept alive
   unless an error leaves the stream unreadable, and pipelined requests are
@@ -67,9 +84,11 @@ from __future__ import annotations
 import errno
 import hmac
 import logging
+import select
 import socket
 import socketserver
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -77,7 +96,7 @@ import h11
 
 from spark_adaptive.rest import openapi
 from spark_adaptive.rest.api import ALL_METHODS, Response, RestApi, error, is_public
-from spark_adaptive.rest.connection import Connection, Owner, answer_and_close, too_large
+from spark_adaptive.rest.connection import Connection, Owner, Reaper, answer_at_once, too_large
 from spark_adaptive.rest.facade import SchedulerFacade
 from spark_adaptive.rest.settings import RestSettings
 
@@ -90,17 +109,23 @@ REQUEST_TIMEOUT = 10.0
 IDLE_TIMEOUT = 30.0
 """Seconds a kept-alive connection may wait for its next request; then it is closed."""
 HEAD_TIMEOUT = 5.0
-"""Seconds a new connection has to send its first request's line and headers whole (a
-kept-alive connection's later requests: from their first byte). Then it is closed: quietly
-when it sent nothing, with 408 when it sent part of a head. A client sends its head at once
-(a few hundred bytes); a connection that does not is a client gone wrong or a slowloris."""
+"""Seconds a new connection has to send its first request's line and headers whole, from
+its accept (a kept-alive connection's later requests: from their first byte); a body has
+as long from its head. Then it is closed: quietly when it sent nothing, with 408 when it
+sent part of a request. A client sends its head and body at once (a few hundred bytes, at
+most 64 KiB); a connection that does not is a client gone wrong or a slowloris."""
 MAX_CONNECTIONS = 64
 """Connections open at once (and threads serving them). Beyond, the one that has waited
-longest for a request head is closed for the new one; when each has a request in progress,
-the new one gets 503."""
+longest for a request, or the rest of one, is closed for the new one; when each has a whole
+request in progress, the new one gets 503."""
+LINGERING = 128
+"""Sockets whose answer is out that the reaper holds at once, reading what their client
+still sends so that it reads the answer (up to a second each); beyond, they are closed
+at once."""
 BACKLOG = 128
 """Connections the kernel holds until the server accepts them (``listen``); socketserver's
 5 would drop a burst's handshakes and leave an operator's connection waiting a second."""
+_LEAVE = 0.1  # seconds the accept loop waits, at most, for a closed connection's thread to end
 _UNAUTHORIZED = error(
     401, "Missing or wrong bearer token: send the header "
     "'Authorization: Bearer <spark.adaptive.rest.token>'.",
@@ -116,12 +141,22 @@ class _Server(socketserver.ThreadingTCPServer):
     request_queue_size = BACKLOG
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.rest._admit(request):
-            answer_and_close(request, error(
-                503, f"All {self.rest.max_connections} connections to the REST API have a "
-                     "request in progress; retry.", headers=(("Retry-After", "1"),)))
+        rest = self.rest
+        if not rest._admit(request):
+            answer_at_once(request, error(
+                503, f"All {rest.max_connections} connections to the REST API have a "
+                     "request in progress; retry.", headers=(("Retry-After", "1"),)),
+                rest._reaper)
             return
-        super().process_request(request, client_address)
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # no thread to serve it
+            rest.release(request, linger=False)
+            raise
+
+    def shutdown_request(self, request: Any) -> None:
+        """Nothing: a connection's socket is closed by :meth:`RestServer.release` (at once,
+        or by the reaper), not by socketserver after the connection's thread ends."""
 
     def handle_error(self, request: object, client_address: object) -> None:
         # The default prints a traceback to stderr, e.g. for a client that went away.
@@ -157,10 +192,14 @@ class RestServer:
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        # Open connections: those waiting for a request head, the longest waiting first
-        # (a dict keeps its order), and those with a request in progress.
-        self._waiting: dict[socket.socket, None] = {}
+        # Open connections: those waiting for a request or the rest of one, the longest
+        # waiting first (a dict keeps its order) with the time since when, and those with a
+        # whole request in progress.
+        self._waiting: dict[socket.socket, float] = {}
         self._busy: set[socket.socket] = set()
+        self._leaving: set[socket.socket] = set()  # closed to make room, its thread not ended
+        self._left = threading.Condition(self._lock)
+        self._reaper = Reaper(LINGERING)  # started with the server
         self.ready = threading.Event()
         self.port: int | None = None
 
@@ -187,9 +226,11 @@ class RestServer:
     # -- one request --------------------------------------------------------------------
     def refusal(self, req: h11.Request) -> Response | None:
         """What to answer a request whose head is in, before its body is read: the bearer
-        token, then framing and size. None: read the body and dispatch."""
+        token, then framing, a body on GET or HEAD, and size. None: read the body and
+        dispatch."""
         auth = [v for n, v in req.headers if n == b"authorization"]
-        public = req.method in (b"GET", b"HEAD") and is_public(req.target.decode("latin-1"))
+        reads = req.method in (b"GET", b"HEAD")
+        public = reads and is_public(req.target.decode("latin-1"))
         if not public and not self.authorized(
                 auth[0].decode("latin-1") if len(auth) == 1 else None):
             return _UNAUTHORIZED
@@ -198,6 +239,12 @@ class RestServer:
             return error(400, "A request must not carry both Content-Length and "
                               "Transfer-Encoding.")
         length = next((int(v) for n, v in req.headers if n == b"content-length"), 0)
+        if reads and (length or b"transfer-encoding" in names):
+            # Nothing would read it (RFC 9110 section 9.3.1), and waiting for it would
+            # hold the connection for a request that needs no body.
+            return error(400, f"A {req.method.decode()} request must come without a body: "
+                              "no Transfer-Encoding, no Content-Length but 0. Nothing was "
+                              "done.")
         if length > self.max_body:
             return too_large(str(length), self.max_body)
         return None
@@ -229,36 +276,44 @@ class RestServer:
 
     # -- connections --------------------------------------------------------------------
     def _admit(self, sock: socket.socket) -> bool:
-        """Take a new connection (it waits for its head), closing the one that has waited
-        longest for a head if all are open; False when each has a request in progress."""
+        """Take a new connection (it waits for its request from now, its accept), closing
+        one that waits for a request if all are open (:func:`_victim`); False when none
+        can be closed."""
         victim = None
         with self._lock:
             if len(self._waiting) + len(self._busy) >= self.max_connections:
-                if not self._waiting:
+                victim = _victim(self._waiting) if self._waiting else None
+                if victim is None:
                     return False
-                victim = next(iter(self._waiting))
                 del self._waiting[victim]
-            self._waiting[sock] = None
+                self._leaving.add(victim)
+            self._waiting[sock] = time.monotonic()
         if victim is not None:
-            log.debug("all %d REST connections open: closing the one that has waited "
-                      "longest for a request, for a new one", self.max_connections)
+            log.debug("all %d REST connections open: closing one that waits for a request, "
+                      "for a new one", self.max_connections)
             _shut(victim)  # its thread wakes from recv and ends
+            with self._left:  # at once; then the new one's thread starts: never one too many
+                self._left.wait_for(lambda: victim not in self._leaving, _LEAVE)
+                self._leaving.discard(victim)
         return True
 
     # The view a connection has of its server (:class:`~spark_adaptive.rest.connection.Owner`).
-    def waiting(self, sock: socket.socket) -> bool:
-        """A connection waits for a request head: it may be closed to make room."""
+    def waiting(self, sock: socket.socket) -> float | None:
+        """A connection waits for bytes of a request: it may be closed to make room. Since
+        when (a new one: its accept); None: it was closed to make room."""
         with self._lock:
-            if sock in self._waiting:
-                return True  # keeps its place: it has waited since then
+            since = self._waiting.get(sock)
+            if since is not None:
+                return since  # keeps its place: it has waited since then
             if sock not in self._busy:
-                return False  # closed to make room
+                return None
             self._busy.discard(sock)
-            self._waiting[sock] = None
-            return True
+            since = self._waiting[sock] = time.monotonic()
+            return since
 
     def busy(self, sock: socket.socket) -> bool:
-        """A connection has a request in progress: it is not closed to make room."""
+        """A connection works on bytes it read, or a whole request: it is not closed to
+        make room."""
         with self._lock:
             if sock in self._busy:
                 return True
@@ -268,15 +323,23 @@ class RestServer:
             self._busy.add(sock)
             return True
 
-    def release(self, sock: socket.socket) -> None:
-        """A connection is closed."""
+    def release(self, sock: socket.socket, *, linger: bool) -> None:
+        """A connection is done: its place is free at once; the reaper closes its socket
+        when an answer went out (``linger``), else it is closed now."""
         with self._lock:
             self._waiting.pop(sock, None)
             self._busy.discard(sock)
+            if sock in self._leaving:
+                self._leaving.discard(sock)
+                self._left.notify_all()
+        if linger:
+            self._reaper.close(sock)
+        else:
+            sock.close()
 
     def open_connections(self) -> tuple[int, int]:
-        """How many connections wait for a request head, and how many have one in progress
-        (for tests)."""
+        """How many connections wait for a request or the rest of one, and how many have a
+        whole one in progress (for tests)."""
         with self._lock:
             return len(self._waiting), len(self._busy)
 
@@ -303,6 +366,8 @@ class RestServer:
                                             "all in use")
         server.rest = self
         self._server = server
+        self._reaper = Reaper(LINGERING)
+        self._reaper.start()
         self.port = int(server.server_address[1])
         self._thread = threading.Thread(
             target=server.serve_forever, kwargs={"poll_interval": self._poll},
@@ -330,9 +395,23 @@ class RestServer:
             open_now = [*self._waiting, *self._busy]
         for sock in open_now:  # wakes the connection threads blocked in recv
             _shut(sock)
+        self._reaper.stop()
         if self._thread is not None:
             self._thread.join(5.0)
         log.debug("spark-adaptive REST API at %s stopped", self.url)
+
+
+def _victim(waiting: dict[socket.socket, float]) -> socket.socket | None:
+    """The connection to close for a new one: the one that has waited longest with no
+    bytes arrived and unread. One with bytes in is passed over: its thread reads them next,
+    and they may end its request; None when every one has some."""
+    if not hasattr(select, "poll"):  # Windows: the one that has waited longest
+        return next(iter(waiting))
+    poll = select.poll()
+    for sock in waiting:
+        poll.register(sock, select.POLLIN)
+    ready = {fd for fd, _ in poll.poll(0)}
+    return next((s for s in waiting if s.fileno() not in ready), None)
 
 
 def _shut(sock: socket.socket) -> None:

@@ -1,9 +1,12 @@
-"""The HTTP server: bearer token, port selection like the Spark UI, start and stop."""
+"""The HTTP server: bearer token, port selection like the Spark UI, start and stop, and the
+reaper that closes answered connections."""
 
 from __future__ import annotations
 
 import logging
 import socket
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -11,6 +14,7 @@ import pytest
 from rest_fakes import FakeScheduler, bounds, call, serving
 
 from spark_adaptive.rest.api import RestApi
+from spark_adaptive.rest.connection import Reaper
 from spark_adaptive.rest.server import RestServer, serve
 from spark_adaptive.rest.settings import RestSettings
 
@@ -162,3 +166,56 @@ def test_ipv6_loopback() -> None:
         assert conn_ok.status == 200
     finally:
         server.stop()
+
+
+# -- the reaper -------------------------------------------------------------------------
+def _closed(theirs: socket.socket) -> bool:
+    """Whether our end of a socket pair is closed (a write to it fails), not just shut."""
+    try:
+        theirs.send(b"x")
+        return False
+    except OSError:
+        return True
+
+
+def _reapers() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "spark-adaptive-rest-reaper"]
+
+
+def test_the_reaper_closes_once_the_client_has_and_holds_at_most_its_limit() -> None:
+    """Each socket handed over is shut for sending at once (its client sees the answer
+    end) and closed once its client closes; one over the limit is closed at once; stop
+    closes what is left and ends the thread."""
+    before = len(_reapers())
+    reaper = Reaper(2, linger=30.0)
+    reaper.start()
+    pairs = [socket.socketpair() for _ in range(3)]
+    try:
+        for ours, _ in pairs:
+            reaper.close(ours)
+        for _, theirs in pairs:
+            theirs.settimeout(2.0)
+            assert theirs.recv(1) == b""
+        assert [_closed(theirs) for _, theirs in pairs] == [False, False, True]
+        pairs[1][1].close()  # this client is done: the reaper closes our end
+        deadline = time.monotonic() + 5.0
+        while pairs[1][0].fileno() != -1:
+            assert time.monotonic() < deadline, "not closed"
+            time.sleep(0.01)
+        assert not _closed(pairs[0][1])  # what its client still sends is read and dropped
+        reaper.stop()
+        assert _closed(pairs[0][1]) and len(_reapers()) == before
+    finally:
+        reaper.stop()
+        for pair in pairs:
+            for sock in pair:
+                sock.close()
+
+
+def test_stop_ends_the_reaper() -> None:
+    before = len(_reapers())
+    server = _server(0)
+    server.start()
+    assert len(_reapers()) == before + 1
+    server.stop()
+    assert len(_reapers()) == before
