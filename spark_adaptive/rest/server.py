@@ -96,8 +96,9 @@ import h11
 
 from spark_adaptive.rest import openapi
 from spark_adaptive.rest.api import ALL_METHODS, Response, RestApi, error, is_public
-from spark_adaptive.rest.connection import Connection, Owner, Reaper, answer_at_once, too_large
+from spark_adaptive.rest.connection import Connection, Owner, answer_at_once, too_large
 from spark_adaptive.rest.facade import SchedulerFacade
+from spark_adaptive.rest.reaper import Reaper
 from spark_adaptive.rest.settings import RestSettings
 
 log = logging.getLogger(__name__)

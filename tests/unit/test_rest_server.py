@@ -14,7 +14,7 @@ import pytest
 from rest_fakes import FakeScheduler, bounds, call, serving
 
 from spark_adaptive.rest.api import RestApi
-from spark_adaptive.rest.connection import Reaper
+from spark_adaptive.rest.reaper import Reaper
 from spark_adaptive.rest.server import RestServer, serve
 from spark_adaptive.rest.settings import RestSettings
 
