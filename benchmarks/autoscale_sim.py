@@ -4,12 +4,16 @@ The policy under test is ``spark_adaptive.core.autoscaler.QueryAutoscaler`` with
 keys, unchanged: the simulation only feeds it ``LoadSample``s and ``QueryView``s and carries
 out its decisions. No Spark is started; everything runs on virtual time.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/autoscale_sim.py [--seed 1] [--queries 100]
-        [--executors 1000] [--profiles diurnal,spike,step,random-walk] [--hours 24]
+    PYTHONPATH=. .venv/bin/python benchmarks/autoscale_sim.py [--seed 1 | --seeds 1,2,3]
+        [--queries 100] [--executors 1000] [--hours 24]
+        [--profiles diurnal,spike,step,random-walk,ramps,bursty]
 
-Prints a table, writes ``benchmarks/results/autoscale_sim.json`` and ``autoscale_sim.png``.
+Prints a table per seed (and with several seeds each figure's median and min-max per
+profile and policy), writes ``benchmarks/results/autoscale_sim.json`` and
+``autoscale_sim.png`` (the first seed's runs). Beside the policies asked for, the reactive
+and the foresight bound (below) run at the policy's ``utilization.target`` on every profile.
 With ``--policies ...,reactive-bound --bound-utilization 0.5,0.75,0.85,0.95`` the reactive
-bound (below) runs at each utilization, and ``autoscale_sim_frontier.png`` puts every run's
+bound runs at each utilization too, and ``autoscale_sim_frontier.png`` puts every run's
 executor-seconds against its seconds over the lag target: the frontier a policy trades on.
 
 The simulated cluster
@@ -69,12 +73,24 @@ Load profiles (one simulated day each, shapes scaled to each query's peak)
   peak, at least 1.5x away): used for convergence.
 * ``random-walk``: the log of the rate walks (sigma 0.035 per sqrt-minute) between 15% and
   100% of peak.
+* ``ramps`` (not tuned on): linear ramps up and down between 10% and 70% of peak, each
+  U(90, 150) s long, times a noise factor U(0.85, 1.15) drawn every 10 s step.
+* ``bursty`` (not tuned on): a base of 15% of peak (+-10% over the day) and bursts of 3-6x
+  the base for 20-60 s at random times (a Poisson process, 3 an hour on average), instant
+  on and off at step boundaries.
+
+``ramps`` and ``bursty`` keep their minutes-long shapes in seconds when ``--hours``
+compresses the day; the others are compressed with it.
 
 Policies
 --------
 * ``spark-adaptive``: the package's policy with its default keys (``AutoscalerConfig``;
   ``--conf`` overrides one), evaluated every ``autoscaler.evaluation.interval``. Starts on
   the initial load at 80% utilization, at a divisor of the query's partitions.
+* ``reactive-bound`` and ``foresight-bound``: not policies, the ideal a reactive policy
+  and one that knows the load ahead reach in this model (``ReactiveBound``); both run at
+  the policy's ``utilization.target`` beside every run. Their partitions are the slots
+  running: a scale-up's new executors join the query as each starts, like a live rescale's.
 * ``flink-baseline``: Flink's Kubernetes-operator algorithm as documented
   (``reference/spark-and-autoscalers.md`` A.2) with its defaults: window 15 min,
   stabilization 5 min, utilization target 0.7 within [0.4, 1.0], scale-down interval 1 h
@@ -144,9 +160,19 @@ START_DELAY = (10.0, 30.0)
 INPUT_NOISE = 0.05
 RATE_NOISE = 0.06
 RATE_NOISE_TAU = 120.0
-PROFILES = ("diurnal", "spike", "step", "random-walk")
+PROFILES = ("diurnal", "spike", "step", "random-walk", "ramps", "bursty")
 BOUND = "reactive-bound"
+FORESIGHT = "foresight-bound"
+BOUNDS = (BOUND, FORESIGHT)
+FORESIGHT_AHEAD = 40.0  # the evaluation interval and the longest start-up: executors run in time
 DAY = 86400.0
+RAMP_RANGE = (0.1, 0.7)  # of the peak
+RAMP_SECONDS = (90.0, 150.0)
+RAMP_NOISE = 0.15  # a factor in [0.85, 1.15] drawn every step
+BURST_BASE = 0.15  # of the peak, +-10% over the day
+BURST_HEIGHT = (3.0, 6.0)  # times the base
+BURST_SECONDS = (20.0, 60.0)
+BURSTS_PER_HOUR = 3.0
 
 
 # -- queries and loads ------------------------------------------------------------------------
@@ -277,6 +303,21 @@ def _shape_fn(profile: str, rng: random.Random, steps: int, day: float) -> tuple
                 changes.append(nxt)
                 nxt += rng.uniform(2, 4) * 3600 * day / DAY
             out[k] = level
+    elif profile == "ramps":
+        levels, _ = ramp_levels(rng, steps)
+        for k in range(steps):
+            out[k] = levels[k] * rng.uniform(1 - RAMP_NOISE, 1 + RAMP_NOISE)
+    elif profile == "bursty":
+        phase = rng.uniform(0, 1)
+        bursts = burst_times(rng, steps * STEP)
+        j = 0
+        for k in range(steps):
+            t = k * STEP
+            base = BURST_BASE * (1 + 0.1 * math.sin(2 * math.pi * (t / day - phase)))
+            while j < len(bursts) and bursts[j][1] <= t:
+                j += 1
+            m = bursts[j][2] if j < len(bursts) and bursts[j][0] <= t else 1.0
+            out[k] = min(1.0, base * m)
     elif profile == "random-walk":
         lo, hi = math.log(0.15), 0.0
         x = math.log(rng.uniform(0.3, 0.7))
@@ -291,6 +332,40 @@ def _shape_fn(profile: str, rng: random.Random, steps: int, day: float) -> tuple
     else:
         raise SystemExit(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
     return out, changes
+
+
+def ramp_levels(rng: random.Random, steps: int) -> tuple[array[float], list[float]]:
+    """The ``ramps`` profile before its noise: linear ramps up and down between
+    ``RAMP_RANGE``, each ``RAMP_SECONDS`` long, the first under way at time 0; and the times
+    the ramps turn."""
+    lo, hi = RAMP_RANGE
+    out = array("d", bytes(8 * steps))
+    turns: list[float] = []
+    rising = rng.random() < 0.5
+    dur = rng.uniform(*RAMP_SECONDS)
+    start = -rng.uniform(0.0, dur)
+    for k in range(steps):
+        t = k * STEP
+        while t >= start + dur:
+            start += dur
+            turns.append(start)
+            dur = rng.uniform(*RAMP_SECONDS)
+            rising = not rising
+        x = (t - start) / dur
+        out[k] = lo + (hi - lo) * (x if rising else 1 - x)
+    return out, turns
+
+
+def burst_times(rng: random.Random, span: float) -> list[tuple[float, float, float]]:
+    """The ``bursty`` profile's bursts over ``span`` seconds: (start, end, height over the
+    base), ``BURSTS_PER_HOUR`` on average at random times (a Poisson process), apart."""
+    out = []
+    t = rng.expovariate(BURSTS_PER_HOUR / 3600)
+    while t < span:
+        dur = rng.uniform(*BURST_SECONDS)
+        out.append((t, t + dur, rng.uniform(*BURST_HEIGHT)))
+        t += dur + rng.expovariate(BURSTS_PER_HOUR / 3600)
+    return out
 
 
 def make_load(profile: str, specs: list[Spec], seed: int, steps: int, day: float) -> Load:
@@ -477,18 +552,25 @@ class ReactiveBound:
     At every evaluation it knows the true input rate and the rows waiting (no window, no
     noise), and asks for the fewest slots whose noise-free capacity at ``P = slots`` (one
     wave, free repartitioning, no downtime) carries the rate at ``utilization`` plus the
-    waiting rows over ``drain`` seconds. It pays what no policy escapes: the evaluation
-    interval, the micro-batch in flight, and the executors' start-up. Rows waiting beyond
-    two triggers' arrivals (what a query that keeps up always has) count as backlog. Its
-    lag beyond the
+    waiting rows over ``drain`` seconds. Its partitions follow the slots running: while
+    the executors it asked for start, the query runs one wave on the slots it has
+    (``SimQuery.follow``). It pays what no policy escapes: the evaluation interval, the
+    micro-batch in flight, and the executors' start-up. Rows waiting beyond two triggers'
+    arrivals (what a query that keeps up always has) count as backlog. Its lag beyond the
     target is what start-up alone costs; its executor-seconds what tracking costs with
     that headroom.
+
+    With ``ahead`` seconds (the **foresight bound**) it sizes for the highest true rate
+    from now to ``ahead`` seconds on: executors asked for at an evaluation run before a
+    rise that comes within the evaluation interval and the longest start-up. That is
+    the ideal no reactive policy reaches.
     """
 
     def __init__(self, spec: Spec, query: SimQuery, truth: array[float],
-                 utilization: float, drain: float) -> None:
+                 utilization: float, drain: float, ahead: float = 0.0) -> None:
         self.spec, self.query, self.truth = spec, query, truth
         self.utilization, self.drain = utilization, drain
+        self.ahead = math.ceil(ahead / STEP - 1e-9)
 
     def observe(self, sample: LoadSample) -> bool:
         return True
@@ -507,13 +589,17 @@ class ReactiveBound:
     def evaluate(self, v: QueryView) -> ScalingDecision:
         q, spec = self.query, self.spec
         k = min(len(self.truth) - 1, max(0, int(v.now / STEP) - 1))
-        rate = self.truth[k]
+        rate = max(self.truth[k:k + 1 + self.ahead])
         # Rows beyond what a keeping-up query always has waiting (a trigger's arrivals and
         # the batch in flight) are backlog to drain.
         waiting = max(0.0, q.A - q.done - 2 * TRIGGER * rate)
         need = rate / self.utilization + waiting / self.drain
         top = min(v.upper, v.cluster_max_slots or v.upper)
-        slots = 1
+        # The fewest slots in [1, top] that carry ``need`` (capacity(s, s) never falls as s
+        # grows), searched from the slots held.
+        slots = max(1, min(v.slots, top))
+        while slots > 1 and spec.capacity(slots - 1, slots - 1) >= need:
+            slots -= 1
         while slots < top and spec.capacity(slots, slots) < need:
             slots += 1
         acts = slots != v.slots
@@ -533,6 +619,7 @@ class SimQuery:
         "down_until", "pending_restart", "downtimes", "last_done", "live", "restarts",
         "lag_over", "max_lag", "sampled_at", "peak", "in_band_since", "rescale_starts",
         "steps_hist", "unsettled", "next_change", "changes", "last_end", "shape_key", "shape",
+        "follow",
     )
 
     def __init__(self, spec: Spec, policy: Policy, slots: int, partitions: int) -> None:
@@ -571,6 +658,8 @@ class SimQuery:
         self.last_end = 0.0
         self.shape_key: tuple[int, int] | None = None
         self.shape: tuple[int, float, float, float] = (0, 0.0, 0.0, 0.0)
+        # The bounds' free repartitioning: P is the slots running, as executors join too.
+        self.follow = False
 
     # one step of micro-batches: arrivals at ``lam`` rows/s over [t0, t1)
     def advance(self, t0: float, t1: float, lam: float, noise: float) -> None:
@@ -672,6 +761,8 @@ class SimQuery:
         while starting and starting[0] <= t:
             last = starting.pop(0)
             self.active += 1
+        if self.follow:
+            self.P = self.active
         if not starting and self.inflight is not None:
             kind = self.inflight[0]
             if kind == "live":
@@ -700,12 +791,13 @@ class SimQuery:
             taken = grant
         if d.kind == "live":
             self.live += 1
-            if partitions != self.P:  # the reactive bound's free repartitioning
-                self.P = partitions
-                self.shape_key = None
+            # A live rescale keeps the partitions; the bounds' follow the slots that run
+            # (set as each executor joins, in arrivals()), not the slots asked for.
             if target < self.held:
                 taken = target - self.held
                 self.held = self.active = target
+                if self.follow:
+                    self.P = target
                 self.last_done = t
                 self.policy.on_rescale_completed(t, slots=target, partitions=self.P)
                 return taken
@@ -785,10 +877,11 @@ def run(profile: str, name: str, specs: list[Spec], load: Load, args: argparse.N
                        else FlinkOperatorBaseline(scale=day / DAY))
         slots, parts = initial_config(s, load.true[s.index][0], ours)
         q = SimQuery(s, pol, slots, parts)
-        if name == BOUND:
-            q.P = slots
+        if name in BOUNDS:
+            q.P, q.follow = slots, True
             q.policy = ReactiveBound(s, q, load.true[s.index], args.bound_utilization,
-                                     args.bound_drain)
+                                     args.bound_drain,
+                                     args.bound_ahead if name == FORESIGHT else 0.0)
         q.changes = load.changes[s.index]
         queries.append(q)
     free = args.executors - sum(q.held for q in queries)
@@ -965,13 +1058,13 @@ TARGETS = """targets (spark-adaptive, default keys):
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    head = (f"{'profile':<11} {'policy':<19} {'exec-s':>10} {'x oracle':>8} {'lag>30s s':>10} "
+    head = (f"{'profile':<11} {'policy':<20} {'exec-s':>10} {'x oracle':>8} {'lag>30s s':>10} "
             f"{'q>30s':>5} {'max lag':>8} {'live/q/d':>8} {'rst/q/d':>8} {'rst max':>7} "
             f"{'cpu p50':>8} {'cpu p99':>8}")
     lines = [head, "-" * len(head)]
     for r in results:
         lines.append(
-            f"{r['profile']:<11} {r['policy']:<19} {r['executor_seconds']:>10.3g} "
+            f"{r['profile']:<11} {r['policy']:<20} {r['executor_seconds']:>10.3g} "
             f"{r['vs_oracle']:>8.3f} {r['seconds_over_lag_target']:>10.0f} "
             f"{r['queries_over_lag_target']:>5d} {r['max_lag']:>7.0f}s "
             f"{r['live_per_query_day']:>8.2f} {r['restarts_per_query_day']:>8.2f} "
@@ -1072,7 +1165,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> bool:
 def plot_frontier(results: list[dict[str, Any]], path: Path) -> bool:
     """Per profile, each run's executor-seconds against the oracle and its query-seconds
     over the lag target: the corner the targets T1 and T2 ask for (at most 1.15x, none
-    over) shaded, the reactive bound's runs joined in order of utilization."""
+    over) shaded, each bound's runs joined in order of utilization."""
     plt = _pyplot()
     if plt is None:
         return False
@@ -1087,12 +1180,14 @@ def plot_frontier(results: list[dict[str, Any]], path: Path) -> bool:
         rs = [r for r in results if r["profile"] == p]
         ax.axvspan(0.9, 1.15, ymax=0.08, color="green", alpha=0.15,
                    label="T1 and T2 (<= 1.15x, 0 s over)")
-        bound = sorted((r for r in rs if "bound_utilization" in r),
-                       key=lambda r: r["bound_utilization"])
-        if bound:
+        for name, color in ((BOUND, "grey"), (FORESIGHT, "tab:green")):
+            bound = sorted((r for r in rs if r.get("bound") == name),
+                           key=lambda r: r["bound_utilization"])
+            if not bound:
+                continue
             ax.plot([r["vs_oracle"] for r in bound],
-                    [r["seconds_over_lag_target"] for r in bound], "o-", color="grey",
-                    label=f"{BOUND} (utilization)")
+                    [r["seconds_over_lag_target"] for r in bound], "o-", color=color,
+                    label=f"{name} (utilization)")
             for r in bound:
                 ax.annotate(f"{r['bound_utilization']:g}",
                             (r["vs_oracle"], r["seconds_over_lag_target"]),
@@ -1115,22 +1210,85 @@ def plot_frontier(results: list[dict[str, Any]], path: Path) -> bool:
     return True
 
 
+SUMMARY = (("vs_oracle", "x oracle", "{:.3f}"),
+           ("queries_over_lag_target", "q>30s", "{:.0f}"),
+           ("seconds_over_lag_target", "lag>30s s", "{:,.0f}"),
+           ("restarts_per_query_day", "rst/q/d", "{:.2f}"),
+           ("eval_round_cpu_ms_p99", "cpu p99 ms", "{:.2f}"))
+
+
+def summarize(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per profile and policy over the seeds run: each ``SUMMARY`` figure's median, min and
+    max."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in results:
+        groups.setdefault((r["profile"], r["policy"]), []).append(r)
+    out = []
+    for (profile, policy), rs in groups.items():
+        entry: dict[str, Any] = {"profile": profile, "policy": policy,
+                                 "seeds": [r.get("seed") for r in rs]}
+        for key, _, _ in SUMMARY:
+            values = [r[key] for r in rs]
+            entry[key] = {"median": statistics.median(values), "min": min(values),
+                          "max": max(values)}
+        out.append(entry)
+    return out
+
+
+def summary_table(summary: list[dict[str, Any]]) -> str:
+    """Each figure as ``median (min-max)`` over the seeds."""
+    def cell(fmt: str, m: dict[str, float]) -> str:
+        return f"{fmt.format(m['median'])} ({fmt.format(m['min'])}-{fmt.format(m['max'])})"
+
+    rows = [[e["profile"], e["policy"], *(cell(fmt, e[key]) for key, _, fmt in SUMMARY)]
+            for e in summary]
+    head = ["profile", "policy", *(title for _, title, _ in SUMMARY)]
+    widths = [max(len(x[i]) for x in [head, *rows]) for i in range(len(head))]
+    lines = ["  ".join(x.ljust(w) if i < 2 else x.rjust(w)
+                       for i, (x, w) in enumerate(zip(line, widths, strict=True)))
+             for line in [head, *rows]]
+    lines.insert(1, "-" * len(lines[0]))
+    return "\n".join(lines)
+
+
+def plan_runs(policies: list[str], utilizations: list[float] | None,
+              target: float) -> list[tuple[str, float | None, str]]:
+    """(policy, the bound's utilization, label) for each run of a profile: the policies
+    named, then both bounds at the policy's utilization target, named or not; a bound named
+    in ``policies`` runs at each of ``utilizations`` too (labelled ``name@u``)."""
+    runs: list[tuple[str, float | None, str]] = [(p, None, p) for p in policies
+                                                 if p not in BOUNDS]
+    for name in BOUNDS:
+        us = sorted({target, *(utilizations or [])}) if name in policies else [target]
+        runs += [(name, u, name if len(us) == 1 else f"{name}@{u:g}") for u in us]
+    return runs
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--seeds", type=_seeds, default=None,
+                    help="several seeds, comma-separated (1,2,3), in one invocation: each "
+                         "seed's figures, then their median and spread (min-max) per "
+                         "profile and policy; instead of --seed")
     ap.add_argument("--queries", type=int, default=100)
     ap.add_argument("--executors", type=int, default=1000)
     ap.add_argument("--profiles", default=",".join(PROFILES))
     ap.add_argument("--hours", type=float, default=24.0,
                     help="simulated length of the day (below 24 compresses it)")
     ap.add_argument("--policies", default="spark-adaptive,flink-baseline",
-                    help=f"of spark-adaptive, flink-baseline and {BOUND} (see ReactiveBound)")
-    ap.add_argument("--bound-utilization", type=_utilizations, default=[1.0],
-                    help=f"utilization the {BOUND} sizes for; several, comma-separated "
-                         "(0.5,0.75,0.85,0.95), run it once at each and draw the "
+                    help=f"of spark-adaptive, flink-baseline, {BOUND} and {FORESIGHT}; both "
+                         "bounds run beside them at the policy's utilization.target, named "
+                         "or not")
+    ap.add_argument("--bound-utilization", type=_utilizations, default=None,
+                    help="utilizations the bounds named in --policies size for, besides the "
+                         "policy's utilization.target; several, comma-separated "
+                         "(0.5,0.75,0.85,0.95), run each bound once at each and draw the "
                          "frontier they trace (autoscale_sim_frontier.png)")
     ap.add_argument("--bound-drain", type=float, default=10.0,
-                    help=f"seconds in which the {BOUND} plans to drain waiting rows")
+                    help="seconds in which the bounds plan to drain waiting rows")
+    ap.add_argument("--bound-ahead", type=float, default=FORESIGHT_AHEAD,
+                    help=f"seconds of true load the {FORESIGHT} sizes for ahead")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                     help="override an autoscaler key for spark-adaptive, e.g. "
@@ -1145,52 +1303,82 @@ def main(argv: list[str] | None = None) -> int:
     args.config = AutoscalerConfig.from_conf(conf)
     profiles = [p.strip() for p in args.profiles.split(",") if p.strip()]
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    known = ("spark-adaptive", "flink-baseline", *BOUNDS)
+    for p in policies:
+        if p not in known:
+            ap.error(f"unknown policy {p!r}; known: {', '.join(known)}")
+    seeds = args.seeds or [args.seed]
     steps = int(args.hours * 3600 / STEP)
-    specs = make_specs(random.Random(args.seed), args.queries)
+    runs = plan_runs(policies, args.bound_utilization, args.config.utilization_target)
     results = []
     t_start = time.perf_counter()
-    bounds = args.bound_utilization
-    runs = [(name, u) for name in policies
-            for u in (bounds if name == BOUND else [None])]
-    total = len(profiles) * len(runs)
-    for i, profile in enumerate(profiles):
-        load = make_load(profile, specs, args.seed, steps, args.hours * 3600)
-        for j, (name, u) in enumerate(runs):
-            run_args = args if u is None else argparse.Namespace(
-                **{**vars(args), "bound_utilization": u})
-            label = name if u is None or len(bounds) == 1 else f"{BOUND}@{u:g}"
-            r = run(profile, name, specs, load, run_args, f"[{i * len(runs) + j + 1}/{total}]",
-                    label)
-            if u is not None:
-                r["bound_utilization"] = u
-            r["policy"] = label
-            results.append(r)
+    total = len(seeds) * len(profiles) * len(runs)
+    n = 0
+    for seed in seeds:
+        specs = make_specs(random.Random(seed), args.queries)
+        for profile in profiles:
+            load = make_load(profile, specs, seed, steps, args.hours * 3600)
+            for name, u, label in runs:
+                n += 1
+                run_args = argparse.Namespace(**{**vars(args), "seed": seed,
+                                                 "bound_utilization": u})
+                progress = f"[{n}/{total}]" + (f" seed {seed}" if len(seeds) > 1 else "")
+                r = run(profile, name, specs, load, run_args, progress, label)
+                r["seed"] = seed
+                if u is not None:
+                    r["bound"], r["bound_utilization"] = name, u
+                r["policy"] = label
+                results.append(r)
     load_avg = os.getloadavg()
     print(f"\nautoscale_sim: {args.queries} queries, {args.executors} executors, "
-          f"{args.hours:g} h per profile, seed {args.seed}, "
+          f"{args.hours:g} h per profile, seed{'s' if len(seeds) > 1 else ''} "
+          f"{','.join(map(str, seeds))}, "
           f"{time.perf_counter() - t_start:.0f} s wall, {time.process_time():.0f} s CPU, "
           f"load average {load_avg[0]:.1f} (times per evaluation round include preemption "
-          "by other processes)\n")
-    print(table(results))
+          "by other processes)")
+    checks: list[tuple[int, str, bool, str]] = []
+    for seed in seeds:
+        mine = [r for r in results if r["seed"] == seed]
+        print(f"\nseed {seed}\n" if len(seeds) > 1 else "")
+        print(table(mine))
+        checks += [(seed, *c) for c in check_targets(mine)]
+    summary = summarize(results)
+    if len(seeds) > 1:
+        print(f"\nmedian (min-max) over seeds {','.join(map(str, seeds))}\n")
+        print(summary_table(summary))
     print()
     print(TARGETS)
-    checks = check_targets(results)
-    for label, ok, detail in checks:
-        print(f"  {'met    ' if ok else 'NOT MET'} {label:<16} {detail}")
+    for seed, label, ok, detail in checks:
+        where = f"seed {seed} " if len(seeds) > 1 else ""
+        print(f"  {'met    ' if ok else 'NOT MET'} {where}{label:<16} {detail}")
     args.out.mkdir(parents=True, exist_ok=True)
     out = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
                     if k != "config"},
            "load_average": load_avg, "cpu_seconds": time.process_time(),
            "config": args.config.as_conf(),
-           "results": results,
-           "targets": [{"target": a, "met": b, "detail": c} for a, b, c in checks]}
+           "results": results, "summary": summary,
+           "targets": [{"seed": s, "target": a, "met": b, "detail": c}
+                       for s, a, b, c in checks]}
     (args.out / "autoscale_sim.json").write_text(json.dumps(out, indent=1))
-    if plot(results, args.out / "autoscale_sim.png"):
+    # The plots draw the first seed's runs.
+    first = [r for r in results if r["seed"] == seeds[0]]
+    if plot(first, args.out / "autoscale_sim.png"):
         print(f"\nwrote {args.out / 'autoscale_sim.json'} and {args.out / 'autoscale_sim.png'}")
-    if len(bounds) > 1 and BOUND in policies and plot_frontier(
-            results, args.out / "autoscale_sim_frontier.png"):
+    if sum(1 for name, _, _ in runs if name == BOUND) > 1 and plot_frontier(
+            first, args.out / "autoscale_sim_frontier.png"):
         print(f"wrote {args.out / 'autoscale_sim_frontier.png'}")
     return 0
+
+
+def _seeds(text: str) -> list[int]:
+    """``--seeds``: one or more integers, comma-separated."""
+    try:
+        seeds = [int(item) for item in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of seeds") from None
+    if len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"{text!r} names a seed twice")
+    return seeds
 
 
 def _utilizations(text: str) -> list[float]:

@@ -123,23 +123,207 @@ def test_sim_runs_the_reactive_bound_at_each_utilization_and_draws_the_frontier(
                      "--bound-utilization", "0.5,0.9", "--out", str(tmp_path)]) == 0
     out = json.loads((tmp_path / "autoscale_sim.json").read_text())
     runs = {r["policy"]: r for r in out["results"]}
-    assert list(runs) == ["spark-adaptive", "reactive-bound@0.5", "reactive-bound@0.9"]
+    # the policy's utilization.target (0.85) among them; the foresight bound at it alone
+    assert list(runs) == ["spark-adaptive", "reactive-bound@0.5", "reactive-bound@0.85",
+                          "reactive-bound@0.9", "foresight-bound"]
     assert "bound_utilization" not in runs["spark-adaptive"]
     low, high = runs["reactive-bound@0.5"], runs["reactive-bound@0.9"]
     assert (low["bound_utilization"], high["bound_utilization"]) == (0.5, 0.9)
+    assert runs["foresight-bound"]["bound_utilization"] == 0.85
     # sizing for a lower utilization holds more executors: the runs differ as asked
     assert low["executor_seconds"] > high["executor_seconds"]
     assert (tmp_path / "autoscale_sim_frontier.png").stat().st_size > 0
     assert "reactive-bound@0.5" in capsys.readouterr().out
-    # one utilization keeps the bound's plain name, and draws no frontier
+    # at the target alone the bounds keep their plain names, and draw no frontier
     one = tmp_path / "one"
     assert sim.main(["--queries", "4", "--executors", "60", "--hours", "1", "--profiles",
-                     "step", "--policies", "spark-adaptive,reactive-bound",
-                     "--bound-utilization", "0.9", "--out", str(one)]) == 0
+                     "step", "--conf", "utilization.target=0.9", "--out", str(one)]) == 0
     out = json.loads((one / "autoscale_sim.json").read_text())
-    assert [r["policy"] for r in out["results"]] == ["spark-adaptive", "reactive-bound"]
-    assert out["results"][1]["bound_utilization"] == 0.9
+    assert [r["policy"] for r in out["results"]] == [
+        "spark-adaptive", "flink-baseline", "reactive-bound", "foresight-bound"]
+    assert [r.get("bound_utilization") for r in out["results"]] == [None, None, 0.9, 0.9]
     assert not (one / "autoscale_sim_frontier.png").exists()
+
+
+def test_sim_plans_both_bounds_at_the_policy_target_beside_every_run() -> None:
+    sim = _load("autoscale_sim")
+    assert sim.plan_runs(["flink-baseline"], None, 0.8) == [
+        ("flink-baseline", None, "flink-baseline"), ("reactive-bound", 0.8, "reactive-bound"),
+        ("foresight-bound", 0.8, "foresight-bound")]
+    # a bound named runs at each utilization asked for as well; the other at the target
+    assert sim.plan_runs(["foresight-bound"], [0.95, 0.8], 0.8) == [
+        ("reactive-bound", 0.8, "reactive-bound"),
+        ("foresight-bound", 0.8, "foresight-bound@0.8"),
+        ("foresight-bound", 0.95, "foresight-bound@0.95")]
+
+
+def test_sim_runs_several_seeds_and_reports_their_median_and_spread(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sim = _load("autoscale_sim")
+    assert sim.main(["--queries", "3", "--executors", "40", "--hours", "0.5", "--profiles",
+                     "ramps,bursty", "--policies", "flink-baseline", "--seeds", "1,2,3",
+                     "--out", str(tmp_path)]) == 0
+    out = json.loads((tmp_path / "autoscale_sim.json").read_text())
+    assert len(out["results"]) == 3 * 2 * 3  # seeds x profiles x (baseline and two bounds)
+    assert {r["seed"] for r in out["results"]} == {1, 2, 3}
+    text = capsys.readouterr().out
+    assert "seed 3" in text and "median (min-max) over seeds 1,2,3" in text
+    for e in out["summary"]:
+        assert e["seeds"] == [1, 2, 3]
+        runs = [r for r in out["results"]
+                if (r["profile"], r["policy"]) == (e["profile"], e["policy"])]
+        for key in ("vs_oracle", "queries_over_lag_target", "seconds_over_lag_target",
+                    "restarts_per_query_day", "eval_round_cpu_ms_p99"):
+            values = sorted(r[key] for r in runs)
+            assert e[key] == {"median": values[1], "min": values[0], "max": values[2]}
+    assert {e["policy"] for e in out["summary"]} == {
+        "flink-baseline", "reactive-bound", "foresight-bound"}
+    # the seeds differ: the same profile and policy read other figures
+    assert len({r["executor_seconds"] for r in out["results"]
+                if (r["profile"], r["policy"]) == ("bursty", "flink-baseline")}) == 3
+
+
+@pytest.mark.parametrize("value", ["1,x", "1,1"])
+def test_sim_refuses_seeds_it_cannot_run_apart(
+        value: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sim = _load("autoscale_sim")
+    with pytest.raises(SystemExit):
+        sim.main(["--queries", "2", "--hours", "0.1", "--out", str(tmp_path), "--seeds", value])
+    assert "argument --seeds" in capsys.readouterr().err
+
+
+def _bound_query(sim: ModuleType, truth: list[float], slots: int
+                 ) -> tuple[Any, Any, Any, Any]:
+    """A query of the reactive bound on ``slots`` (one partition each), its rate per slot
+    falling with the slots (sigma 0.01): spec, query, bound, the true rates it reads."""
+    spec = sim.Spec(index=0, peak_rate=1e6, r1=1000.0, sigma=0.01, p0=slots, upper=120,
+                    can_restart=True, source_cap=None, state_gb=0.1, kafka=False,
+                    busy_reported=True, base_downtime=3.0, rate_limit=1e12)
+    rates = sim.array("d", truth)
+    q = sim.SimQuery(spec, None, slots, slots)
+    q.follow = True
+    q.policy = sim.ReactiveBound(spec, q, rates, 0.85, 10.0)
+    return spec, q, q.policy, rates
+
+
+def _view(sim: ModuleType, q: Any, now: float) -> Any:
+    from spark_adaptive.core.autoscaler import QueryView
+    return QueryView(now, q.held, q.P, 1, q.spec.upper, None, True, (), q.inflight is not None,
+                     q.last_done, 1, 1000)
+
+
+def test_sim_bound_runs_on_the_slots_running_while_its_new_executors_start() -> None:
+    """A scale-up's capacity until its executors start is the slots running times their rate
+    per slot, on as many partitions: not the slots asked for, nor the running slots carrying
+    the new partitions' tasks in more waves."""
+    sim = _load("autoscale_sim")
+    spec, q, bound, rates = _bound_query(sim, [8000.0] * 20, 4)
+    d = bound.evaluate(_view(sim, q, 10.0))
+    assert (d.outcome, d.kind) == ("scale-up", "live")
+    target = d.target_slots
+    assert target >= 10 and d.target_partitions == target
+    q.start(d, 10.0, 100, random.Random(1))
+    assert (q.held, q.active, q.P, len(q.starting)) == (target, 4, 4, target - 4)
+    assert min(q.starting) >= 10.0 + sim.START_DELAY[0]
+    # a step of input before any executor starts: the batches run one wave on 4 slots
+    q.advance(10.0, 20.0, 8000.0, 1.0)
+    assert q.batch_id == 0 and q.batch_end is not None  # the first batch still runs
+    fixed = sim.TASK_OVERHEAD + sim.BATCH_OVERHEAD
+    rate = q.batch_rows / (q.batch_dur - fixed)
+    assert rate == pytest.approx(4 * spec.rate_per_slot(4))
+    assert rate == pytest.approx(spec.capacity(4, 4) / (1 - fixed / sim.TRIGGER))
+    assert rate > spec.capacity(4, target) / (1 - (2 * sim.TASK_OVERHEAD + sim.BATCH_OVERHEAD)
+                                              / sim.TRIGGER)
+    # each executor that starts joins with a partition of its own
+    first = q.starting[0]
+    q.arrivals(first)
+    assert (q.active, q.P, q.held) == (5, 5, target)
+    assert q.inflight is not None
+    q.arrivals(10.0 + sim.START_DELAY[1])
+    assert (q.active, q.P, q.held, q.inflight) == (target, target, target, None)
+    # a scale-down repartitions onto the slots kept at once
+    for k in range(len(rates)):
+        rates[k] = 2000.0
+    q.A = q.done = q.read  # nothing waiting
+    d = bound.evaluate(_view(sim, q, 60.0))
+    assert d.outcome == "scale-down"
+    q.start(d, 60.0, 100, random.Random(1))
+    assert q.held == q.active == q.P == d.target_slots < target
+
+
+def test_sim_foresight_bound_sizes_for_the_highest_rate_of_the_next_40_s() -> None:
+    sim = _load("autoscale_sim")
+    truth = [2000.0] * 12 + [8000.0] * 8  # the rise comes at 120 s
+    _, q, reactive, _ = _bound_query(sim, truth, 3)
+    foresight = sim.ReactiveBound(q.spec, q, sim.array("d", truth), 0.85, 10.0,
+                                  ahead=sim.FORESIGHT_AHEAD)
+    # at 80 s the step read is the one before it (70-80 s); the next 40 s end at 120 s
+    assert foresight.evaluate(_view(sim, q, 80.0)).target_slots == (
+        reactive.evaluate(_view(sim, q, 80.0)).target_slots)
+    # at 90 s the rise is 40 s away: sized for it, 40 s before the reactive bound
+    early = foresight.evaluate(_view(sim, q, 90.0)).target_slots
+    assert early > reactive.evaluate(_view(sim, q, 90.0)).target_slots
+    assert early == reactive.evaluate(_view(sim, q, 130.0)).target_slots
+
+
+def test_sim_ramps_profile_ramps_between_its_levels_in_about_two_minutes_with_noise() -> None:
+    sim = _load("autoscale_sim")
+    steps = 8640
+    shape, changes = sim._shape_fn("ramps", random.Random(7), steps, sim.DAY)
+    levels, turns = sim.ramp_levels(random.Random(7), steps)  # the same draws, before noise
+    assert changes == []
+    lo, hi = sim.RAMP_RANGE
+    assert (lo, hi) == (0.1, 0.7)
+    assert lo - 1e-9 <= min(levels) < lo + 0.02 and hi - 0.02 < max(levels) <= hi + 1e-9
+    # turns every 90-150 s, about two minutes on average
+    gaps = np.diff(turns)
+    assert gaps.min() >= 90.0 and gaps.max() <= 150.0
+    assert 115.0 < gaps.mean() < 125.0
+    assert len(turns) == pytest.approx(steps * sim.STEP / 120.0, rel=0.05)
+    # linear between the turns: a step moves the level by (hi - lo) x 10 s / the ramp's length
+    t = np.arange(steps) * sim.STEP
+    ramp = np.searchsorted(turns, t, side="right")
+    same = ramp[1:] == ramp[:-1]
+    moves = np.abs(np.diff(np.array(levels)))[same]
+    assert moves.min() >= (hi - lo) * sim.STEP / 150.0 - 1e-9
+    assert moves.max() <= (hi - lo) * sim.STEP / 90.0 + 1e-9
+    # one direction per ramp, up and down in turn
+    direction = np.sign(np.diff(np.array(levels)))[same]
+    ids = ramp[1:][same]
+    signs = [set(direction[ids == i]) for i in np.unique(ids)]
+    assert all(len(x) == 1 for x in signs)
+    assert all(a != b for a, b in zip(signs, signs[1:], strict=False))
+    # a noise factor of at most +-15% every 10 s step, spanning that range
+    noise = np.array(shape) / np.array(levels)
+    assert noise.min() >= 0.85 - 1e-9 and noise.max() <= 1.15 + 1e-9
+    assert noise.min() < 0.86 and noise.max() > 1.14
+    assert abs(noise.mean() - 1.0) < 0.01
+    assert np.std(np.diff(noise)) > 0.1  # drawn afresh each step, not a slow wander
+
+
+def test_sim_bursty_profile_has_a_few_bursts_an_hour_of_3_to_6_times_its_low_base() -> None:
+    sim = _load("autoscale_sim")
+    steps, day = 8640, sim.DAY
+    shape, _ = sim._shape_fn("bursty", random.Random(11), steps, day)
+    rng = random.Random(11)  # the profile's own draws: its phase, then its bursts
+    phase = rng.uniform(0, 1)
+    bursts = sim.burst_times(rng, steps * sim.STEP)
+    assert 2.0 <= len(bursts) / 24 <= 4.0  # about 3 an hour
+    for (start, end, height), nxt in zip(bursts, [*bursts[1:], None], strict=True):
+        assert 20.0 <= end - start <= 60.0 and 3.0 <= height <= 6.0
+        assert nxt is None or nxt[0] >= end
+    t = np.arange(steps) * sim.STEP
+    base = sim.BURST_BASE * (1 + 0.1 * np.sin(2 * np.pi * (t / day - phase)))
+    assert base.min() >= 0.135 - 1e-9 and base.max() <= 0.165 + 1e-9
+    ratio = np.array(shape) / base
+    inside = np.zeros(steps, dtype=bool)
+    for start, end, height in bursts:
+        on = (t >= start) & (t < end)
+        assert 2 <= on.sum() <= 6  # 20-60 s in 10 s steps
+        assert ratio[on] == pytest.approx(height)
+        inside |= on
+    assert ratio[~inside] == pytest.approx(1.0)  # the low base between bursts
+    assert np.array(shape).max() <= 1.0
 
 
 @pytest.mark.parametrize(("value", "message"), [
