@@ -90,6 +90,16 @@ WARM_UP_WAIT_LIMIT = 10.0
 #: Longest single wait of the shim for a batch boundary (seconds): a clean stop looks for a
 #: cancel between two.
 HOLD_SLICE = 0.2
+#: Spark's refusals to repartition a checkpoint's state that no retry changes (the
+#: conditions of STATE_REPARTITION_INVALID_CHECKPOINT about what the checkpoint holds): the
+#: query is rescaled live only from then on.
+REFUSED_FOR_GOOD = frozenset({
+    "STATE_REPARTITION_INVALID_CHECKPOINT.UNSUPPORTED_STATEFUL_OPERATOR",
+    "STATE_REPARTITION_INVALID_CHECKPOINT.UNSUPPORTED_TRANSFORM_WITH_STATE_VARIABLE_TYPE",
+    "STATE_REPARTITION_INVALID_CHECKPOINT.UNSUPPORTED_PROVIDER",
+    "STATE_REPARTITION_INVALID_CHECKPOINT.UNSUPPORTED_OFFSET_SEQ_VERSION",
+    "STATE_REPARTITION_INVALID_CHECKPOINT.MISSING_OFFSET_SEQ_METADATA",
+})
 
 
 class SparkQueryDriver:
@@ -121,6 +131,7 @@ class SparkQueryDriver:
         self._boundary: Any = None
         self._session_checkpoint_root = session_checkpoint_root
         self._local_slots = local_slots
+        self._refused: str | None = None  # why Spark refuses to repartition its state, for good
         self._last_parallelism = 0
         self._run_changed = threading.Condition()
         self.earlier_progress: list[Any] = []
@@ -167,6 +178,8 @@ class SparkQueryDriver:
             return RepartitionSupport(False, (
                 f"local mode: its task slots are the {self._local_slots} local cores and "
                 "cannot change, so the query keeps the partitions it was started with"))
+        if self._refused is not None:
+            return RepartitionSupport(False, self._refused)
         sources = self._info.non_replayable_sources
         if sources:
             return RepartitionSupport(False, (
@@ -371,6 +384,9 @@ class SparkQueryDriver:
                 manager.repartition(cp.location, parallelism)
             except Exception as e:
                 errors.append(error_text(e))
+                if _error_class(e) in REFUSED_FOR_GOOD:
+                    self._refuse(_error_class(e), errors[-1])
+                    break  # no retry changes what the checkpoint holds
                 continue
             if errors:
                 log.warning("query %s: repartitioning its state in %s from %s to %d partitions "
@@ -391,6 +407,15 @@ class SparkQueryDriver:
                     cp.location, cp.shuffle_partitions, parallelism, "; then ".join(errors),
                     state, cp.shuffle_partitions)
         return errors[-1]
+
+    def _refuse(self, condition: str | None, error: str) -> None:
+        """Spark refuses to repartition this query's state for good (an operator or a state
+        format its offline repartition does not support): from now on the query keeps its
+        partitions and is rescaled live only; said once."""
+        self._refused = (f"Spark cannot repartition its state ({condition}: "
+                         f"{error.splitlines()[0] if error else ''}), so it keeps its "
+                         "partitions and is rescaled live only")
+        log.warning("query %s: %s", self._label, self._refused)
 
     @property
     def _label(self) -> str:
