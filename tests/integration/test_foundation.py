@@ -12,6 +12,7 @@ import pytest
 
 import spark_adaptive
 from spark_adaptive.core import events as ev
+from spark_adaptive.core.ports import ExecutorRelease
 from spark_adaptive.spark.listener import Py4jListener
 from spark_adaptive.testing.cluster import LocalCluster
 from spark_adaptive.testing.recorder import EventRecorder
@@ -67,9 +68,12 @@ def test_requesting_one_then_three_then_two_executors(local_cluster_factory, clu
 
     wait_live(3)  # standalone: the app takes every free core at first
     for target in (1, 3, 2):
-        act.request_total_executors(target)
+        # A lower total ends no executor in standalone mode: the newest beyond it are named
+        # to release, as the reconciler names them.
+        newest = sorted(live(), key=int)[target:]
+        act.request_total_executors(target, [ExecutorRelease(e, "a test") for e in newest])
         wait_live(target)
-        assert act.slots == target  # one core per executor, spark.task.cpus=1
+        assert rt.scheduler.resources.live_slots == target  # one core each, task.cpus=1
     # Surplus executors are killed before the new total is requested, so the last request
     # may still be on its way when the executors are already gone.
     assert act.drain()

@@ -1,0 +1,197 @@
+"""Apps with several stateful queries on a real cluster: each runs on every slot the app has
+(they share them in time), each is rescaled, and each output stays exactly once."""
+
+from __future__ import annotations
+
+import glob
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import spark_adaptive
+from spark_adaptive.core import events as ev
+from spark_adaptive.testing.recorder import EventRecorder
+from spark_adaptive.testing.session import wait_for_executors
+from spark_adaptive.testing.streaming import (
+    assert_counted_exactly_once,
+    history,
+    latest_aggregate,
+    snapshot,
+    wait_until,
+)
+from spark_adaptive.testing.submit import submit
+
+pytestmark = pytest.mark.timeout(600)
+
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+FAST_TIMING = {
+    # The submission stabilization outlasts the seconds between two workers' executors
+    # arriving, so that they lead to one rescale 1 -> 3 rather than 1 -> 2 -> 3.
+    "scheduler.submission.resource-stabilization-timeout": "45s",
+    "scheduler.executing.cooldown-after-rescaling": "4s",
+    "scheduler.executing.resource-stabilization-timeout": "20s",
+    "scheduler.executor-loss-grace": "3s",
+    "parallelism.upper-bound": "3",
+}
+
+
+def _counts(spark: Any, out: str, name: str | None) -> Any:
+    """rate_aggregation's query, with no checkpoint option of its own: it lives under the
+    session's spark.sql.streaming.checkpointLocation (by its name, or a generated one)."""
+    from pyspark.sql import functions as F
+
+    counts = (spark.readStream.format("rate").option("rowsPerSecond", 40).load()
+              .groupBy((F.col("value") % 10).alias("key"))
+              .agg(F.count("*").alias("n"), F.sum("value").alias("total"),
+                   F.max("value").alias("top")))
+
+    def write(df: Any, batch_id: int) -> None:
+        df.write.mode("overwrite").parquet(f"{out}/batch={batch_id}")
+
+    writer = (counts.writeStream.outputMode("complete").foreachBatch(write)
+              .trigger(processingTime="1 second"))
+    if name is not None:
+        writer = writer.queryName(name)
+    return writer.start()
+
+
+def test_an_unnamed_query_under_the_session_root_is_rescaled_as_a_named_one(
+        local_cluster, cluster_spark_factory, tmp_path):
+    spark = cluster_spark_factory(local_cluster, **{
+        "spark.sql.shuffle.partitions": "3",
+        "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
+        "spark.sql.streaming.checkpointLocation": str(tmp_path / "root")})
+    rt = spark_adaptive.enable(spark, **FAST_TIMING)
+    rec = EventRecorder()
+    rt.subscribe(rec, "test")
+    wait_for_executors(spark, 1)
+    named = _counts(spark, str(tmp_path / "named"), "named")
+    unnamed = _counts(spark, str(tmp_path / "unnamed"), None)
+    queries = {"named": named, "unnamed": unnamed}
+
+    def at(partitions: int, mark: int = 0) -> None:
+        for q in queries.values():
+            rec.wait_for(ev.QueryProgress, lambda e, q=q: e.query_id == q.id
+                         and e.state_partitions == partitions, since=mark, timeout=180)
+
+    at(1)  # both start on the one slot, by the same rule
+    local_cluster.add_worker()
+    local_cluster.add_worker()
+    at(3, rec.mark())
+    rows = {}
+    for label, q in queries.items():
+        s = snapshot(rt, q.key)
+        rows[label] = [(r["trigger"], r["kind"], r["fromParallelism"], r["toParallelism"])
+                       for r in history(rt, q.key)]
+        assert (s["parallelism"], s["slots"]) == (3, 3), (label, s)
+    assert rows["named"] == rows["unnamed"] == [
+        ("INITIAL_SCHEDULE", "initial", 0, 1), ("NEW_RESOURCES", "restart", 1, 3)], rows
+    checkpoints = sorted(os.listdir(tmp_path / "root"))
+    assert "named" in checkpoints and len(checkpoints) == 2, checkpoints
+    for q in queries.values():
+        q.stop_with_savepoint()  # between two micro-batches: every batch written is whole
+    for label in queries:
+        assert_counted_exactly_once(latest_aggregate(tmp_path / label))
+
+
+# -- five stateful queries of different kinds in one unmodified app ------------------------
+APP = Path(__file__).with_name("many_queries_app.py")
+NAMES = ("bronze", "silver", "join", "report", "counter")
+
+
+def _committed(out: Path, name: str) -> list[dict[str, list[Any]]]:
+    """Each batch a query wrote whole (its _SUCCESS), in batch order, as columns."""
+    import pyarrow.parquet as pq
+
+    done = sorted(glob.glob(str(out / name / "batch=*" / "_SUCCESS")),
+                  key=lambda p: int(Path(p).parent.name.split("=")[1]))
+    return [pq.read_table(str(Path(p).parent)).to_pydict() for p in done]
+
+
+def _check_each_exactly_once(out: Path) -> dict[str, int]:
+    """Per query, what exactly once means for its kind; returns what each one covered."""
+    covered = {}
+    bronze = [p for b in _committed(out, "bronze") for p in b["pair"]]
+    assert len(bronze) == len(set(bronze)), "bronze: a pair emitted twice"
+    assert sorted(bronze) == list(range(len(bronze))), "bronze: a pair missing"
+    covered["bronze"] = len(bronze)
+    for name in ("silver", "counter"):  # the newest totals per key say every value counted
+        newest: dict[int, tuple[int, int, int]] = {}
+        for b in _committed(out, name):
+            for k, n, total, latest in zip(b["key"], b["n"], b["total"], b["latest"],
+                                           strict=True):
+                newest[k] = (n, total, latest)
+        assert len(newest) == 7, (name, newest)
+        for k, (n, total, latest) in newest.items():
+            values = range(k, latest + 1, 7)
+            assert (n, total) == (len(values), sum(values)), (name, k, n, total, latest)
+        covered[name] = sum(n for n, _, _ in newest.values())
+    joined = [v for b in _committed(out, "join") for v in b["value"]]
+    assert len(joined) == len(set(joined)), "join: a value joined twice"
+    assert sorted(joined) == list(range(len(joined))), "join: a value missing"
+    covered["join"] = len(joined)
+    windows = sorted((w["start"], n, first, last) for b in _committed(out, "report")
+                     for w, n, first, last in zip(b["window"], b["n"], b["first"], b["last"],
+                                                  strict=True))
+    assert len({w[0] for w in windows}) == len(windows), "report: a window emitted twice"
+    expected_first = 0
+    for start, n, first, last in windows:  # windows tile the values, each counted once
+        assert (first, n) == (expected_first, last - first + 1), (start, n, first, last)
+        expected_first = last + 1
+    covered["report"] = expected_first
+    return covered
+
+
+def test_five_stateful_queries_are_each_rescaled_and_exactly_once_as_workers_go_1_3_2(
+        local_cluster, tmp_path):
+    out, stop = tmp_path / "out", tmp_path / "stop"
+    conf = {
+        "spark.adaptive.enabled": "true",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
+        **{f"spark.adaptive.{k}": v for k, v in FAST_TIMING.items()
+           if k != "parallelism.upper-bound"},
+    }
+    with submit(local_cluster, APP, str(out), str(stop), conf=conf) as app:
+        def queries() -> dict[str, dict[str, Any]]:
+            return {q["name"]: q for q in app.queries() if q["state"] != "Finished"}
+
+        def all_at(parallelism: int) -> bool:
+            found = queries()
+            return set(found) == set(NAMES) and all(
+                q["parallelism"] == parallelism and q["slots"] == parallelism
+                and q["state"] == "Executing" for q in found.values())
+
+        app.wait_for_query()
+        wait_until(lambda: all_at(1), timeout=240, what="five queries at 1 partition")
+        local_cluster.add_worker()
+        local_cluster.add_worker()
+        wait_until(lambda: all_at(3), timeout=300, what="five queries rescaled to 3")
+        local_cluster.kill_worker()
+        wait_until(lambda: all_at(2), timeout=300, what="five queries rescaled to 2")
+        ids = {name: q["id"] for name, q in queries().items()}
+
+        def timelines() -> dict[str, list[tuple[Any, ...]]] | None:
+            """Each query's rescales, once each has completed (a restart's record does at
+            its first micro-batch)."""
+            found = {name: [(r["trigger"], r["kind"], r["fromParallelism"],
+                             r["toParallelism"], r["outcome"])
+                            for r in app.rescales(qid)["rescales"]]
+                     for name, qid in ids.items()}
+            done = all(r[4] != "pending" for t in found.values() for r in t)
+            return found if done else None
+
+        timeline_of = wait_until(timelines, timeout=120, what="every rescale completed")
+        print("\n".join(f"{n}: {t}" for n, t in timeline_of.items()))
+        for name, timeline in timeline_of.items():
+            rescales = [t for t in timeline if t[0] != "INITIAL_SCHEDULE"]
+            assert [(t[2], t[3]) for t in rescales if t[1] == "restart"] == [(1, 3), (3, 2)], (
+                name, timeline)
+            assert all(t[4] == "completed" for t in rescales), (name, timeline)
+        stop.touch()
+        assert app.wait(timeout=180) == 0, app.tail()
+    covered = _check_each_exactly_once(out)
+    print("values covered:", covered)
+    assert all(n > 0 for n in covered.values()), covered
