@@ -38,6 +38,8 @@ class QueryInfo:
     stateful: bool = False
     """The query's plan has stateful operators (aggregation, deduplication, stream-stream
     join, arbitrary state), read from its analyzed plan before the first start."""
+    stream_join: bool = False
+    """The query joins two streams (its state holds the join's buffered rows)."""
     non_replayable_sources: tuple[str, ...] = ()
     """Sources of the query that cannot replay their input (the socket source, or sources
     the user declared so): a restart would lose what they sent meanwhile, so the query is

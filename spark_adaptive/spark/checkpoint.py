@@ -44,6 +44,10 @@ log = logging.getLogger(__name__)
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 PROVIDER_KEY = "spark.sql.streaming.stateStore.providerClass"
+JOIN_FORMAT_KEY = "spark.sql.streaming.join.stateFormatVersion"
+#: Stream-stream join state formats Spark 4.3's offline repartition breaks: it reports
+#: success, and the restarted query fails reading the join's state (an internal error).
+BROKEN_JOIN_FORMATS = frozenset({"4"})
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,8 @@ class CheckpointState:
     shuffle_partitions: int | None = None
     state_provider: str | None = None
     has_state: bool = False
+    join_state_format: str | None = None
+    """``spark.sql.streaming.join.stateFormatVersion`` recorded with the last batch."""
     previous_partitions: int | None = None
     """When the last batch is not committed: the partition count of the batch before it."""
     repeats_previous_offsets: bool = False
@@ -94,19 +100,19 @@ def inspect_checkpoint(spark: SparkSession, location: str) -> CheckpointState:
         return CheckpointState(location, exists=False)
     last_offset = _last_batch(fs, j.org.apache.hadoop.fs.Path(root, "offsets"))
     last_commit = _last_batch(fs, j.org.apache.hadoop.fs.Path(root, "commits"))
-    partitions = provider = previous = None
+    partitions = provider = previous = join_format = None
     repeats = False
     if last_offset is not None:
         last = _batch(j, fs, root, last_offset)
-        partitions, provider = _conf(last)
+        partitions, provider, join_format = _conf(last)
         if last_offset != last_commit and last_offset > 0:
             before = _batch(j, fs, root, last_offset - 1)
-            previous, _ = _conf(before)
+            previous, _, _ = _conf(before)
             repeats = before is not None and last is not None and last[2:] == before[2:]
     state = j.org.apache.hadoop.fs.Path(root, "state")
     has_state = bool(fs.exists(state) and len(fs.listStatus(state)) > 0)
     return CheckpointState(location, True, last_offset, last_commit, partitions, provider,
-                           has_state, previous, repeats)
+                           has_state, join_format, previous, repeats)
 
 
 def roll_back_unfinished_repartition(spark: SparkSession,
@@ -231,13 +237,16 @@ def started_batch(lines: list[str] | None, batch_id: int) -> StartedBatch | None
     return StartedBatch(batch_id, stamp / 1000.0, offsets)
 
 
-def _conf(lines: list[str] | None) -> tuple[int | None, str | None]:
-    """The partition count and state store provider recorded with a batch's offsets."""
+def _conf(lines: list[str] | None) -> tuple[int | None, str | None, str | None]:
+    """The partition count, state store provider and join state format recorded with a
+    batch's offsets."""
     if lines is None or len(lines) < 2:
-        return None, None
+        return None, None, None
     conf = json.loads(lines[1]).get("conf", {})
     partitions = conf.get("spark.sql.shuffle.partitions")
-    return (int(partitions) if partitions is not None else None), conf.get(PROVIDER_KEY)
+    join_format = conf.get(JOIN_FORMAT_KEY)
+    return ((int(partitions) if partitions is not None else None), conf.get(PROVIDER_KEY),
+            None if join_format is None else str(join_format))
 
 
 def _last_batch(fs: Any, path: Any) -> int | None:

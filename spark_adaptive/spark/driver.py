@@ -67,6 +67,8 @@ from typing import TYPE_CHECKING, Any
 from spark_adaptive.core.ports import QueryInfo, RepartitionSupport, StartResult, StopResult
 from spark_adaptive.core.streaming.restart import FailedStart
 from spark_adaptive.spark.checkpoint import (
+    BROKEN_JOIN_FORMATS,
+    JOIN_FORMAT_KEY,
     PROVIDER_KEY,
     ROCKSDB_PROVIDER,
     CheckpointState,
@@ -99,6 +101,8 @@ REFUSED_FOR_GOOD = frozenset({
     "STATE_REPARTITION_INVALID_CHECKPOINT.UNSUPPORTED_PROVIDER",
     "STATE_REPARTITION_INVALID_CHECKPOINT.UNSUPPORTED_OFFSET_SEQ_VERSION",
     "STATE_REPARTITION_INVALID_CHECKPOINT.MISSING_OFFSET_SEQ_METADATA",
+    # A streaming limit's state (operator globalLimit): Spark cannot read its schema.
+    "STDS_FAILED_TO_READ_STATE_SCHEMA",
 })
 
 
@@ -194,25 +198,34 @@ class SparkQueryDriver:
                 "its sources' starting offsets and lose its state; set the checkpointLocation "
                 "option to let spark-adaptive change its partitions"))
         if stateful:
-            provider = self._provider()
+            provider, join_format = self._state_conf()
             if provider != ROCKSDB_PROVIDER:
                 return RepartitionSupport(False, (
                     f"its state store provider is {provider}; Spark repartitions state offline "
                     f"only for the RocksDB provider (set {PROVIDER_KEY}={ROCKSDB_PROVIDER})"))
+            if self._info.stream_join and join_format in BROKEN_JOIN_FORMATS:
+                return RepartitionSupport(False, (
+                    f"its stream-stream join keeps state in format {join_format} "
+                    f"({JOIN_FORMAT_KEY}), which Spark's offline repartition leaves unreadable "
+                    "(the restarted query fails); it is rescaled live only"))
             return RepartitionSupport(True, "stateful query on the RocksDB state store with a "
                                             "checkpoint: its state can be repartitioned")
         return RepartitionSupport(True, "stateless query with a checkpoint: its shuffle "
                                         "partitions can change at a restart")
 
-    def _provider(self) -> str:
+    def _state_conf(self) -> tuple[str, str | None]:
+        """The state store provider and join state format the query's state is kept with:
+        as its checkpoint's last batch recorded them, else the session's (a first start)."""
         loc = self._info.checkpoint_location
-        if loc is not None:
-            cp = inspect_checkpoint(self._spark, loc)
-            if cp.state_provider:
-                return cp.state_provider
-        default = jvm(self._spark.sparkContext).org.apache.spark.sql.internal.SQLConf \
-            .STATE_STORE_PROVIDER_CLASS().defaultValueString()
-        return str(self._spark.conf.get(PROVIDER_KEY, default))
+        cp = inspect_checkpoint(self._spark, loc) if loc is not None else None
+        provider = cp.state_provider if cp is not None else None
+        if not provider:
+            default = jvm(self._spark.sparkContext).org.apache.spark.sql.internal.SQLConf \
+                .STATE_STORE_PROVIDER_CLASS().defaultValueString()
+            provider = str(self._spark.conf.get(PROVIDER_KEY, default))
+        join_format = cp.join_state_format if cp is not None and cp.last_offset is not None \
+            else self._spark.conf.get(JOIN_FORMAT_KEY, None)
+        return provider, join_format
 
     # -- operations ----------------------------------------------------------------------
     def start_first(self, parallelism: int) -> StartResult:

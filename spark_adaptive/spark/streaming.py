@@ -400,6 +400,7 @@ class StreamingManager:
             state_partitions=existing.shuffle_partitions
             if existing is not None and existing.has_state else None,
             stateful=is_stateful(plan),
+            stream_join=has_stream_join(plan),
             non_replayable_sources=non_replayable,
         )
         warm_up = self._rt.warm_up
@@ -479,9 +480,19 @@ def is_stateful(plan: Any) -> bool:
         name = node.getClass().getSimpleName()
         if name in _STATEFUL_OPERATORS and node.isStreaming():
             return True
-        if name == "Join" and node.left().isStreaming() and node.right().isStreaming():
+        if _stream_stream_join(node):
             return True
     return False
+
+
+def has_stream_join(plan: Any) -> bool:
+    """Whether an analyzed streaming plan joins two streams (its state is the join's)."""
+    return any(_stream_stream_join(node) for node in _nodes(plan))
+
+
+def _stream_stream_join(node: Any) -> bool:
+    return bool(node.getClass().getSimpleName() == "Join" and node.left().isStreaming()
+                and node.right().isStreaming())
 
 
 def source_names(plan: Any) -> set[str]:
