@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import glob
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +166,7 @@ def test_five_stateful_queries_are_each_rescaled_and_exactly_once_as_workers_go_
                 and q["state"] == "Executing" for q in found.values())
 
         app.wait_for_query()
+        started = time.time()
         wait_until(lambda: all_at(1), timeout=240, what="five queries at 1 partition")
         local_cluster.add_worker()
         local_cluster.add_worker()
@@ -185,6 +187,11 @@ def test_five_stateful_queries_are_each_rescaled_and_exactly_once_as_workers_go_
 
         timeline_of = wait_until(timelines, timeout=120, what="every rescale completed")
         print("\n".join(f"{n}: {t}" for n, t in timeline_of.items()))
+        for name, qid in ids.items():  # partitions and slots over time, for the reader
+            print(name, [(round(r["time"] - started, 1), r["trigger"], r["kind"],
+                          f'{r["fromParallelism"]}p/{r["fromSlots"]}s -> '
+                          f'{r["toParallelism"]}p/{r["toSlots"]}s', r["duration"])
+                         for r in app.rescales(qid)["rescales"]])
         for name, timeline in timeline_of.items():
             rescales = [t for t in timeline if t[0] != "INITIAL_SCHEDULE"]
             assert [(t[2], t[3]) for t in rescales if t[1] == "restart"] == [(1, 3), (3, 2)], (
@@ -195,3 +202,116 @@ def test_five_stateful_queries_are_each_rescaled_and_exactly_once_as_workers_go_
     covered = _check_each_exactly_once(out)
     print("values covered:", covered)
     assert all(n > 0 for n in covered.values()), covered
+
+
+# -- one query of each remaining kind of state, and Spark's refusals -----------------------
+KINDS_APP = Path(__file__).with_name("operator_kinds_app.py")
+RESTARTABLE = ("agg", "dedup_wm", "dedup_within", "sessions", "tws_pandas", "tws_rows")
+LIVE_ONLY = ("join_v4", "limited")
+
+
+def _contiguous_once(values: list[int], what: str) -> None:
+    assert len(values) == len(set(values)), f"{what}: a value emitted twice"
+    assert sorted(values) == list(range(len(values))), f"{what}: a value missing"
+
+
+def _check_kinds_exactly_once(out: Path) -> None:
+    newest: dict[int, tuple[int, int, int]] = {}
+    for b in _committed(out, "agg"):
+        for k, n, total, latest in zip(b["key"], b["n"], b["total"], b["latest"], strict=True):
+            newest[k] = (n, total, latest)
+    for k, (n, total, latest) in newest.items():
+        values = range(k, latest + 1, 7)
+        assert (n, total) == (len(values), sum(values)), ("agg", k, n, total, latest)
+    for name in ("dedup_wm", "dedup_within"):
+        _contiguous_once([p for b in _committed(out, name) for p in b["pair"]], name)
+    sessions = [(k, first // 30, n, first, last) for b in _committed(out, "sessions")
+                for k, n, first, last in zip(b["key"], b["n"], b["first"], b["last"],
+                                             strict=True)]
+    assert sessions, "sessions: none closed"
+    assert len({(k, g) for k, g, *_ in sessions}) == len(sessions), "a session emitted twice"
+    for k, g, n, first, last in sessions:  # each group's values of the key, each once
+        values = [v for v in range(30 * g, 30 * g + 30) if v % 7 == k]
+        assert (n, first, last) == (len(values), values[0], values[-1]), (k, g, n, first, last)
+    for name in ("tws_pandas", "tws_rows"):
+        data: dict[int, tuple[int, int, int, int]] = {}
+        timers: dict[int, int] = {}
+        for b in _committed(out, name):
+            for k, what, n, total, listed, buckets in zip(
+                    b["key"], b["what"], b["n"], b["total"], b["listed"], b["buckets"],
+                    strict=True):
+                if what == "timer":
+                    assert k not in timers, (name, "a timer fired twice", k)
+                    timers[k] = n
+                else:
+                    data[k] = (n, total, listed, buckets)
+        assert len(data) == 7 and set(timers) == set(data), (name, data, timers)
+        for k, (n, total, listed, buckets) in data.items():
+            assert total == sum(range(k, k + 7 * n, 7)), (name, k, n, total)
+            assert listed == buckets == n, (name, k, n, listed, buckets)  # TTL kept them
+    _contiguous_once([v for b in _committed(out, "join_v4") for v in b["value"]], "join_v4")
+    _contiguous_once([v for b in _committed(out, "limited") for v in b["value"]], "limited")
+
+
+def test_each_kind_of_state_is_restart_rescaled_once_or_live_where_spark_refuses(
+        local_cluster, tmp_path):
+    out, stop = tmp_path / "out", tmp_path / "stop"
+    conf = {
+        "spark.adaptive.enabled": "true",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
+        **{f"spark.adaptive.{k}": v for k, v in FAST_TIMING.items()
+           if k != "parallelism.upper-bound"},
+    }
+    names = RESTARTABLE + LIVE_ONLY
+    with submit(local_cluster, KINDS_APP, str(out), str(stop), conf=conf) as app:
+        def rescales() -> dict[str, list[tuple[Any, ...]]]:
+            return {q["name"]: [(r["trigger"], r["kind"], r["fromParallelism"],
+                                 r["toParallelism"], r["toSlots"], r["outcome"])
+                                for r in app.rescales(q["id"])["rescales"]]
+                    for q in app.queries() if q["state"] != "Finished"}
+
+        # A partition count that can never change starts at the configured 4 (as without
+        # spark-adaptive): the join; the others at the one slot there is.
+        first = {name: 4 if name == "join_v4" else 1 for name in names}
+
+        def started() -> bool:
+            found = {q["name"]: q for q in app.queries()}
+            return set(found) == set(names) and all(
+                q["state"] == "Executing" and q["parallelism"] == first[n]
+                for n, q in found.items())
+
+        app.wait_for_query()
+        wait_until(started, timeout=240, what="every query started")
+        local_cluster.add_worker()
+
+        def settled() -> dict[str, list[tuple[Any, ...]]] | None:
+            found = rescales()
+            if set(found) != set(names) or any(r[5] == "pending" for t in found.values()
+                                               for r in t):
+                return None
+            done = all(any(r[1] == "restart" and r[5] == "completed" for r in found[n])
+                       for n in RESTARTABLE)
+            moved = all(any(r[4] == 2 for r in found[n]) for n in LIVE_ONLY)
+            return found if done and moved else None
+
+        timelines = wait_until(settled, timeout=300, what="every query rescaled onto 2 slots")
+        print("\n".join(f"{n}: {t}" for n, t in timelines.items()))
+        for name in RESTARTABLE:
+            restarts = [(r[2], r[3]) for r in timelines[name] if r[1] == "restart"]
+            assert restarts == [(1, 2)], (name, timelines[name])
+        for name in LIVE_ONLY:  # on 2 slots, its partitions kept
+            q = next(q for q in app.queries() if q["name"] == name)
+            assert (q["parallelism"], q["state"]) == (first[name], "Executing"), q
+        assert not [r for r in timelines["join_v4"] if r[1] == "restart"], timelines["join_v4"]
+        # Long enough for every key's timer (20 s after its first row) to have fired.
+        wait_until(lambda: all(len(_committed(out, n)) > 15 for n in names), timeout=120,
+                   what="a few more micro-batches")
+        stop.touch()
+        assert app.wait(timeout=180) == 0, app.tail()
+    log = app.log_path.read_text(errors="replace")
+    assert "which Spark's offline repartition leaves unreadable" in log
+    refused = [line for line in log.splitlines() if "Spark cannot repartition its state" in line
+               and "WARN" in line]
+    assert len(refused) == 1, refused  # said once, then rescaled live only
+    _check_kinds_exactly_once(out)
