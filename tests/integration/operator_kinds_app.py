@@ -18,7 +18,10 @@ Each query reads Spark's ``rate`` source (10 rows/s) and writes each micro-batch
 * ``join_v4``: a stream-stream join whose state is kept in format 4, which Spark's offline
   repartition leaves unreadable: rescaled live only;
 * ``limited``: a streaming ``limit``, whose state Spark's offline repartition refuses:
-  rescaled live only.
+  rescaled live only;
+* ``rooted`` and an unnamed twin: the same counts per key with no checkpoint option, so
+  that they live under the session's ``spark.sql.streaming.checkpointLocation`` (by their
+  name, or one Spark generates for the unnamed one at its start).
 """
 
 from __future__ import annotations
@@ -109,8 +112,7 @@ def queries(spark: SparkSession) -> dict[str, tuple[Any, str]]:
         "l.value = r.value AND r.timestamp BETWEEN l.timestamp - INTERVAL 60 SECONDS "
         "AND l.timestamp + INTERVAL 60 SECONDS")).select(F.col("l.value").alias("value"))
     return {
-        "agg": (rate.groupBy("key").agg(F.count("*").alias("n"), F.sum("value").alias("total"),
-                                        F.max("value").alias("latest")), "update"),
+        "agg": (_counts(rate), "update"),
         "dedup_wm": (events.withWatermark("ts", "10 minutes")
                      .dropDuplicates(["pair", "ts"]).select("pair"), "append"),
         "dedup_within": (events.withWatermark("ts", "10 minutes")
@@ -126,7 +128,14 @@ def queries(spark: SparkSession) -> dict[str, tuple[Any, str]]:
             _processor(False), OUT_SCHEMA, "Update", "ProcessingTime"), "update"),
         "join_v4": (join, "append"),
         "limited": (rate.select("value").limit(100_000), "append"),
+        "rooted": (_counts(rate), "update"),
+        "unnamed": (_counts(_rate(spark)), "update"),
     }
+
+
+def _counts(rate: Any) -> Any:
+    return rate.groupBy("key").agg(F.count("*").alias("n"), F.sum("value").alias("total"),
+                                   F.max("value").alias("latest"))
 
 
 def main() -> int:
@@ -137,9 +146,13 @@ def main() -> int:
         def write(batch: Any, batch_id: int, name: str = name) -> None:
             batch.write.mode("overwrite").parquet(f"{out}/{name}/batch={batch_id}")
 
-        started.append(df.writeStream.queryName(name).outputMode(mode).foreachBatch(write)
-                       .option("checkpointLocation", f"{out}/checkpoints/{name}")
-                       .trigger(processingTime="2 seconds").start())
+        writer = df.writeStream.outputMode(mode).foreachBatch(write).trigger(
+            processingTime="2 seconds")
+        if name not in ("rooted", "unnamed"):
+            writer = writer.option("checkpointLocation", f"{out}/checkpoints/{name}")
+        if name != "unnamed":
+            writer = writer.queryName(name)
+        started.append(writer.start())
     while not os.path.exists(stop):
         if any(q.exception() is not None or not q.isActive for q in started):
             break

@@ -11,17 +11,7 @@ from typing import Any
 
 import pytest
 
-import spark_adaptive
-from spark_adaptive.core import events as ev
-from spark_adaptive.testing.recorder import EventRecorder
-from spark_adaptive.testing.session import wait_for_executors
-from spark_adaptive.testing.streaming import (
-    assert_counted_exactly_once,
-    history,
-    latest_aggregate,
-    snapshot,
-    wait_until,
-)
+from spark_adaptive.testing.streaming import wait_until
 from spark_adaptive.testing.submit import submit
 
 pytestmark = pytest.mark.timeout(600)
@@ -34,67 +24,7 @@ FAST_TIMING = {
     "scheduler.executing.cooldown-after-rescaling": "4s",
     "scheduler.executing.resource-stabilization-timeout": "20s",
     "scheduler.executor-loss-grace": "3s",
-    "parallelism.upper-bound": "3",
 }
-
-
-def _counts(spark: Any, out: str, name: str | None) -> Any:
-    """rate_aggregation's query, with no checkpoint option of its own: it lives under the
-    session's spark.sql.streaming.checkpointLocation (by its name, or a generated one)."""
-    from pyspark.sql import functions as F
-
-    counts = (spark.readStream.format("rate").option("rowsPerSecond", 40).load()
-              .groupBy((F.col("value") % 10).alias("key"))
-              .agg(F.count("*").alias("n"), F.sum("value").alias("total"),
-                   F.max("value").alias("top")))
-
-    def write(df: Any, batch_id: int) -> None:
-        df.write.mode("overwrite").parquet(f"{out}/batch={batch_id}")
-
-    writer = (counts.writeStream.outputMode("complete").foreachBatch(write)
-              .trigger(processingTime="1 second"))
-    if name is not None:
-        writer = writer.queryName(name)
-    return writer.start()
-
-
-def test_an_unnamed_query_under_the_session_root_is_rescaled_as_a_named_one(
-        local_cluster, cluster_spark_factory, tmp_path):
-    spark = cluster_spark_factory(local_cluster, **{
-        "spark.sql.shuffle.partitions": "3",
-        "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
-        "spark.sql.streaming.checkpointLocation": str(tmp_path / "root")})
-    rt = spark_adaptive.enable(spark, **FAST_TIMING)
-    rec = EventRecorder()
-    rt.subscribe(rec, "test")
-    wait_for_executors(spark, 1)
-    named = _counts(spark, str(tmp_path / "named"), "named")
-    unnamed = _counts(spark, str(tmp_path / "unnamed"), None)
-    queries = {"named": named, "unnamed": unnamed}
-
-    def at(partitions: int, mark: int = 0) -> None:
-        for q in queries.values():
-            rec.wait_for(ev.QueryProgress, lambda e, q=q: e.query_id == q.id
-                         and e.state_partitions == partitions, since=mark, timeout=180)
-
-    at(1)  # both start on the one slot, by the same rule
-    local_cluster.add_worker()
-    local_cluster.add_worker()
-    at(3, rec.mark())
-    rows = {}
-    for label, q in queries.items():
-        s = snapshot(rt, q.key)
-        rows[label] = [(r["trigger"], r["kind"], r["fromParallelism"], r["toParallelism"])
-                       for r in history(rt, q.key)]
-        assert (s["parallelism"], s["slots"]) == (3, 3), (label, s)
-    assert rows["named"] == rows["unnamed"] == [
-        ("INITIAL_SCHEDULE", "initial", 0, 1), ("NEW_RESOURCES", "restart", 1, 3)], rows
-    checkpoints = sorted(os.listdir(tmp_path / "root"))
-    assert "named" in checkpoints and len(checkpoints) == 2, checkpoints
-    for q in queries.values():
-        q.stop_with_savepoint()  # between two micro-batches: every batch written is whole
-    for label in queries:
-        assert_counted_exactly_once(latest_aggregate(tmp_path / label))
 
 
 # -- five stateful queries of different kinds in one unmodified app ------------------------
@@ -152,8 +82,7 @@ def test_five_stateful_queries_are_each_rescaled_and_exactly_once_as_workers_go_
         "spark.adaptive.enabled": "true",
         "spark.sql.shuffle.partitions": "4",
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
-        **{f"spark.adaptive.{k}": v for k, v in FAST_TIMING.items()
-           if k != "parallelism.upper-bound"},
+        **{f"spark.adaptive.{k}": v for k, v in FAST_TIMING.items()},
     }
     with submit(local_cluster, APP, str(out), str(stop), conf=conf) as app:
         def queries() -> dict[str, dict[str, Any]]:
@@ -206,7 +135,8 @@ def test_five_stateful_queries_are_each_rescaled_and_exactly_once_as_workers_go_
 
 # -- one query of each remaining kind of state, and Spark's refusals -----------------------
 KINDS_APP = Path(__file__).with_name("operator_kinds_app.py")
-RESTARTABLE = ("agg", "dedup_wm", "dedup_within", "sessions", "tws_pandas", "tws_rows")
+RESTARTABLE = ("agg", "dedup_wm", "dedup_within", "sessions", "tws_pandas", "tws_rows",
+               "rooted", "unnamed")
 LIVE_ONLY = ("join_v4", "limited")
 
 
@@ -216,13 +146,16 @@ def _contiguous_once(values: list[int], what: str) -> None:
 
 
 def _check_kinds_exactly_once(out: Path) -> None:
-    newest: dict[int, tuple[int, int, int]] = {}
-    for b in _committed(out, "agg"):
-        for k, n, total, latest in zip(b["key"], b["n"], b["total"], b["latest"], strict=True):
-            newest[k] = (n, total, latest)
-    for k, (n, total, latest) in newest.items():
-        values = range(k, latest + 1, 7)
-        assert (n, total) == (len(values), sum(values)), ("agg", k, n, total, latest)
+    for name in ("agg", "rooted", "unnamed"):
+        newest: dict[int, tuple[int, int, int]] = {}
+        for b in _committed(out, name):
+            for k, n, total, latest in zip(b["key"], b["n"], b["total"], b["latest"],
+                                           strict=True):
+                newest[k] = (n, total, latest)
+        assert len(newest) == 7, (name, newest)
+        for k, (n, total, latest) in newest.items():
+            values = range(k, latest + 1, 7)
+            assert (n, total) == (len(values), sum(values)), (name, k, n, total, latest)
     for name in ("dedup_wm", "dedup_within"):
         _contiguous_once([p for b in _committed(out, name) for p in b["pair"]], name)
     sessions = [(k, first // 30, n, first, last) for b in _committed(out, "sessions")
@@ -255,28 +188,30 @@ def _check_kinds_exactly_once(out: Path) -> None:
 
 def test_each_kind_of_state_is_restart_rescaled_once_or_live_where_spark_refuses(
         local_cluster, tmp_path):
+    """An unnamed query under the session's checkpoint root, among them, is planned and
+    rescaled as its named twin is (its checkpoint is Spark's from its first start)."""
     out, stop = tmp_path / "out", tmp_path / "stop"
     conf = {
         "spark.adaptive.enabled": "true",
         "spark.sql.shuffle.partitions": "4",
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
-        **{f"spark.adaptive.{k}": v for k, v in FAST_TIMING.items()
-           if k != "parallelism.upper-bound"},
+        "spark.sql.streaming.checkpointLocation": str(tmp_path / "root"),
+        **{f"spark.adaptive.{k}": v for k, v in FAST_TIMING.items()},
     }
     names = RESTARTABLE + LIVE_ONLY
     with submit(local_cluster, KINDS_APP, str(out), str(stop), conf=conf) as app:
         def rescales() -> dict[str, list[tuple[Any, ...]]]:
-            return {q["name"]: [(r["trigger"], r["kind"], r["fromParallelism"],
-                                 r["toParallelism"], r["toSlots"], r["outcome"])
-                                for r in app.rescales(q["id"])["rescales"]]
-                    for q in app.queries() if q["state"] != "Finished"}
+            return {q["name"] or "unnamed": [
+                (r["trigger"], r["kind"], r["fromParallelism"], r["toParallelism"],
+                 r["toSlots"], r["outcome"]) for r in app.rescales(q["id"])["rescales"]]
+                for q in app.queries() if q["state"] != "Finished"}
 
         # A partition count that can never change starts at the configured 4 (as without
         # spark-adaptive): the join; the others at the one slot there is.
         first = {name: 4 if name == "join_v4" else 1 for name in names}
 
         def started() -> bool:
-            found = {q["name"]: q for q in app.queries()}
+            found = {q["name"] or "unnamed": q for q in app.queries()}
             return set(found) == set(names) and all(
                 q["state"] == "Executing" and q["parallelism"] == first[n]
                 for n, q in found.items())
@@ -303,6 +238,9 @@ def test_each_kind_of_state_is_restart_rescaled_once_or_live_where_spark_refuses
         for name in LIVE_ONLY:  # on 2 slots, its partitions kept
             q = next(q for q in app.queries() if q["name"] == name)
             assert (q["parallelism"], q["state"]) == (first[name], "Executing"), q
+        assert timelines["unnamed"] == timelines["rooted"], timelines  # alike
+        roots = sorted(os.listdir(tmp_path / "root"))
+        assert "rooted" in roots and len(roots) == 2, roots
         assert not [r for r in timelines["join_v4"] if r[1] == "restart"], timelines["join_v4"]
         # Long enough for every key's timer (20 s after its first row) to have fired.
         wait_until(lambda: all(len(_committed(out, n)) > 15 for n in names), timeout=120,
