@@ -40,6 +40,11 @@ class QueryInfo:
     join, arbitrary state), read from its analyzed plan before the first start."""
     stream_join: bool = False
     """The query joins two streams (its state holds the join's buffered rows)."""
+    tasks_follow_slots: bool = False
+    """A source of the query sizes its tasks by the cluster (the file source splits its
+    input by the default parallelism, the cores there are): its micro-batches' task count
+    follows the slots, where another source's (Kafka's, the rate source's, a Python data
+    source's) is its partitions."""
     non_replayable_sources: tuple[str, ...] = ()
     """Sources of the query that cannot replay their input (the socket source, or sources
     the user declared so): a restart would lose what they sent meanwhile, so the query is

@@ -64,6 +64,9 @@ _installed = False
 SOCKET_SOURCES = frozenset({"socket", "textsocketsourceprovider",
                             "org.apache.spark.sql.execution.streaming.sources."
                             "textsocketsourceprovider"})
+#: How Spark names a file source (``FileSource[<path>]``): it splits its input by the
+#: default parallelism, so its task count follows the cluster's cores.
+FILE_SOURCE = "FileSource["
 #: Failure origins that are the query's current run's own exception (Spark's): the run
 #: terminated with it, or had failed by itself when it was stopped.
 RUN_FAILURES = frozenset({"query", "stop"})
@@ -388,9 +391,9 @@ class StreamingManager:
         settings = self._rt.settings
         declared = {n.strip().lower() for n in settings.scheduler.non_replayable_sources.split(",")
                     if n.strip()}
+        sources = source_names(plan)
         non_replayable = tuple(sorted({
-            name for name in source_names(plan)
-            if _normalized(name) & (SOCKET_SOURCES | declared)}))
+            name for name in sources if _normalized(name) & (SOCKET_SOURCES | declared)}))
         info = QueryInfo(
             key="",  # Spark's query id, once it is started
             name=_query_name(jwriter),
@@ -401,6 +404,7 @@ class StreamingManager:
             if existing is not None and existing.has_state else None,
             stateful=is_stateful(plan),
             stream_join=has_stream_join(plan),
+            tasks_follow_slots=any(name.startswith(FILE_SOURCE) for name in sources),
             non_replayable_sources=non_replayable,
         )
         warm_up = self._rt.warm_up

@@ -662,7 +662,8 @@ def test_a_stateless_query_s_source_tasks_count_up_to_max_parallelism() -> None:
 
 
 def test_a_stateless_query_s_task_cap_holds_once_its_slots_match_it() -> None:
-    q = SimpleNamespace(observed_tasks=42, running_slots=15)  # 42 source partitions
+    q = SimpleNamespace(observed_tasks=42, running_slots=15,  # 42 source partitions
+                        tasks_follow_slots=True)
     watched = _Watched(cast(QueryAutoscaler, None), cast(QueryScheduler, q), {})
     assert _useful_slots(cast(QueryScheduler, q), watched) == 42
     q.running_slots = 42  # the autoscaler gave it a slot per task: still its cap
@@ -672,9 +673,18 @@ def test_a_stateless_query_s_task_cap_holds_once_its_slots_match_it() -> None:
     q.observed_tasks = 42
     assert _useful_slots(cast(QueryScheduler, q), watched) == 42
     # A source that sizes its tasks by the slots (the file source) is never capped there.
-    sized = SimpleNamespace(observed_tasks=8, running_slots=8)
+    sized = SimpleNamespace(observed_tasks=8, running_slots=8, tasks_follow_slots=True)
     fresh = _Watched(cast(QueryAutoscaler, None), cast(QueryScheduler, sized), {})
     assert _useful_slots(cast(QueryScheduler, sized), fresh) is None
+
+
+def test_a_source_of_fixed_partitions_caps_the_slots_at_them_when_they_match() -> None:
+    # A Kafka topic's, the rate source's or a Python data source's 4 partitions, first run
+    # on 4 slots: its 4 tasks are its cap from the start (planned on 200 shuffle
+    # partitions, the query would be given 8 slots for 4 tasks).
+    fixed = SimpleNamespace(observed_tasks=4, running_slots=4, tasks_follow_slots=False)
+    watched = _Watched(cast(QueryAutoscaler, None), cast(QueryScheduler, fixed), {})
+    assert _useful_slots(cast(QueryScheduler, fixed), watched) == 4
 
 
 @pytest.mark.parametrize("stages", [1, 2])
@@ -821,3 +831,29 @@ def test_bounds_lowered_and_raised_again_bring_back_no_slots_from_before() -> No
     app.scheduler.update_requirements("b", 1, 8)
     _batches(app, da, db, rounds=5)
     assert b.running_slots == 2 and app.actuator.requested[-1] == 6  # 4 for a, b's 2
+
+
+def test_a_stateless_query_of_4_source_partitions_is_planned_on_its_4_tasks() -> None:
+    # The commonest streaming app: a source of 4 partitions (a Kafka topic's, a Python data
+    # source's), no shuffle and no state, spark.sql.shuffle.partitions at 200, 4 executors.
+    # Planned on its 200 partitions, the autoscaler kept all 4 slots at utilization 0.46 ("4
+    # slots run the 200 partitions balanced") and asked for 8 on a rise.
+    acting = AutoscalerConfig(**QUICK).acting
+    app = App(Settings.from_conf({"spark.adaptive.scheduler.executing.cooldown-after-rescaling":
+                                  "5s"}), autoscaled=acting)
+    for e in "1234":
+        app.add(e)
+    driver = FakeDriver(query_info("q", partitions=200))
+    app.register(driver)
+    autoscaling = Autoscaling(AutoscalerConfig(**QUICK), app.scheduler, app.vt)
+    load = Load(app, driver, autoscaling)
+    q = app.scheduler.query("q")
+    load.tasks = 4
+    load.rate = 1000.0  # 10 slots' worth: its 4 tasks use 4 at most
+    load.run(90)
+    assert max(app.actuator.requested, default=0) <= 4, app.actuator.requested  # was [20]
+    load.rate = 150.0  # 1.5 slots' worth: 2 slots run its 4 tasks in two waves at 0.75
+    load.run(120)
+    assert q.target is not None and q.target.slots < 4, autoscaling.status(q).decision
+    assert q.snapshot().slots == q.target.slots
+    assert driver.calls == [("start", 200)]  # followed live: never restarted

@@ -425,10 +425,12 @@ def _short_of_target(q: QueryScheduler, share: int, slot_upper: int) -> bool:
 
 
 def _useful_slots(q: QueryScheduler, watched: _Watched) -> int | None:
-    """The most slots a query without a shuffle can use: the tasks of its one stage. Known
-    only when it ran fewer tasks than it had slots, or more: a source that sizes its tasks
-    by the cluster (the file source splits by the default parallelism) runs as many as
-    there are slots, and capping it there would keep it from ever growing. A cap seen
+    """The most slots a query without a shuffle can use: the tasks of its one stage, its
+    source's partitions (Kafka's, the rate source's, a Python data source's), even when
+    they are as many as its slots. A source that sizes its tasks by the cluster (the file
+    source splits by the default parallelism: ``tasks_follow_slots``) runs as many as there
+    are slots, and capping it there would keep it from ever growing: its cap is known only
+    when it ran fewer tasks than it had slots, or more. A cap seen
     before still holds when the slots have come to match it (the autoscaler gave the
     query as many slots as its source has partitions): without it the policy would size
     the query on its partitions again, and take back slots that run its tasks. So does it
@@ -438,7 +440,7 @@ def _useful_slots(q: QueryScheduler, watched: _Watched) -> int | None:
     tasks = q.observed_tasks
     if tasks is None:
         return watched.useful
-    if tasks != q.running_slots:
+    if tasks != q.running_slots or not q.tasks_follow_slots:
         watched.useful = tasks
         return tasks
     return tasks if watched.useful == tasks else None

@@ -277,6 +277,11 @@ class QueryScheduler:
         return self._driver.info.checkpoint_location
 
     @property
+    def tasks_follow_slots(self) -> bool:
+        """Its source sizes its tasks by the cluster (see ``QueryInfo.tasks_follow_slots``)."""
+        return self._driver.info.tasks_follow_slots
+
+    @property
     def last_progress(self) -> QueryProgress | None:
         """The newest progress of the query's current run (or of the run before it)."""
         return self._last_progress
