@@ -35,7 +35,7 @@ for Spark batch stages:
 
 Coordination with the streaming scheduler (the rule, in one place): the follower
 is one source of the app's executor demand
-(:func:`~spark_adaptive.core.executors.demand.executor_demand`, row N2): it hands
+(:func:`~spark_adaptive.core.executors.demand.executor_demand`, row N1): it hands
 each decision to ``declare`` (the
 :class:`~spark_adaptive.core.executors.reconciler.Reconciler`, which alone talks
 to the cluster manager), and decides only while ``controls()`` is true, which

@@ -23,7 +23,7 @@ Undone, the app gets back what it holds without spark-adaptive (``idle_executors
 standalone cluster, as many as Spark had given it), never fewer than declared.
 
 The hold is a source of the executor demand: while it trims, its slots are an input of
-:func:`~spark_adaptive.core.executors.demand.executor_demand` (row N1); undone, it hands
+:func:`~spark_adaptive.core.executors.demand.executor_demand` (row N2); undone, it hands
 the scheduler the baseline the app goes back to (row N3).
 """
 
