@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pandas as pd
@@ -100,27 +100,40 @@ def queries(spark: SparkSession) -> dict[str, tuple[Any, str]]:
     }
 
 
-def main() -> int:
-    out, stop = sys.argv[1], sys.argv[2]
-    spark = SparkSession.builder.appName("many-queries").getOrCreate()
+def run_queries(spark: SparkSession, found: dict[str, tuple[Any, str]], out: str, stop: str,
+                writer_for: Callable[[str, Any], Any] | None = None) -> int:
+    """Start each query with a ``foreachBatch`` writing ``out/<name>/batch=<id>``, run
+    until ``stop`` appears (or a query failed), stop them and the session; 1 if any query
+    failed. ``writer_for(name, writer)`` names each and places its checkpoint (by default:
+    its name, and ``out/checkpoints/<name>``)."""
     started = []
-    for name, (df, mode) in queries(spark).items():
+    for name, (df, mode) in found.items():
         def write(batch: Any, batch_id: int, name: str = name) -> None:
             batch.write.mode("overwrite").parquet(f"{out}/{name}/batch={batch_id}")
 
-        started.append(df.writeStream.queryName(name).outputMode(mode).foreachBatch(write)
-                       .option("checkpointLocation", f"{out}/checkpoints/{name}")
-                       .trigger(processingTime=TRIGGER).start())
+        writer = df.writeStream.outputMode(mode).foreachBatch(write).trigger(
+            processingTime=TRIGGER)
+        if writer_for is None:
+            writer = writer.queryName(name).option("checkpointLocation",
+                                                   f"{out}/checkpoints/{name}")
+        else:
+            writer = writer_for(name, writer)
+        started.append(writer.start())
     while not os.path.exists(stop):
         if any(q.exception() is not None or not q.isActive for q in started):
             break
         time.sleep(1)
-    failed = [q.name for q in started if q.exception() is not None]
+    failed = [(q.name, str(q.exception())[:300]) for q in started if q.exception() is not None]
     for q in started:
         q.stop()
     spark.stop()
     print("failed queries:", failed, flush=True)
     return 1 if failed else 0
+
+
+def main() -> int:
+    spark = SparkSession.builder.appName("many-queries").getOrCreate()
+    return run_queries(spark, queries(spark), sys.argv[1], sys.argv[2])
 
 
 if __name__ == "__main__":

@@ -26,13 +26,12 @@ Each query reads Spark's ``rate`` source (10 rows/s) and writes each micro-batch
 
 from __future__ import annotations
 
-import os
 import sys
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pandas as pd
+from many_queries_app import run_queries  # beside this file: spark-submit puts it on the path
 from pyspark.sql import Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor
@@ -138,31 +137,16 @@ def _counts(rate: Any) -> Any:
                                    F.max("value").alias("latest"))
 
 
-def main() -> int:
-    out, stop = sys.argv[1], sys.argv[2]
-    spark = SparkSession.builder.appName("operator-kinds").getOrCreate()
-    started = []
-    for name, (df, mode) in queries(spark).items():
-        def write(batch: Any, batch_id: int, name: str = name) -> None:
-            batch.write.mode("overwrite").parquet(f"{out}/{name}/batch={batch_id}")
+def _writer(name: str, writer: Any) -> Any:
+    """``rooted`` and its unnamed twin live under the session's checkpoint root."""
+    if name not in ("rooted", "unnamed"):
+        writer = writer.option("checkpointLocation", f"{sys.argv[1]}/checkpoints/{name}")
+    return writer if name == "unnamed" else writer.queryName(name)
 
-        writer = df.writeStream.outputMode(mode).foreachBatch(write).trigger(
-            processingTime="2 seconds")
-        if name not in ("rooted", "unnamed"):
-            writer = writer.option("checkpointLocation", f"{out}/checkpoints/{name}")
-        if name != "unnamed":
-            writer = writer.queryName(name)
-        started.append(writer.start())
-    while not os.path.exists(stop):
-        if any(q.exception() is not None or not q.isActive for q in started):
-            break
-        time.sleep(1)
-    failed = [(q.name, str(q.exception())[:300]) for q in started if q.exception() is not None]
-    for q in started:
-        q.stop()
-    spark.stop()
-    print("failed queries:", failed, flush=True)
-    return 1 if failed else 0
+
+def main() -> int:
+    spark = SparkSession.builder.appName("operator-kinds").getOrCreate()
+    return run_queries(spark, queries(spark), sys.argv[1], sys.argv[2], _writer)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,20 @@ def _committed(out: Path, name: str) -> list[dict[str, list[Any]]]:
     return [pq.read_table(str(Path(p).parent)).to_pydict() for p in done]
 
 
+def _newest_totals_count_each_value_once(out: Path, name: str) -> int:
+    """The newest (count, sum, newest value) a query wrote per ``key = value % 7`` says it
+    counted every value of the key up to its newest once; returns the values counted."""
+    newest: dict[int, tuple[int, int, int]] = {}
+    for b in _committed(out, name):
+        for k, n, total, latest in zip(b["key"], b["n"], b["total"], b["latest"], strict=True):
+            newest[k] = (n, total, latest)
+    assert len(newest) == 7, (name, newest)
+    for k, (n, total, latest) in newest.items():
+        values = range(k, latest + 1, 7)
+        assert (n, total) == (len(values), sum(values)), (name, k, n, total, latest)
+    return sum(n for n, _, _ in newest.values())
+
+
 def _check_each_exactly_once(out: Path) -> dict[str, int]:
     """Per query, what exactly once means for its kind; returns what each one covered."""
     covered = {}
@@ -48,17 +62,8 @@ def _check_each_exactly_once(out: Path) -> dict[str, int]:
     assert len(bronze) == len(set(bronze)), "bronze: a pair emitted twice"
     assert sorted(bronze) == list(range(len(bronze))), "bronze: a pair missing"
     covered["bronze"] = len(bronze)
-    for name in ("silver", "counter"):  # the newest totals per key say every value counted
-        newest: dict[int, tuple[int, int, int]] = {}
-        for b in _committed(out, name):
-            for k, n, total, latest in zip(b["key"], b["n"], b["total"], b["latest"],
-                                           strict=True):
-                newest[k] = (n, total, latest)
-        assert len(newest) == 7, (name, newest)
-        for k, (n, total, latest) in newest.items():
-            values = range(k, latest + 1, 7)
-            assert (n, total) == (len(values), sum(values)), (name, k, n, total, latest)
-        covered[name] = sum(n for n, _, _ in newest.values())
+    for name in ("silver", "counter"):
+        covered[name] = _newest_totals_count_each_value_once(out, name)
     joined = [v for b in _committed(out, "join") for v in b["value"]]
     assert len(joined) == len(set(joined)), "join: a value joined twice"
     assert sorted(joined) == list(range(len(joined))), "join: a value missing"
@@ -147,15 +152,7 @@ def _contiguous_once(values: list[int], what: str) -> None:
 
 def _check_kinds_exactly_once(out: Path) -> None:
     for name in ("agg", "rooted", "unnamed"):
-        newest: dict[int, tuple[int, int, int]] = {}
-        for b in _committed(out, name):
-            for k, n, total, latest in zip(b["key"], b["n"], b["total"], b["latest"],
-                                           strict=True):
-                newest[k] = (n, total, latest)
-        assert len(newest) == 7, (name, newest)
-        for k, (n, total, latest) in newest.items():
-            values = range(k, latest + 1, 7)
-            assert (n, total) == (len(values), sum(values)), (name, k, n, total, latest)
+        _newest_totals_count_each_value_once(out, name)
     for name in ("dedup_wm", "dedup_within"):
         _contiguous_once([p for b in _committed(out, name) for p in b["pair"]], name)
     sessions = [(k, first // 30, n, first, last) for b in _committed(out, "sessions")
