@@ -126,7 +126,10 @@ at once."""
 BACKLOG = 128
 """Connections the kernel holds until the server accepts them (``listen``); socketserver's
 5 would drop a burst's handshakes and leave an operator's connection waiting a second."""
-_LEAVE = 0.1  # seconds the accept loop waits, at most, for a closed connection's thread to end
+_LEAVE = 1.0
+"""Seconds the accept loop waits, at most, for the thread of a connection closed to make
+room to end (it ends within milliseconds: its socket is shut, its read returns), so that
+the threads serving connections never outnumber their places."""
 _UNAUTHORIZED = error(
     401, "Missing or wrong bearer token: send the header "
     "'Authorization: Bearer <spark.adaptive.rest.token>'.",
@@ -149,8 +152,13 @@ class _Server(socketserver.ThreadingTCPServer):
                      "request in progress; retry.", headers=(("Retry-After", "1"),)),
                 rest._reaper)
             return
+        # One daemon thread per connection, as socketserver's ThreadingMixIn starts them,
+        # kept by its socket so that closing the connection to make room can wait for it.
+        thread = threading.Thread(target=self.process_request_thread,
+                                  args=(request, client_address), daemon=True)
         try:
-            super().process_request(request, client_address)
+            rest._serving(request, thread)
+            thread.start()
         except BaseException:  # no thread to serve it
             rest.release(request, linger=False)
             raise
@@ -198,8 +206,7 @@ class RestServer:
         # whole request in progress.
         self._waiting: dict[socket.socket, float] = {}
         self._busy: set[socket.socket] = set()
-        self._leaving: set[socket.socket] = set()  # closed to make room, its thread not ended
-        self._left = threading.Condition(self._lock)
+        self._threads: dict[socket.socket, threading.Thread] = {}  # each open connection's
         self._reaper = Reaper(LINGERING)  # started with the server
         self.ready = threading.Event()
         self.port: int | None = None
@@ -287,16 +294,19 @@ class RestServer:
                 if victim is None:
                     return False
                 del self._waiting[victim]
-                self._leaving.add(victim)
             self._waiting[sock] = time.monotonic()
+            leaving = None if victim is None else self._threads.get(victim)
         if victim is not None:
             log.debug("all %d REST connections open: closing one that waits for a request, "
                       "for a new one", self.max_connections)
             _shut(victim)  # its thread wakes from recv and ends
-            with self._left:  # at once; then the new one's thread starts: never one too many
-                self._left.wait_for(lambda: victim not in self._leaving, _LEAVE)
-                self._leaving.discard(victim)
+            if leaving is not None:  # at once; then the new one's starts: never one too many
+                leaving.join(_LEAVE)
         return True
+
+    def _serving(self, sock: socket.socket, thread: threading.Thread) -> None:
+        with self._lock:
+            self._threads[sock] = thread
 
     # The view a connection has of its server (:class:`~spark_adaptive.rest.connection.Owner`).
     def waiting(self, sock: socket.socket) -> float | None:
@@ -330,9 +340,7 @@ class RestServer:
         with self._lock:
             self._waiting.pop(sock, None)
             self._busy.discard(sock)
-            if sock in self._leaving:
-                self._leaving.discard(sock)
-                self._left.notify_all()
+            self._threads.pop(sock, None)
         if linger:
             self._reaper.close(sock)
         else:
