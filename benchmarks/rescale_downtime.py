@@ -19,6 +19,15 @@ batch" is measured from it (from the record's opening where nothing waited).
   clean stop between micro-batches, the offline state repartition, the
   restart from the same checkpoint.
 
+* **Spark's own** stop, offline repartition and start, on the same checkpoint in
+  the same run (after spark-adaptive's rounds of each restart case), as the
+  reference: a plain session with no spark-adaptive runs the same query; each
+  round stops it once no trigger is active (Spark's ``stop()`` would cut a
+  running batch short, and its checkpoint could then not be repartitioned),
+  calls ``StreamingCheckpointManager.repartition`` and starts it again at the
+  other partition count; from the stop to its first completed micro-batch at
+  the new parallelism.
+
 The input is a file stream fed with a small parquet file every 0.3 s, after
 one large file that builds the state. Prints a table of medians, writes
 ``benchmarks/results/rescale_downtime.json`` and a plot.
@@ -37,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -187,14 +197,78 @@ def restart_case(cluster: LocalCluster, work: Path, state_keys: int, rounds: int
             print(f"  round {i + 1}: {r['fromParallelism']} -> {r['toParallelism']} "
                   f"{r['kind']}: {r['duration']:.2f}s from its start "
                   f"({', '.join(f'{k} {v:.2f}s' for k, v in r['timings'].items())})", flush=True)
-    trickle.stopped.set()
     records = history(rt, query.key)
     add_decided(records, deferrals.times)
     records = [r for r in records if r["trigger"] == "REQUIREMENTS_CHANGED"]
+    query.stop_with_savepoint()  # between two micro-batches: the checkpoint is complete
+    spark.stop()
+    spark_own = spark_own_rounds(cluster, work, state_keys, rounds)
+    trickle.stopped.set()
+    return {"state_keys": state_keys, "state_memory_bytes": state_bytes,
+            "checkpoint_state_bytes": checkpoint_bytes, "records": records,
+            "spark_own": spark_own}
+
+
+def spark_own_rounds(cluster: LocalCluster, work: Path, state_keys: int, rounds: int
+                     ) -> list[dict[str, Any]]:
+    """Spark's own rescale of the same query on the same checkpoint, in a plain session:
+    stop (once no trigger is active), repartition offline, start at the other count; each
+    round's seconds from the stop to the first completed micro-batch at the new count."""
+    from pyspark.sql import functions as F
+
+    spark = cluster_session(cluster, f"spark-own-{state_keys}",
+                            **{"spark.sql.shuffle.partitions": "2",
+                               "spark.executor.memory": "1g"})
+    spark.sparkContext.setLogLevel("ERROR")
+    src, cp = work / f"in-{state_keys}", str(work / f"cp-{state_keys}")
+
+    def start() -> Any:
+        return (spark.readStream.schema("key long, payload string")
+                .option("maxFilesPerTrigger", 4).parquet(str(src))
+                .groupBy("key").agg(F.max("payload").alias("payload"))
+                .writeStream.outputMode("update")
+                .foreachBatch(lambda df, i: df.write.mode("overwrite").parquet(
+                    str(work / f"out-{state_keys}" / str(i))))
+                .option("checkpointLocation", cp)
+                .trigger(processingTime=f"{TRIGGER:g} seconds").start())
+
+    def completed_at(q: Any, partitions: int, after: int, timeout: float = 300.0) -> float:
+        """When a micro-batch after ``after`` completed at ``partitions`` (epoch seconds)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            p = q.lastProgress
+            ops = (p or {}).get("stateOperators") or []
+            if p and p["batchId"] > after and ops and \
+                    ops[0].get("numShufflePartitions") == partitions:
+                return time.time()
+            time.sleep(0.02)
+        raise TimeoutError(f"no micro-batch at {partitions} partitions in {timeout:g}s")
+
+    query = start()
+    completed_at(query, 2, -1)
+    out: list[dict[str, Any]] = []
+    for _ in range(rounds):
+        for target in (1, 2):
+            while query.status["isTriggerActive"]:
+                time.sleep(0.005)
+            last = query.lastProgress["batchId"]
+            t0 = time.time()
+            query.stop()
+            t1 = time.time()
+            spark._streamingCheckpointManager.repartition(cp, target)
+            t2 = time.time()
+            spark.conf.set("spark.sql.shuffle.partitions", str(target))
+            query = start()
+            done = completed_at(query, target, last)
+            r = {"to": target, "duration": done - t0,
+                 "timings": {"stop": t1 - t0, "repartition": t2 - t1, "start": done - t2}}
+            out.append(r)
+            print(f"  Spark's own -> {target}: {r['duration']:.2f}s (stop {t1 - t0:.2f}s, "
+                  f"repartition {t2 - t1:.2f}s, start to a batch {done - t2:.2f}s)",
+                  flush=True)
     query.stop()
     spark.stop()
-    return {"state_keys": state_keys, "state_memory_bytes": state_bytes,
-            "checkpoint_state_bytes": checkpoint_bytes, "records": records}
+    return out
 
 
 def live_case(cluster: LocalCluster, work: Path, rounds: int, deferrals: Deferrals
@@ -280,6 +354,14 @@ def main() -> int:
         print(f"{label:<26}{med:>9.2f}s{mx:>7.2f}s{dmed:>11.2f}s{dmx:>7.2f}s{idle_max:>9.2f}s"
               f"{n:>4}  {phase_text}")
     print(f"live rescales restarted the query: {results['live']['restarted']}")
+    for name, label in (("restart_1mb", "~1 MB"), ("restart_100mb", "~100 MB")):
+        own = [r["duration"] for r in results[name]["spark_own"]]
+        ours = [r["duration"] for r in results[name]["records"]]
+        ratio = statistics.median(ours) / statistics.median(own)
+        print(f"{label}: spark-adaptive's restart {statistics.median(ours):.2f}s median, "
+              f"{max(ours):.2f}s max; Spark's own stop-repartition-start "
+              f"{statistics.median(own):.2f}s median, {max(own):.2f}s max (same run, same "
+              f"checkpoint); ratio of medians {ratio:.2f}")
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "rescale_downtime.json").write_text(json.dumps(results, indent=2))
     plot(rows, RESULTS / "rescale_downtime.png")
