@@ -268,6 +268,46 @@ class LocalCluster:
             else:
                 _remove_tree(self.work_dir)
 
+    # -- reuse ------------------------------------------------------------------
+    def active_apps(self) -> list[str]:
+        """Ids of the applications the master lists as running."""
+        return [a.get("id", "") for a in (self.status() or {}).get("activeapps", [])]
+
+    def settle(self, timeout: float = 15.0) -> bool:
+        """Make the cluster fit for another use once its apps have ended: wait (up to
+        ``timeout``) for the master to list no running app and for the executors of the apps
+        that ended to exit; a worker with an executor process left after that (a frozen one,
+        say) is ended. False when an app still runs: the cluster is not fit."""
+        if self._closed:
+            return False
+        deadline = time.monotonic() + timeout
+        while self.active_apps():
+            if time.monotonic() > deadline or self.status() is None:
+                return False
+            time.sleep(0.1)
+        while self.executors() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        busy = {e.worker for e in self.executors()}
+        for w in list(self.workers):
+            if w.name in busy:
+                self.kill_worker(w)
+        return True
+
+    def resize(self, workers: int) -> LocalCluster:
+        """Run exactly ``workers`` live workers, as a fresh :meth:`start` of that many would:
+        the newest beyond them are ended, missing ones start; return once the master lists
+        exactly these as ALIVE."""
+        for w in self.workers[workers:]:
+            self.kill_worker(w)
+        for _ in range(workers - len(self.workers)):
+            self.add_worker(wait=False)
+        names = tuple(w.name for w in self.workers)
+        self._wait(lambda: len(self._alive_at_master()) == workers
+                   and len(self.registered_workers()) == workers,
+                   f"exactly {workers} live worker(s)", watch=("master", *names))
+        self.initial_workers = workers
+        return self
+
     def detach(self) -> None:
         """Leave the processes running when this Python process exits (the command line)."""
         self._save()

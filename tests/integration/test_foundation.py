@@ -35,7 +35,7 @@ def test_worker_join_and_executor_kill_reach_python(local_cluster, cluster_spark
     first = rec.wait_for(ev.ExecutorAdded)  # the executor on the first worker
 
     mark = rec.mark()
-    local_cluster.add_worker()
+    joined = local_cluster.add_worker()
     added = rec.wait_for(ev.ExecutorAdded, since=mark,
                          where=lambda e: e.executor_id != first.executor_id)
     assert added.host == "127.0.0.1" and added.cores == 1
@@ -45,7 +45,7 @@ def test_worker_join_and_executor_kill_reach_python(local_cluster, cluster_spark
     removed = rec.wait_for(ev.ExecutorRemoved, since=mark,
                            where=lambda e: e.executor_id == added.executor_id)
     assert removed.reason, "Spark gives a reason for every removal"
-    assert killed.worker == "worker-2"
+    assert killed.worker == joined.name  # the executor of the worker that joined
 
 
 def test_requesting_one_then_three_then_two_executors(local_cluster_factory, cluster_spark_factory):
