@@ -28,10 +28,25 @@ slow first tasks of new executors, where the oracle counts ``--cost`` alone; and
 each run's executor-seconds over instant tracking at that cost per row, which
 tells the tracking's delays apart from what a row really costs in the run.
 
-Prints a table per profile, writes ``benchmarks/results/autoscale.json`` and
-one plot per profile (``autoscale-<profile>.png``).
+**Calibrated references.** First, two static runs at constant rates (0.15 and 0.6 of the
+cluster's capacity, 90 s each) measure what the app's micro-batches really cost: a fixed
+slot-time per micro-batch plus a cost per row, fitted to the slot-seconds their tasks ran
+(Spark's task log) over their micro-batches and rows. **Calibrated tracking** is instant
+tracking at that cost and the autoscaler's ``utilization.target``. The oracle and
+calibrated tracking are also counted over each run's own bill, from the app's start to the
+drain's end (the profile's first rate before the source starts, its last one through the
+drain), and a second table gives every run's executor-seconds against both.
 
-    .venv/bin/python benchmarks/autoscale.py [--profiles day,steps] [--modes ...]
+Profiles: "day" (a night, a rise, a spike, an evening), "steps" (sudden jumps) and
+"ramps" (linear ramps between 0.1 and 0.7 of the capacity, 100-140 s each, times a noise
+of +-15% drawn every 10 s, seeded). ``--rounds 3`` runs every profile and mode three
+times, interleaved round by round, and the summary gives each figure's median.
+
+Prints a table per run and per profile, writes ``benchmarks/results/autoscale.json`` and
+one plot per profile (``autoscale-<profile>.png``, of the newest round).
+
+    .venv/bin/python benchmarks/autoscale.py [--profiles day,steps,ramps] [--modes ...] \
+        [--rounds 3] [--calibration runs|none|FIXED_S,PER_ROW_MS]
 
 ``--references`` starts no cluster: it prints each profile's oracle and instant tracking,
 and with ``--reference-costs 4,5.4`` (ms per row) and ``--reference-targets 0.85,0.95`` a
@@ -88,6 +103,42 @@ PROFILES: dict[str, tuple[float, list[tuple[float, float]]]] = {
     "steps": (360.0, [(0.0, 0.10), (0.15, 0.10), (0.16, 0.55), (0.40, 0.55), (0.41, 0.20),
                       (0.60, 0.20), (0.61, 0.75), (0.80, 0.75), (0.81, 0.10), (1.0, 0.10)]),
 }
+RAMPS_SECONDS = 480.0
+#: Each ramp's length and each noise step's (seconds), and the noise's spread.
+RAMP_LENGTH = (100.0, 140.0)
+NOISE_STEP = 10.0
+NOISE = 0.15
+
+
+def ramps_shape(duration: float = RAMPS_SECONDS, seed: int = 1) -> list[tuple[float, float]]:
+    """"ramps": linear ramps between 0.1 and 0.7 of the cluster's capacity, each 100-140 s
+    long, times a noise factor of 0.85-1.15 drawn every 10 s (held within the step: the
+    shape has a knot just before each step's end and one at its start). Seeded: every run
+    of one invocation, and every invocation, sees the same load."""
+    rng = np.random.default_rng(seed)
+    ends, t = [0.0], 0.0
+    while t < duration:
+        t = min(duration, t + float(rng.uniform(*RAMP_LENGTH)))
+        ends.append(t)
+    levels = [0.1 if i % 2 == 0 else 0.7 for i in range(len(ends))]
+    shape: list[tuple[float, float]] = []
+    step = 0.0
+    while step < duration:
+        factor = float(rng.uniform(1 - NOISE, 1 + NOISE))
+        for at in (step, min(duration, step + NOISE_STEP) - 1e-3):
+            base = float(np.interp(at, ends, levels))
+            shape.append((round(at / duration, 6), base * factor))
+        step += NOISE_STEP
+    shape.append((1.0, shape[-1][1]))
+    return shape
+
+
+PROFILES["ramps"] = (RAMPS_SECONDS, ramps_shape())
+#: The calibration's static runs: two constant rates (fractions of the cluster's capacity).
+CALIBRATION = {"calibrate-low": 0.15, "calibrate-high": 0.6}
+CALIBRATION_SECONDS = 90.0
+for _name, _level in CALIBRATION.items():
+    PROFILES[_name] = (CALIBRATION_SECONDS, [(0.0, _level), (1.0, _level)])
 
 COMMON_CONF = {
     "spark.executor.cores": "1",
@@ -149,6 +200,67 @@ def tracking(points: list[list[float]], partitions: int = PARTITIONS,
 TARGET_KEY = "spark.adaptive.autoscaler.utilization.target"
 
 
+@dataclass(frozen=True)
+class Calibration:
+    """What the app's micro-batches cost its slots: ``fixed`` slot-seconds per micro-batch
+    (its tasks' scheduling, the source's and the sink's opening, whatever their rows) plus
+    ``per_row`` slot-seconds per row."""
+
+    fixed: float
+    per_row: float
+
+
+def calibrate(runs: Sequence[tuple[float, int, int]]) -> Calibration:
+    """The least-squares ``fixed`` and ``per_row`` of runs given as (slot-seconds their tasks
+    ran, rows, micro-batches): ``slot-seconds = batches x fixed + rows x per_row``. Needs
+    two runs at least whose rows per micro-batch differ; a fit whose fixed part comes out
+    below 0 is refitted through the origin (all of it per row)."""
+    usable = [(t, r, b) for t, r, b in runs if b > 0 and t > 0]
+    if len({round(r / b, 6) for _, r, b in usable}) < 2:
+        raise ValueError(f"calibration needs two runs at different rows per micro-batch, "
+                         f"got {list(runs)}")
+    a = np.array([[b, r] for _, r, b in usable], dtype=float)
+    y = np.array([t for t, _, _ in usable], dtype=float)
+    (fixed, per_row), *_ = np.linalg.lstsq(a, y, rcond=None)
+    if fixed < 0 or per_row <= 0:
+        return Calibration(0.0, float(y.sum() / a[:, 1].sum()))
+    return Calibration(float(fixed), float(per_row))
+
+
+def over_window(points: list[list[float]], before: float, after: float) -> list[list[float]]:
+    """The profile over a run's whole bill: its first rate for ``before`` seconds (the app
+    starts before its source), its last for ``after`` (the drain), shifted to start at 0."""
+    first, last = points[0][1], points[-1][1]
+    end = points[-1][0]
+    shifted = [[t + before, r] for t, r in points]
+    head = [[0.0, first]] if before > 0 else []
+    tail = [[end + before + after, last]] if after > 0 else []
+    return head + shifted + tail
+
+
+def calibrated_tracking(points: list[list[float]], cal: Calibration, trigger: float,
+                        partitions: int = PARTITIONS, extra: Mapping[str, str] | None = None,
+                        step: float = 0.01) -> float:
+    """Executor-seconds of instant tracking at the calibrated cost: each moment on the
+    fewest balanced slot counts (as :func:`tracking`) that carry a micro-batch every
+    ``trigger`` seconds, its fixed slot-time plus its rows' cost, at ``utilization.target``."""
+    target = AutoscalerConfig.from_conf({**AUTOSCALER_CONF, **(extra or {})}).utilization_target
+    balanced = [d for d in range(1, WORKERS + 1) if partitions % d == 0]
+    times = np.arange(0.0, points[-1][0], step)
+    rate = np.interp(times, [p[0] for p in points], [p[1] for p in points])
+    need = (cal.fixed / trigger + rate * cal.per_row) / target
+    slots = [next((d for d in balanced if d >= n - 1e-9), balanced[-1]) for n in need]
+    return float(np.sum(slots) * step)
+
+
+def trigger_seconds(trigger: str = TRIGGER) -> float:
+    """``"4 seconds"`` as 4.0."""
+    number, unit = trigger.split()
+    if not unit.startswith("second"):
+        raise ValueError(f"trigger {trigger!r} is not in seconds")
+    return float(number)
+
+
 def references_table(profile: str, partitions: int, extra: Mapping[str, str],
                      targets: Sequence[float], costs: Sequence[float]) -> str:
     """Instant tracking (:func:`tracking`) over the oracle, one row per utilization target,
@@ -208,6 +320,7 @@ class Run:
     rescales: list[dict[str, Any]] = field(default_factory=list)
     exit_code: int | None = None
     task_seconds: float | None = None  # what the app's tasks ran, from Spark's task log
+    batches: int = 0  # micro-batches committed (the checkpoint's commits)
 
 
 #: Spark's line for each finished task (TaskSetManager, INFO), with its run time.
@@ -263,8 +376,16 @@ def run_once(cluster: LocalCluster, profile: str, mode: str, work: Path,
             run.start, run.total_rows = float(words[3].rstrip(":")), int(words[4])
     if run.exit_code != 0 or not run.start:
         raise RuntimeError(f"{profile}/{mode} failed (exit {run.exit_code}); see {app.log_path}")
+    run.batches = committed_batches(out / "checkpoint")
     _wait_for_no_executors(cluster)
     return run, read_output(out / "data")
+
+
+def committed_batches(checkpoint: Path) -> int:
+    """Micro-batches the query committed: the files of its checkpoint's ``commits`` log
+    named by a batch id."""
+    commits = checkpoint / "commits"
+    return sum(1 for f in commits.iterdir() if f.name.isdigit()) if commits.is_dir() else 0
 
 
 def _wait_for_no_executors(cluster: LocalCluster, timeout: float = 60.0) -> None:
@@ -297,7 +418,8 @@ def executor_seconds(samples: Sequence[Seen], start: float, end: float) -> float
 
 
 def summarize(run: Run, rows: dict[str, np.ndarray],
-              extra: Mapping[str, str] | None = None) -> dict[str, Any]:
+              extra: Mapping[str, str] | None = None,
+              calibration: Calibration | None = None) -> dict[str, Any]:
     duration, points = knots(run.profile)
     total = run.total_rows
     ids = rows["id"]
@@ -314,6 +436,8 @@ def summarize(run: Run, rows: dict[str, np.ndarray],
     live = sum(1 for r in run.rescales if r.get("kind") == "live")
     # What a row really cost a slot in this run (with the tasks' fixed costs), if known.
     per_row = run.task_seconds / total if run.task_seconds is not None and total else None
+    # The references over the run's own bill: from the app's start to the drain's end.
+    window = over_window(points, run.start - app_start, until - run.start - duration)
     return {
         "profile": run.profile, "mode": run.mode,
         "executor_seconds": executor_seconds(run.samples, app_start, until),
@@ -331,7 +455,54 @@ def summarize(run: Run, rows: dict[str, np.ndarray],
         "task_seconds": run.task_seconds, "task_seconds_per_row": per_row,
         "rows": int(len(ids)), "rows_expected": total, "exactly_once": bool(exactly_once),
         "drain_seconds": end - run.start - duration,
+        "batches": run.batches,
+        "oracle_window": oracle(window),
+        "calibrated_window": (calibrated_tracking(window, calibration, trigger_seconds(),
+                                                  run.partitions, extra)
+                              if calibration else None),
     }
+
+
+def window_table(summaries: list[dict[str, Any]]) -> str:
+    """Each run against the oracle and calibrated tracking counted over its own bill (from
+    the app's start to the drain's end), and against the other runs."""
+    by_mode = {s["mode"]: s for s in summaries}
+    lines = [f"{'run':<11} {'exec-s':>7} {'oracle':>7} {'/oracle':>8} {'calibr.':>8} "
+             f"{'/calibr.':>9} {'/static':>8} {'/dynamic':>9} {'p99':>6} {'s>30s':>6}"]
+    for s in summaries:
+        ratios = [f"{s['executor_seconds'] / by_mode[m]['executor_seconds']:.2f}x"
+                  if m in by_mode else "-" for m in ("static", "dynamic")]
+        cost, cal = s["executor_seconds"], s.get("calibrated_window")
+        cal_text, cal_ratio = (f"{cal:.0f}", f"{cost / cal:.2f}x") if cal else ("-", "-")
+        lines.append(
+            f"{s['mode']:<11} {cost:7.0f} {s['oracle_window']:7.0f} "
+            f"{cost / s['oracle_window']:7.2f}x {cal_text:>8} {cal_ratio:>9} "
+            f"{ratios[0]:>8} {ratios[1]:>9} {s['lag_p99']:5.1f}s {s['seconds_over_target']:6d}")
+    lines.append("oracle, calibr.: perfect tracking at 100% utilization and instant tracking "
+                 "at the calibrated cost and utilization.target, each over the run's own bill "
+                 "(the app's start to the drain's end)")
+    return "\n".join(lines)
+
+
+#: The figures a median over rounds is taken of.
+_MEDIAN_FIELDS = ("executor_seconds", "executor_seconds_from_source", "oracle", "tracking",
+                  "tracking_at_run_cost", "lag_p50", "lag_p99", "lag_max",
+                  "seconds_over_target", "rescales_live", "rescales_restart", "task_seconds",
+                  "task_seconds_per_row", "oracle_window", "calibrated_window")
+
+
+def median_summary(rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One run's figures as the median over its rounds; exactly once only if every round
+    was; ``rounds`` the count."""
+    out = dict(rounds[0])
+    for key in _MEDIAN_FIELDS:
+        values = [r[key] for r in rounds if r.get(key) is not None]
+        out[key] = float(np.median(values)) if values else None
+    for key in ("seconds_over_target", "rescales_live", "rescales_restart"):
+        out[key] = int(round(out[key]))
+    out["exactly_once"] = all(r["exactly_once"] for r in rounds)
+    out["rounds"] = len(rounds)
+    return out
 
 
 def _oldest_unprocessed(rows: dict[str, np.ndarray], seconds: np.ndarray) -> np.ndarray:
@@ -443,9 +614,64 @@ def plot(profile: str, runs: list[tuple[Run, dict[str, np.ndarray]]], path: Path
     plt.close(fig)
 
 
+def _rounds(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of rounds") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n} rounds: at least 1")
+    return n
+
+
+def _calibration(text: str) -> Calibration | str:
+    if text in ("runs", "none"):
+        return text
+    parts = text.split(",")
+    try:
+        fixed, per_row_ms = (float(x) for x in parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not 'runs', 'none' or FIXED_S,PER_ROW_MS (two numbers)") from None
+    if not (math.isfinite(fixed) and math.isfinite(per_row_ms)) or fixed < 0 or per_row_ms <= 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: the fixed slot-seconds must be 0 or more and the ms per row above 0")
+    return Calibration(fixed, per_row_ms / 1000.0)
+
+
+def calibration_runs(cluster: LocalCluster, work: Path, partitions: int) -> Calibration:
+    """Static runs at the calibration's constant rates, then :func:`calibrate` on what their
+    tasks ran (Spark's task log), their rows and their micro-batches."""
+    measured = []
+    for profile in CALIBRATION:
+        print(f"calibration: {profile}, static", flush=True)
+        run, _ = run_once(cluster, profile, "static", work, {}, partitions)
+        if run.task_seconds is None:
+            raise RuntimeError(f"calibration run {profile} logged no finished task")
+        measured.append((run.task_seconds, run.total_rows, run.batches))
+        print(f"  {run.task_seconds:.1f} slot-s, {run.total_rows} rows, {run.batches} "
+              "micro-batches", flush=True)
+    return calibrate(measured)
+
+
+def write_profile(results: dict[str, Any], results_dir: Path, profile: str,
+                  runs: Mapping[str, Sequence[tuple[Run, dict[str, np.ndarray],
+                                                    dict[str, Any]]]],
+                  rounds: int) -> None:
+    """The profile's runs so far into the JSON, and its plot of the newest round."""
+    newest = [(r, rows) for done in runs.values() for r, rows, s in done if s["round"] == rounds]
+    plot(profile, newest, results_dir / f"autoscale-{profile}.png")
+    results["profiles"][profile] = {
+        "summaries": [s for done in runs.values() for _, _, s in done],
+        "medians": [median_summary([s for _, _, s in done]) for done in runs.values() if done],
+        "runs": [{**asdict(r), "samples": [asdict(x) for x in r.samples]}
+                 for done in runs.values() for r, _, _ in done]}
+    (results_dir / "autoscale.json").write_text(json.dumps(results, indent=1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--profiles", default="day,steps")
+    parser.add_argument("--profiles", default="day,steps,ramps")
     parser.add_argument("--modes", default="static,dynamic,autoscaler")
     parser.add_argument("--conf", action="append", default=[],
                         help="extra spark.adaptive.* KEY=VALUE for the autoscaler run")
@@ -463,6 +689,15 @@ def main() -> None:
                              "track at (default: the autoscaler run's)")
     parser.add_argument("--results", default=str(RESULTS),
                         help="where the JSON and the plots go (default %(default)s)")
+    parser.add_argument("--rounds", type=_rounds, default=1,
+                        help="rounds of every profile and mode, interleaved; the summary "
+                             "gives each figure's median (default %(default)s)")
+    parser.add_argument("--calibration", type=_calibration, default="runs",
+                        help="'runs' (default): two static runs at constant rates first, "
+                             f"{', '.join(f'{v:g}' for v in CALIBRATION.values())} of the "
+                             "cluster's capacity, measure the app's fixed slot-time per "
+                             "micro-batch and its cost per row; 'FIXED_S,PER_ROW_MS' gives "
+                             "them; 'none' skips calibrated tracking")
     args = parser.parse_args()
     extra = dict(kv.split("=", 1) for kv in args.conf)
     if args.references:
@@ -490,23 +725,34 @@ def main() -> None:
     results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M"), "workers": WORKERS,
                                "cost": COST, "partitions": args.partitions,
                                "autoscaler_conf": {**AUTOSCALER_CONF, **extra}, "profiles": {}}
+    profiles, modes = args.profiles.split(","), args.modes.split(",")
     with LocalCluster(workers=WORKERS, cores_per_worker=1, memory_per_worker="1g",
                       work_dir=work / "cluster") as cluster:
-        for profile in args.profiles.split(","):
-            runs = []
-            summaries = []
-            for mode in args.modes.split(","):
-                run, rows = run_once(cluster, profile, mode, work, extra, args.partitions)
-                runs.append((run, rows))
-                summaries.append(summarize(run, rows, extra))
-                print(table(summaries[-1:]).splitlines()[1], flush=True)
-            print(f"\nprofile {profile}:\n{table(summaries)}\n", flush=True)
-            plot(profile, runs, results_dir / f"autoscale-{profile}.png")
-            results["profiles"][profile] = {
-                "summaries": summaries,
-                "runs": [{**asdict(r), "samples": [asdict(s) for s in r.samples]}
-                         for r, _ in runs]}
-            (results_dir / "autoscale.json").write_text(json.dumps(results, indent=1))
+        calibration = args.calibration
+        if calibration == "runs":
+            calibration = calibration_runs(cluster, work, args.partitions)
+            results["calibration_runs"] = True
+        if isinstance(calibration, Calibration):
+            results["calibration"] = asdict(calibration)
+            print(f"calibration: {calibration.fixed:.2f} slot-s per micro-batch + "
+                  f"{calibration.per_row * 1000:.2f} ms per row", flush=True)
+        cal = calibration if isinstance(calibration, Calibration) else None
+        done: dict[str, dict[str, list[tuple[Run, dict[str, np.ndarray], dict[str, Any]]]]] = {
+            p: {m: [] for m in modes} for p in profiles}
+        for round_no in range(1, args.rounds + 1):
+            for profile in profiles:
+                for mode in modes:
+                    print(f"round {round_no}/{args.rounds}: {profile}/{mode}", flush=True)
+                    run, rows = run_once(cluster, profile, mode, work, extra, args.partitions)
+                    summary = {**summarize(run, rows, extra, cal), "round": round_no}
+                    done[profile][mode].append((run, rows, summary))
+                    print(table([summary]).splitlines()[1], flush=True)
+            for profile in profiles:
+                write_profile(results, results_dir, profile, done[profile], round_no)
+    for profile in profiles:
+        medians = [median_summary([x[2] for x in done[profile][m]]) for m in modes]
+        print(f"\nprofile {profile}, median of {args.rounds} round(s):\n{table(medians)}\n"
+              f"{window_table(medians)}\n", flush=True)
     print(f"wrote {results_dir / 'autoscale.json'} and the plots beside it")
 
 

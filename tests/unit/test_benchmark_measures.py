@@ -457,6 +457,115 @@ def test_cluster_tracking_follows_the_runs_utilization_target() -> None:
     assert autoscale.summarize(run, rows, {key: "0.7"})["tracking"] == low
 
 
+def test_cluster_calibration_recovers_a_fixed_and_a_per_row_cost_from_runs_of_known_cost(
+        ) -> None:
+    autoscale = _load("autoscale")
+    fixed, per_row = 1.2, 0.0051
+
+    def run(rows: int, batches: int, noise: float = 0.0) -> tuple[float, int, int]:
+        return batches * fixed + rows * per_row + noise, rows, batches
+
+    exact = autoscale.calibrate([run(13_500, 22), run(54_000, 22)])
+    assert exact.fixed == pytest.approx(fixed) and exact.per_row == pytest.approx(per_row)
+    noisy = autoscale.calibrate([run(13_500, 22, 0.8), run(54_000, 23, -0.5),
+                                 run(30_000, 21, 0.3)])
+    assert noisy.fixed == pytest.approx(fixed, abs=0.1)
+    assert noisy.per_row == pytest.approx(per_row, rel=0.01)
+    # No fixed part at all: recovered as none.
+    flat = autoscale.calibrate([(100 * 0.004, 100, 5), (1000 * 0.004, 1000, 5)])
+    assert flat.fixed == pytest.approx(0.0, abs=1e-9) and flat.per_row == pytest.approx(0.004)
+    # A fit whose fixed part would be negative is all per row.
+    odd = autoscale.calibrate([(10.0, 1000, 10), (12.0, 4000, 10)])
+    assert odd.fixed >= 0
+    with pytest.raises(ValueError, match="two runs at different rows per micro-batch"):
+        autoscale.calibrate([run(13_500, 22), run(27_000, 44)])
+
+
+def test_cluster_calibrated_tracking_pays_each_micro_batch_s_fixed_cost() -> None:
+    autoscale = _load("autoscale")
+    points = autoscale.knots("steps")[1]
+    per_row_only = autoscale.Calibration(0.0, autoscale.COST)
+    assert autoscale.calibrated_tracking(points, per_row_only, 4.0) == pytest.approx(
+        autoscale.tracking(points))
+    with_fixed = autoscale.Calibration(1.2, autoscale.COST)
+    assert autoscale.calibrated_tracking(points, with_fixed, 4.0) > \
+        autoscale.tracking(points)
+    # A constant load: 300 rows/s at 4 ms is 1.2 slots, plus 1.2 slot-s every 4 s is 1.5;
+    # at 0.85 that wants 1.76: 2 slots (12 partitions run balanced on 2).
+    flat = [[0.0, 300.0], [100.0, 300.0]]
+    assert autoscale.calibrated_tracking(flat, with_fixed, 4.0) == pytest.approx(200.0, rel=1e-3)
+    assert autoscale.trigger_seconds("4 seconds") == 4.0
+    with pytest.raises(ValueError, match="not in seconds"):
+        autoscale.trigger_seconds("1 minute")
+
+
+def test_cluster_references_are_counted_over_the_run_s_whole_bill() -> None:
+    autoscale = _load("autoscale")
+    points = autoscale.knots("steps")[1]
+    window = autoscale.over_window(points, 12.0, 20.0)
+    assert window[0] == [0.0, points[0][1]] and window[-1][0] == pytest.approx(
+        points[-1][0] + 32.0)
+    # The night's one executor for the 12 s before the source and the 20 s of the drain.
+    assert autoscale.oracle(window) == pytest.approx(autoscale.oracle(points) + 32.0, abs=0.1)
+    assert autoscale.over_window(points, 0.0, 0.0) == points
+    run, rows = _cluster_run(autoscale, first=0.0, source=10.0, period=1.0)
+    cal = autoscale.Calibration(1.2, 0.005)
+    s = autoscale.summarize(run, rows, calibration=cal)
+    bill = autoscale.over_window(points, 10.0, 10.0)  # the last row 10 s after the profile
+    assert s["oracle_window"] == pytest.approx(autoscale.oracle(bill))
+    assert s["calibrated_window"] == pytest.approx(
+        autoscale.calibrated_tracking(bill, cal, 4.0))
+    text = autoscale.window_table([s])
+    row = text.splitlines()[1].split()
+    assert row[3] == f"{s['executor_seconds'] / s['oracle_window']:.2f}x"
+    assert row[5] == f"{s['executor_seconds'] / s['calibrated_window']:.2f}x"
+    assert autoscale.summarize(run, rows)["calibrated_window"] is None
+
+
+def test_cluster_rounds_are_summarized_by_their_median() -> None:
+    autoscale = _load("autoscale")
+    run, rows = _cluster_run(autoscale, first=0.0, source=10.0, period=1.0)
+    base = autoscale.summarize(run, rows)
+    rounds = [{**base, "executor_seconds": e, "seconds_over_target": o, "exactly_once": x}
+              for e, o, x in ((900.0, 0, True), (1000.0, 3, True), (1100.0, 1, False))]
+    m = autoscale.median_summary(rounds)
+    assert m["executor_seconds"] == 1000.0 and m["seconds_over_target"] == 1
+    assert m["exactly_once"] is False and m["rounds"] == 3
+
+
+def test_cluster_ramps_profile_ramps_between_0_1_and_0_7_with_noise_every_10_s() -> None:
+    autoscale = _load("autoscale")
+    duration, points = autoscale.knots("ramps")
+    assert duration == autoscale.RAMPS_SECONDS and points[-1][0] == pytest.approx(duration)
+    capacity = autoscale.WORKERS / autoscale.COST
+    t = np.arange(0.0, duration, 1.0)
+    rate = np.interp(t, [p[0] for p in points], [p[1] for p in points]) / capacity
+    assert rate.min() >= 0.1 * 0.85 - 1e-6 and rate.max() <= 0.7 * 1.15 + 1e-6
+    assert rate.min() < 0.15 and rate.max() > 0.6  # it reaches both ends
+    # Noise: the rate jumps at 10 s steps (by up to 30%), not within them.
+    jumps = np.abs(np.diff(rate))
+    assert jumps[9::10].max() > 0.02 and np.delete(jumps, np.s_[9::10]).max() < 0.02
+    # Same load every time: seeded.
+    assert autoscale.ramps_shape() == autoscale.ramps_shape()
+    assert autoscale.ramps_shape(seed=2) != autoscale.ramps_shape()
+
+
+def test_cluster_benchmark_refuses_bad_rounds_and_calibrations(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    autoscale = _load("autoscale")
+    for bad, said in (("--rounds=0", "0 rounds: at least 1"),
+                      ("--rounds=x", "'x' is not a whole number of rounds"),
+                      ("--calibration=1.2", "is not 'runs', 'none' or FIXED_S,PER_ROW_MS"),
+                      ("--calibration=1.2,0", "ms per row above 0"),
+                      ("--calibration=-1,5", "0 or more")):
+        monkeypatch.setattr(sys, "argv", ["autoscale.py", bad])
+        with pytest.raises(SystemExit):
+            autoscale.main()
+        assert said in capsys.readouterr().err, bad
+    given = autoscale._calibration("1.2,5.1")
+    assert given.fixed == 1.2 and given.per_row == pytest.approx(0.0051)
+
+
 # -- benchmarks/rescale_downtime.py ---------------------------------------------------------
 def _record(time: float, duration: float | None) -> dict[str, Any]:
     return {"time": time, "duration": duration}
