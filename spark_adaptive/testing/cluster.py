@@ -277,7 +277,8 @@ class LocalCluster:
         """Make the cluster fit for another use once its apps have ended: wait (up to
         ``timeout``) for the master to list no running app and for the executors of the apps
         that ended to exit; a worker with an executor process left after that (a frozen one,
-        say) is ended. False when an app still runs: the cluster is not fit."""
+        say) is ended, and so is one added with other cores or memory than the cluster's.
+        False when an app still runs: the cluster is not fit."""
         if self._closed:
             return False
         deadline = time.monotonic() + timeout
@@ -289,7 +290,8 @@ class LocalCluster:
             time.sleep(0.1)
         busy = {e.worker for e in self.executors()}
         for w in list(self.workers):
-            if w.name in busy:
+            if w.name in busy or (w.cores, w.memory) != (self.cores_per_worker,
+                                                         self.memory_per_worker):
                 self.kill_worker(w)
         return True
 

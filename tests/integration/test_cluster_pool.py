@@ -1,6 +1,7 @@
 """The clusters ``local_cluster_factory`` keeps between tests come back as a fresh start:
-no app at the master, exactly the workers asked for, no executor left (a frozen one's
-worker is ended); a cluster whose app still runs is not kept."""
+no app at the master, exactly the workers asked for, each of the cluster's own cores and
+memory, no executor left (a frozen one's worker is ended, and so is one added with other
+cores); a cluster whose app still runs is not kept."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ def test_a_cluster_given_back_comes_back_as_a_fresh_start(
         app = spark.sparkContext.applicationId
         frozen = cluster.freeze_executor(cluster.executors(app)[0].executor_id, app)
         session.stop_session(spark)
+        bigger = cluster.add_worker(cores=2)
         pool.give_back(cluster)
 
         again = pool.take(3)
@@ -30,6 +32,8 @@ def test_a_cluster_given_back_comes_back_as_a_fresh_start(
         assert len(again.workers) == len(again.registered_workers()) == 3
         assert again.alive_worker_count() == 3
         assert frozen.worker not in {w.name for w in again.workers}  # ended with its worker
+        assert bigger.name not in {w.name for w in again.workers}  # not the cluster's own kind
+        assert {w.cores for w in again.workers} == {1}
 
         pool.give_back(again)
         smaller = pool.take(1)
