@@ -30,8 +30,10 @@ tells the tracking's delays apart from what a row really costs in the run.
 
 **Calibrated references.** First, two static runs at constant rates (0.15 and 0.6 of the
 cluster's capacity, 90 s each) measure what the app's micro-batches really cost: a fixed
-slot-time per micro-batch plus a cost per row, fitted to the slot-seconds their tasks ran
-(Spark's task log) over their micro-batches and rows. **Calibrated tracking** is instant
+slot-time per micro-batch plus a cost per row, a least-squares line through their
+micro-batches (each one's slot-seconds from Spark's task log, its rows from its
+progress), the first two of each run left out (their tasks start the executors' Python
+workers). **Calibrated tracking** is instant
 tracking at that cost and the autoscaler's ``utilization.target``. The oracle and
 calibrated tracking are also counted over each run's own bill, from the app's start to the
 drain's end (the profile's first rate before the source starts, its last one through the
@@ -639,18 +641,42 @@ def _calibration(text: str) -> Calibration | str:
     return Calibration(fixed, per_row_ms / 1000.0)
 
 
+#: Spark's INFO lines: a finished task of a micro-batch, and a micro-batch's progress.
+_BATCH_TASK = re.compile(r"\[batchId = (\d+)\] Finished task \S+ in stage \S+ \(TID \d+\) "
+                         r"in (\d+) ms")
+_PROGRESS_ROWS = re.compile(r'"batchId" : (\d+),\s*"batchDuration" : \d+,\s*'
+                            r'"numInputRows" : (\d+)')
+#: The micro-batches of a calibration run left out: their tasks start the new executors'
+#: Python workers (ten times a warm batch's slot-time in the first, two or three in the next).
+WARM_UP_BATCHES = 2
+
+
+def batch_costs(log_text: str) -> list[tuple[float, int, int]]:
+    """Each micro-batch of a driver's log as (slot-seconds its tasks ran, its rows, 1), in
+    batch order: the tasks from Spark's "[batchId = N] Finished task ... in M ms" lines,
+    the rows from the query's progress (``numInputRows``)."""
+    slot_ms: dict[int, int] = {}
+    for m in _BATCH_TASK.finditer(log_text):
+        slot_ms[int(m.group(1))] = slot_ms.get(int(m.group(1)), 0) + int(m.group(2))
+    rows = {int(m.group(1)): int(m.group(2)) for m in _PROGRESS_ROWS.finditer(log_text)}
+    return [(slot_ms[b] / 1000.0, rows[b], 1) for b in sorted(slot_ms) if b in rows]
+
+
 def calibration_runs(cluster: LocalCluster, work: Path, partitions: int) -> Calibration:
-    """Static runs at the calibration's constant rates, then :func:`calibrate` on what their
-    tasks ran (Spark's task log), their rows and their micro-batches."""
+    """Static runs at the calibration's constant rates, then :func:`calibrate` on their
+    micro-batches (:func:`batch_costs`), the first ``WARM_UP_BATCHES`` of each left out."""
     measured = []
     for profile in CALIBRATION:
         print(f"calibration: {profile}, static", flush=True)
-        run, _ = run_once(cluster, profile, "static", work, {}, partitions)
-        if run.task_seconds is None:
-            raise RuntimeError(f"calibration run {profile} logged no finished task")
-        measured.append((run.task_seconds, run.total_rows, run.batches))
-        print(f"  {run.task_seconds:.1f} slot-s, {run.total_rows} rows, {run.batches} "
-              "micro-batches", flush=True)
+        run_once(cluster, profile, "static", work, {}, partitions)
+        batches = batch_costs((work / f"{profile}-static" / "app.log").read_text(
+            errors="replace"))[WARM_UP_BATCHES:]
+        if not batches:
+            raise RuntimeError(f"calibration run {profile} logged no micro-batch past its "
+                               f"first {WARM_UP_BATCHES}")
+        measured += batches
+        print(f"  {len(batches)} micro-batches: {sum(b[0] for b in batches):.1f} slot-s, "
+              f"{sum(b[1] for b in batches)} rows", flush=True)
     return calibrate(measured)
 
 

@@ -481,6 +481,25 @@ def test_cluster_calibration_recovers_a_fixed_and_a_per_row_cost_from_runs_of_kn
         autoscale.calibrate([run(13_500, 22), run(27_000, 44)])
 
 
+def test_cluster_calibration_reads_each_micro_batch_s_slot_time_and_rows_from_the_log(
+        ) -> None:
+    autoscale = _load("autoscale")
+    task = ("26/12/06 18:58:08 INFO TaskSetManager: [queryId = 03e16] [batchId = {b}] Finished "
+            "task {t}.0 in stage {b}.0 (TID {t}) in {ms} ms on 127.0.0.1 (executor 1) (1/2)")
+    progress = ('26/12/06 18:58:12 INFO ProgressReporter: Streaming query made progress: {{\n'
+                '  "id" : "03e16",\n  "batchId" : {b},\n  "batchDuration" : 18394,\n'
+                '  "numInputRows" : {rows},\n  "inputRowsPerSecond" : 0.0,')
+    log = "\n".join([task.format(b=0, t=0, ms=9000), task.format(b=0, t=1, ms=3000),
+                     progress.format(b=0, rows=100), task.format(b=1, t=2, ms=1500),
+                     task.format(b=1, t=3, ms=1700), progress.format(b=1, rows=400),
+                     task.format(b=2, t=4, ms=800)])  # batch 2 has no progress yet
+    assert autoscale.batch_costs(log) == [(12.0, 100, 1), (3.2, 400, 1)]
+    # Batches of known cost (1.2 slot-s each plus 4 ms a row) give that cost back.
+    batches = [(1.2 + r * 0.004, r, 1) for r in (600, 610, 590, 2400, 2380)]
+    cal = autoscale.calibrate(batches)
+    assert cal.fixed == pytest.approx(1.2) and cal.per_row == pytest.approx(0.004)
+
+
 def test_cluster_calibrated_tracking_pays_each_micro_batch_s_fixed_cost() -> None:
     autoscale = _load("autoscale")
     points = autoscale.knots("steps")[1]
