@@ -189,14 +189,11 @@ def tracking(points: list[list[float]], partitions: int = PARTITIONS,
     AUTOSCALER_CONF with the ``extra`` keys of ``--conf``) among those on which the
     source's ``partitions`` run in balanced waves (their divisors), at most WORKERS. What
     a policy with no delay at all could reach; the oracle also drops the headroom and the
-    balance. ``cost``: slot-seconds per row (default COST, the work the oracle counts)."""
-    target = AutoscalerConfig.from_conf({**AUTOSCALER_CONF, **(extra or {})}).utilization_target
-    balanced = [d for d in range(1, WORKERS + 1) if partitions % d == 0]
-    times = np.arange(0.0, points[-1][0], step)
+    balance. ``cost``: slot-seconds per row (default COST, the work the oracle counts);
+    no fixed cost per micro-batch (:func:`calibrated_tracking` with none)."""
     per_row = COST if cost is None else cost
-    need = np.interp(times, [p[0] for p in points], [p[1] for p in points]) * per_row / target
-    slots = [next((d for d in balanced if d >= n - 1e-9), balanced[-1]) for n in need]
-    return float(np.sum(slots) * step)
+    return calibrated_tracking(points, Calibration(0.0, per_row), trigger_seconds(),
+                               partitions, extra, step)
 
 
 TARGET_KEY = "spark.adaptive.autoscaler.utilization.target"
@@ -322,7 +319,6 @@ class Run:
     rescales: list[dict[str, Any]] = field(default_factory=list)
     exit_code: int | None = None
     task_seconds: float | None = None  # what the app's tasks ran, from Spark's task log
-    batches: int = 0  # micro-batches committed (the checkpoint's commits)
 
 
 #: Spark's line for each finished task (TaskSetManager, INFO), with its run time.
@@ -378,16 +374,8 @@ def run_once(cluster: LocalCluster, profile: str, mode: str, work: Path,
             run.start, run.total_rows = float(words[3].rstrip(":")), int(words[4])
     if run.exit_code != 0 or not run.start:
         raise RuntimeError(f"{profile}/{mode} failed (exit {run.exit_code}); see {app.log_path}")
-    run.batches = committed_batches(out / "checkpoint")
     _wait_for_no_executors(cluster)
     return run, read_output(out / "data")
-
-
-def committed_batches(checkpoint: Path) -> int:
-    """Micro-batches the query committed: the files of its checkpoint's ``commits`` log
-    named by a batch id."""
-    commits = checkpoint / "commits"
-    return sum(1 for f in commits.iterdir() if f.name.isdigit()) if commits.is_dir() else 0
 
 
 def _wait_for_no_executors(cluster: LocalCluster, timeout: float = 60.0) -> None:
@@ -457,7 +445,6 @@ def summarize(run: Run, rows: dict[str, np.ndarray],
         "task_seconds": run.task_seconds, "task_seconds_per_row": per_row,
         "rows": int(len(ids)), "rows_expected": total, "exactly_once": bool(exactly_once),
         "drain_seconds": end - run.start - duration,
-        "batches": run.batches,
         "oracle_window": oracle(window),
         "calibrated_window": (calibrated_tracking(window, calibration, trigger_seconds(),
                                                   run.partitions, extra)

@@ -91,8 +91,7 @@ def _local_cluster_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_C
 
 
 @pytest.fixture
-def local_cluster_factory(_local_cluster_pool: _ClusterPool,
-                          tmp_path_factory: pytest.TempPathFactory
+def local_cluster_factory(_local_cluster_pool: _ClusterPool
                           ) -> Iterator[Callable[..., LocalCluster]]:
     made: list[LocalCluster] = []
 
