@@ -634,7 +634,7 @@ _BATCH_TASK = re.compile(r"\[batchId = (\d+)\] Finished task \S+ in stage \S+ \(
 _PROGRESS_ROWS = re.compile(r'"batchId" : (\d+),\s*"batchDuration" : \d+,\s*'
                             r'"numInputRows" : (\d+)')
 #: The micro-batches of a calibration run left out: their tasks start the new executors'
-#: Python workers (ten times a warm batch's slot-time in the first, two or three in the next).
+#: Python workers, and cost several warm batches' slot-time (docs/benchmarks.md, ramps).
 WARM_UP_BATCHES = 2
 
 
