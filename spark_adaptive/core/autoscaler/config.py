@@ -41,6 +41,8 @@ from spark_adaptive.core.options import PREFIX, Option, changed_options, option,
 from spark_adaptive.errors import ConfigurationError
 
 KEY_PREFIX = "autoscaler."
+MAX_FORECAST_BUCKETS = 10080
+"""Buckets of one forecast period at most: a week of minutes (bounds what is persisted)."""
 
 
 @dataclass(frozen=True)
@@ -203,6 +205,48 @@ class AutoscalerConfig:
         "the new slot count (rate ratio >= this). Flink's default.", minimum=0.01,
         maximum=1.0)
 
+    forecast_enabled: bool = option(
+        "autoscaler.forecast.enabled", "bool", False,
+        "Scale ahead of load that recurs: each query's input rate is kept per bucket of "
+        "forecast.period (beside its checkpoint, with the rescale history), and where the "
+        "last periods agree, a rise they show within forecast.horizon is scaled up for "
+        "before it comes (rescales with trigger FORECAST). A forecast fall never scales "
+        "down: scale-downs stay with the measured load. Flink's operator has no "
+        "counterpart (its excluded.periods only blocks scaling).")
+    forecast_period: float = option(
+        "autoscaler.forecast.period", "duration", 86400.0,
+        "The period the load repeats over: 1d for a daily pattern, 7d for a weekly one "
+        "(weekdays unlike weekends), 1h for an hourly one. A whole multiple of "
+        "forecast.bucket.", unit="s", minimum=2.0)
+    forecast_bucket: float = option(
+        "autoscaler.forecast.bucket", "duration", 300.0,
+        "The stretch of the period whose input rate is averaged into one figure: 5min for a "
+        "daily period, 15min to 1h for a weekly one, 1min for an hourly one. A rise is "
+        "forecast at this resolution; at most 10080 buckets per period.", unit="s",
+        minimum=1.0)
+    forecast_horizon: float = option(
+        "autoscaler.forecast.horizon", "duration", 60.0,
+        "How far ahead the forecast looks. At least the query's executor start-up (as "
+        "tracked, else executor-startup.time) plus an evaluation interval is looked ahead "
+        "whatever this says, so that new executors run when the rise comes; more starts "
+        "them earlier. Shorter than forecast.period.", unit="s")
+    forecast_periods: int = option(
+        "autoscaler.forecast.periods", "int", 3,
+        "Periods back the forecast averages (each bucket over the same bucket of the last "
+        "this many periods observed whole enough). More smooths one unusual day out; fewer "
+        "follows a pattern that drifts.", minimum=1, maximum=12)
+    forecast_min_coverage: float = option(
+        "autoscaler.forecast.min-coverage", "float", 0.8,
+        "A period counts only once this fraction of its buckets was observed (a query "
+        "stopped for part of it counts that period out).", minimum=0.01, maximum=1.0)
+    forecast_max_error: float = option(
+        "autoscaler.forecast.max-error", "float", 0.25,
+        "The forecast is used only while its error over the last period (the sum of its "
+        "absolute errors per bucket over the sum of the input) is at most this, and while "
+        "the newest buckets did not read less than forecast by more than this (a rise "
+        "forecast that did not come turns it off until they agree again).", minimum=0.0,
+        maximum=10.0)
+
     def __post_init__(self) -> None:
         problems = self.problems()
         if problems:
@@ -252,6 +296,26 @@ class AutoscalerConfig:
         if self.restart_time_tracking and self.restart_time_tracking_limit <= 0:
             p.append(f"{_k('restart.time-tracking.limit')} must be > 0 while "
                      f"{_k('restart.time-tracking.enabled')}=true")
+        p.extend(self._forecast_problems())
+        return p
+
+    def _forecast_problems(self) -> list[str]:
+        """The forecast keys' rules between each other."""
+        period, bucket = self.forecast_period, self.forecast_bucket
+        if not (math.isfinite(period) and math.isfinite(bucket) and bucket > 0):
+            return []
+        p: list[str] = []
+        per = period / bucket
+        if abs(per - round(per)) > 1e-9 * per:
+            p.append(f"{_k('forecast.period')}={period:g}s is not a whole multiple of "
+                     f"{_k('forecast.bucket')}={bucket:g}s")
+        elif not 2 <= round(per) <= MAX_FORECAST_BUCKETS:
+            p.append(f"{_k('forecast.period')}={period:g}s holds {round(per)} buckets of "
+                     f"{_k('forecast.bucket')}={bucket:g}s; 2 to {MAX_FORECAST_BUCKETS} are "
+                     "allowed")
+        if self.forecast_horizon >= period:
+            p.append(f"{_k('forecast.horizon')}={self.forecast_horizon:g}s is not shorter than "
+                     f"{_k('forecast.period')}={period:g}s")
         return p
 
     # ------------------------------------------------------------------------------

@@ -63,6 +63,9 @@ class DecisionInputs:
     restart_downtime: float | None = None
     #: Seconds new executors are expected to take (tracked from live scale-ups).
     executor_startup: float | None = None
+    #: The highest input rate forecast over the horizon ahead, when the forecast is in use
+    #: (:mod:`.forecast`).
+    forecast_rate: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +82,8 @@ class ScalingDecision:
     reason: str
     applied: bool = False
     inputs: DecisionInputs = DecisionInputs()
+    ahead: bool = False
+    """A scale-up taken ahead of a forecast rise: its rescales carry the trigger FORECAST."""
 
     @property
     def actionable(self) -> bool:
@@ -106,7 +111,7 @@ class ScalingDecision:
 
 def make_decision(now: float, outcome: Outcome, kind: Kind, slots: int, partitions: int,
                   reason: str, inputs: DecisionInputs, target: tuple[int, int] | None,
-                  scaling_enabled: bool) -> ScalingDecision:
+                  scaling_enabled: bool, ahead: bool = False) -> ScalingDecision:
     """A decision at ``now``; one that would rescale is applied only when
     ``autoscaler.scaling.enabled``, else flagged as a recommendation in its reason."""
     acts = outcome in ("scale-up", "scale-down")
@@ -115,7 +120,7 @@ def make_decision(now: float, outcome: Outcome, kind: Kind, slots: int, partitio
         reason = f"recommend only (autoscaler.scaling.enabled=false): {reason}"
     ts, tp = target if target is not None else (slots, partitions)
     return ScalingDecision(now, outcome, kind, slots, ts, partitions, tp, reason, applied,
-                           inputs)
+                           inputs, ahead and outcome == "scale-up")
 
 
 def _shallow(obj: Any) -> dict[str, Any]:

@@ -51,6 +51,12 @@ Each evaluation, in order (Flink's operator, ``ScalingMetricCollector`` ->
    (``executor-startup.time``, tracked from the query's live scale-ups). Decided
    again while the last scale-up's executors start, the capacity now counts only
    until those run, and theirs from then on.
+   **3b. Forecast** (``forecast.enabled``, :mod:`.forecast`): while the view's
+   forecast is in use and reads a rate above the input within the horizon, the
+   target is at least that rate's (at ``utilization.target``, with no start-up
+   term: the rise is not under way). Its capacity above ``utilization.max`` is a
+   scale-up ahead of the rise, on a partial window too; a scale-down never goes
+   below it. A forecast below the input changes nothing.
 4. **Band.** Scale up when the capacity is below ``input / utilization.max +
    backlog / catch-up``; scale down when above ``input / utilization.min +
    backlog / catch-up``, never while catching up (backlog older than
@@ -102,6 +108,7 @@ from spark_adaptive.core.autoscaler.decision import (
     ScalingDecision,
     make_decision,
 )
+from spark_adaptive.core.autoscaler.forecast import Forecast
 from spark_adaptive.core.autoscaler.planning import (
     Choice,
     Plan,
@@ -315,6 +322,12 @@ class QueryAutoscaler:
 
     # -- evaluation ---------------------------------------------------------------------
     @property
+    def executor_startup(self) -> float:
+        """Seconds new executors are expected to take to run the query's tasks: what a
+        forecast must look ahead at least."""
+        return self._startup()
+
+    @property
     def last_decision(self) -> ScalingDecision | None:
         return self._last
 
@@ -420,7 +433,8 @@ class QueryAutoscaler:
         behind, short = self._falling_behind(view, r, full)
         if full:
             self._after_up = None
-        if not full and not behind and not short:
+        ahead = _ahead(view.forecast, r.input)
+        if not full and not behind and not short and ahead is None:
             return self._collecting(view)
         lam, rate = r.input, r.per_slot
         if lam is None:
@@ -449,23 +463,36 @@ class QueryAutoscaler:
         target = Target(cfg.utilization_target, r.catch_up, cfg.catch_up_duration,
                         self._downtime(view), self._stretches(view, rate, startup, again))
         need_live, need_restart = target.needs(lam)
+        # 3b. A rise forecast within the horizon: the target holds what it needs (the rise
+        # is not under way, so nothing piles up meanwhile), never less than the measured
+        # input needs. A forecast below the input changes nothing.
+        held = (0.0, 0.0) if ahead is None else Target(
+            cfg.utilization_target, r.catch_up, cfg.catch_up_duration, target.downtime,
+            ()).needs(ahead)
+        need_live, need_restart = max(need_live, held[0]), max(need_restart, held[1])
         # 4. Band.
         band = Band.of(cfg, r, lam, cap, behind or short)
         x_live = self._model.slots_for(need_live, eff, rate)
         inputs = r.inputs(
             capacity=cap, target_rate=need_live, utilization=lam / cap, recommended_slots=x_live,
             scalability_coefficient=self._model.coefficient(eff, max(x_live, 1e-9)),
-            restart_downtime=target.downtime, executor_startup=startup)
+            restart_downtime=target.downtime, executor_startup=startup, forecast_rate=ahead)
         # 5. and 6.: the slots, in the direction the band shows.
         if cap < band.up_at:
             return self._scale_up(view, inputs, rate, need_live, need_restart, target.downtime,
                                   again.slots if again is not None else None,
                                   (target.piled(lam), target.stretches))
+        if ahead is not None and cap < ahead / cfg.utilization_max + r.catch_up:
+            return self._scale_up(view, inputs, rate, need_live, need_restart, target.downtime,
+                                  again.slots if again is not None else None, ahead=True)
         if not full:  # only falling behind may cut the collection short, and only upwards
             return self._collecting(view, inputs)
         if cap > band.down_at and not behind:
-            # falling: sized on the newest seconds' rate (a live scale-down, see there)
-            needs = target.needs(band.down_rate) if band.falling else (need_live, need_restart)
+            # falling: sized on the newest seconds' rate (a live scale-down, see there), and
+            # never below a forecast rise's need
+            fell = target.needs(band.down_rate)
+            needs = ((max(fell[0], held[0]), max(fell[1], held[1])) if band.falling
+                     else (need_live, need_restart))
             return self._scale_down(view, inputs, rate, *needs, target.downtime, band.falling)
         if eff < s and not behind:
             # Slots the partitions leave without a task (more slots than tasks, or a count
@@ -541,14 +568,16 @@ class QueryAutoscaler:
     def _scale_up(self, view: QueryView, inputs: DecisionInputs, rate: float,
                   need_live: float, need_restart: float, downtime: float,
                   reached: int | None = None,
-                  pile: tuple[float, tuple[tuple[float, float], ...]] = (0.0, ())
-                  ) -> ScalingDecision:
+                  pile: tuple[float, tuple[tuple[float, float], ...]] = (0.0, ()),
+                  ahead: bool = False) -> ScalingDecision:
         """Step 5 upwards, unless step 7's block holds it back.
 
         ``reached``: deciding again, the slots the last scale-up reaches (or reached);
         only more than those is carried out. ``pile``: the rows that arrive beyond the
         capacity until the executors asked for now run, and the capacity stretches they
-        were counted over (:meth:`_stretches`)."""
+        were counted over (:meth:`_stretches`). ``ahead``: the measured input is within
+        the band, a rise forecast within the horizon is not (step 3b): neither a
+        shortfall nor a step the effectiveness guard can judge at this load."""
         cfg, s, p, lam = self.config, view.slots, view.partitions, inputs.input_rate or 0.0
         self._pending_down.clear()
         eff = busy_slots(s, p, view.max_useful_slots)
@@ -569,6 +598,8 @@ class QueryAutoscaler:
         if util <= cfg.utilization_max:  # the backlog's catch-up term made it a scale-up
             head = (f"utilization {util:.2f}, but a backlog of {backlog:.0f} rows is to be "
                     f"caught up within {cfg.catch_up_duration:g}s")
+        if ahead:
+            head = _ahead_head(view, inputs, cfg.utilization_max)
         startup = inputs.executor_startup or 0.0
         rows, stretches = pile
         if rows > 0 and cfg.catch_up_duration > 0:
@@ -590,7 +621,8 @@ class QueryAutoscaler:
                                 f"{head}, but the {reached} slots of the last "
                                 "scale-up reach it", inputs)
         block = self._guard.block
-        if block is not None and self._guard.blocks(choice.kind, choice.partitions,
+        if block is not None and not ahead and self._guard.blocks(choice.kind,
+                                                                  choice.partitions,
                                                     choice.slots, view.now, behind):
             return self._result(
                 view, "blocked", choice.kind, s, p,
@@ -600,8 +632,10 @@ class QueryAutoscaler:
                 inputs,
                 target=(choice.slots, choice.partitions))
         d = self._result(view, "scale-up", choice.kind, s, p, f"{head}: {choice.reason}",
-                         inputs, target=(choice.slots, choice.partitions))
-        if d.applied:
+                         inputs, target=(choice.slots, choice.partitions), ahead=ahead)
+        if d.applied and ahead:
+            self._scaled_up = (choice.slots, inputs.forecast_rate or lam, view.now)
+        elif d.applied:
             self._guard.expect(choice.slots, choice.partitions, inputs.capacity or 0.0,
                                self._model.capacity(busy_slots(choice.slots,
                                                                choice.partitions,
@@ -842,9 +876,10 @@ class QueryAutoscaler:
 
     def _result(self, view: QueryView, outcome: Outcome, kind: Kind, slots: int,
                 partitions: int, reason: str, inputs: DecisionInputs,
-                target: tuple[int, int] | None = None) -> ScalingDecision:
+                target: tuple[int, int] | None = None, ahead: bool = False
+                ) -> ScalingDecision:
         self._last = make_decision(view.now, outcome, kind, slots, partitions, reason, inputs,
-                                   target, self.config.scaling_enabled)
+                                   target, self.config.scaling_enabled, ahead)
         return self._last
 
     def snapshot(self) -> dict[str, object]:
@@ -862,6 +897,25 @@ class QueryAutoscaler:
             "lastRejection": self.last_rejection,
             "lastDecision": self._last.as_dict() if self._last else None,
         }
+
+
+def _ahead(forecast: Forecast | None, lam: float | None) -> float | None:
+    """The rate a forecast in use reads ahead, when above the measured input ``lam``."""
+    if forecast is None or not forecast.in_use or forecast.rate is None or lam is None:
+        return None
+    return forecast.rate if forecast.rate > lam else None
+
+
+def _ahead_head(view: QueryView, inputs: DecisionInputs, utilization_max: float) -> str:
+    """A scale-up ahead of a forecast rise: its reason's opening."""
+    f, cap = view.forecast, inputs.capacity or math.inf
+    rate = inputs.forecast_rate or 0.0
+    conf = f.confidence if f is not None and f.confidence is not None else 0.0
+    return (f"a rise to {rate:.0f} rows/s is forecast within {f.horizon if f else 0:.0f}s "
+            f"(confidence {conf:.2f}, {f.periods if f else 0} periods back; input now "
+            f"{inputs.input_rate or 0:.0f} rows/s): on the capacity now that is utilization "
+            f"{rate / cap:.2f}, above {utilization_max:g}, so the executors are asked for "
+            "before it comes")
 
 
 def _per_partition(window: MetricsWindow, tasks: int) -> float:

@@ -84,8 +84,8 @@ class Rates:
     def inputs(self, *, capacity: float | None = None, target_rate: float | None = None,
                utilization: float | None = None, recommended_slots: float | None = None,
                scalability_coefficient: float | None = None,
-               restart_downtime: float | None = None, executor_startup: float | None = None
-               ) -> DecisionInputs:
+               restart_downtime: float | None = None, executor_startup: float | None = None,
+               forecast_rate: float | None = None) -> DecisionInputs:
         """The figures a decision is computed from: these rates, and what steps 3 to 5 made
         of them once the rates allowed it (else None)."""
         return DecisionInputs(window_span=self.span, sample_count=self.count,
@@ -97,7 +97,8 @@ class Rates:
                               recommended_slots=recommended_slots,
                               scalability_coefficient=scalability_coefficient,
                               restart_downtime=restart_downtime,
-                              executor_startup=executor_startup)
+                              executor_startup=executor_startup,
+                              forecast_rate=forecast_rate)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ import math
 import numbers
 from dataclasses import dataclass
 
+from spark_adaptive.core.autoscaler.forecast import Forecast
 from spark_adaptive.core.events import QueryProgress
 
 
@@ -109,6 +110,8 @@ class QueryView:
     * ``slot_upper``: the most slots it may be given, when more than ``upper`` (a
       stateless query whose source has more partitions than its default bounds
       allow: plain Spark runs those tasks on as many executors); None: ``upper``.
+    * ``forecast``: the rate its recurring load is forecast to reach within the horizon
+      ahead (:mod:`.forecast`); None with ``forecast.enabled=false``.
     """
 
     now: float
@@ -124,6 +127,7 @@ class QueryView:
     slots_per_executor: int = 1
     cluster_max_slots: int | None = None
     slot_upper: int | None = None
+    forecast: Forecast | None = None
 
     def problem(self) -> str | None:
         """Why this view cannot be evaluated, or None when it can."""

@@ -41,6 +41,13 @@ def test_keys_and_defaults_are_pinned() -> None:
         P + "observed-scalability.enabled": True,
         P + "observed-scalability.min-observations": 2,
         P + "observed-scalability.coefficient-min": 0.5,
+        P + "forecast.enabled": False,
+        P + "forecast.period": 86400.0,
+        P + "forecast.bucket": 300.0,
+        P + "forecast.horizon": 60.0,
+        P + "forecast.periods": 3,
+        P + "forecast.min-coverage": 0.8,
+        P + "forecast.max-error": 0.25,
     }
     assert all(o.doc.strip() for o in autoscaler_options())
 

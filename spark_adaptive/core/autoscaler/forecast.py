@@ -1,0 +1,281 @@
+"""Load that recurs: a query's input rate learnt per period, and the rate it forecasts ahead.
+
+Most streaming loads repeat daily or weekly. A reactive autoscaler sees a rise only once
+its window shows it and then waits for executors to start, and the rows that arrive
+meanwhile become lag. :class:`LoadRecurrence` keeps the input rate in buckets of the
+wall clock (``forecast.bucket`` seconds) over the last ``forecast.periods`` periods, and
+:meth:`LoadRecurrence.forecast` reads from them the highest rate expected over the
+horizon ahead, with its confidence. The policy (:mod:`.policy`) sizes a query for that
+rate when it is in use: its executors are asked for early enough to run when the rise
+comes. A forecast fall never scales anything down: the policy takes the higher of the
+rate it measures and the forecast.
+
+The rules, each a row of :meth:`LoadRecurrence.forecast`:
+
+=====  ===================================================================  ============
+row    when                                                                 forecast
+=====  ===================================================================  ============
+F1     the horizon is not shorter than the period                           off
+F2     no period back is observed whole enough (``min-coverage`` of its     off
+       buckets covered), or none of them covers the buckets ahead
+F3     fewer than :data:`MIN_CHECKED` buckets of the last period could be   off
+       checked against the periods before them
+F4     the last period's forecast, checked bucket by bucket against what    off
+       came, is off by more than ``max-error`` (sum of absolute errors over
+       the sum of what came)
+F5     the newest buckets read less than was forecast for them by more      off
+       than ``max-error`` of the forecast: a forecast rise that did not
+       come, off until they agree again
+F6     otherwise                                                            in use
+=====  ===================================================================  ============
+
+The expected rate of a bucket is the mean of the same bucket one, two, ... periods
+back, over the periods that are whole enough; the forecast is the highest expected
+rate from the bucket of now to the one of now plus the horizon. Confidence is one minus
+F4's relative error.
+
+Buckets are indexed by wall-clock time (``floor(wall / bucket)``), so they survive a
+driver restart and an app's resubmission (:class:`SavedLoad`, persisted beside the
+checkpoint with the rescale history). A clock that goes back by more than a bucket, a
+NaN or negative figure, a gap: each is refused or left uncovered, never a crash, and an
+uncovered stretch only keeps periods from counting (F2).
+
+Pure: no clock, no ports; time is the wall-clock time of each call.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+MIN_CHECKED = 3
+"""Buckets of the last period that must have been checked against a forecast (F3)."""
+COVERED = 0.5
+"""A bucket counts as observed once this fraction of its seconds was (its rate is then
+rows over the seconds observed)."""
+MAX_SPAN_BUCKETS = 2.0
+"""A batch is spread over the buckets of the time since the one before, up to this many
+buckets; more is a gap (a stopped query), whose rows are not spread over it."""
+
+
+@dataclass(frozen=True)
+class SavedLoad:
+    """A :class:`LoadRecurrence` as persisted: its period and bucket (seconds) and each
+    bucket observed, as (index, rows, seconds observed)."""
+
+    period: float
+    bucket: float
+    buckets: tuple[tuple[int, float, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """What :meth:`LoadRecurrence.forecast` reads ahead.
+
+    ``rate``: the highest rate expected over the horizon (rows/s), None when there is no
+    forecast at all; ``in_use``: whether the policy may act on it; ``reason``: why
+    (or why not), naming the rule; ``error``: F4's relative error, ``confidence`` one
+    minus it; ``periods``: the whole periods it rests on; ``horizon``: seconds ahead."""
+
+    rate: float | None
+    in_use: bool
+    reason: str
+    horizon: float = 0.0
+    error: float | None = None
+    periods: int = 0
+
+    @property
+    def confidence(self) -> float | None:
+        return None if self.error is None else max(0.0, 1.0 - self.error)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"rate": self.rate, "inUse": self.in_use, "reason": self.reason,
+                "horizon": self.horizon, "error": self.error, "confidence": self.confidence,
+                "periods": self.periods}
+
+
+OFF = Forecast(None, False, "forecast.enabled=false")
+
+
+class LoadRecurrence:
+    """One query's input rate in wall-clock buckets over its last periods (module doc)."""
+
+    def __init__(self, period: float, bucket: float, periods: int = 3,
+                 min_coverage: float = 0.8, max_error: float = 0.25,
+                 saved: SavedLoad | None = None) -> None:
+        if not (bucket > 0 and period >= 2 * bucket and periods >= 1):
+            raise ValueError(f"a period of {period!r}s in buckets of {bucket!r}s, "
+                             f"{periods!r} periods")
+        self.period, self.bucket, self.periods = float(period), float(bucket), int(periods)
+        self.n = max(2, round(period / bucket))  # buckets per period
+        self.min_coverage, self.max_error = min_coverage, max_error
+        self._rows: dict[int, float] = {}
+        self._seconds: dict[int, float] = {}
+        self._newest: int | None = None
+        self._last_wall: float | None = None
+        self._cached: tuple[tuple[int | None, float], Forecast] | None = None
+        self.rejected = 0
+        self.last_rejection = ""
+        if saved is not None and saved.period == self.period and saved.bucket == self.bucket:
+            for index, rows, seconds in saved.buckets:
+                if _fine(rows) and _fine(seconds) and isinstance(index, int):
+                    self._rows[index], self._seconds[index] = rows, seconds
+            self._newest = max(self._rows, default=None)
+
+    # -- what was observed -------------------------------------------------------------
+    def observe(self, wall: float, rows: float, seconds: float) -> bool:
+        """``rows`` arrived over the ``seconds`` that end at wall-clock time ``wall`` (a
+        micro-batch's input since the one before). Spread over the buckets of those
+        seconds; False (and why, in ``last_rejection``) when refused."""
+        if not (_fine(rows) and _fine(seconds) and isinstance(wall, (int, float))
+                and math.isfinite(wall)):
+            return self._reject(f"{rows!r} rows over {seconds!r}s at {wall!r}")
+        last = self._last_wall
+        if last is not None and wall < last - self.bucket:
+            return self._reject(f"the clock went back from {last:.0f} to {wall:.0f}")
+        if seconds <= 0 or seconds > MAX_SPAN_BUCKETS * self.bucket:
+            self._last_wall = max(wall, last or wall)
+            return self._reject(f"{seconds:.0f}s since the batch before: a gap, not a rate")
+        self._last_wall = max(wall, last or wall)
+        start, rate = wall - seconds, rows / seconds
+        b = math.floor(start / self.bucket)
+        while b * self.bucket < wall:
+            lo, hi = max(start, b * self.bucket), min(wall, (b + 1) * self.bucket)
+            if hi > lo:
+                self._rows[b] = self._rows.get(b, 0.0) + rate * (hi - lo)
+                self._seconds[b] = self._seconds.get(b, 0.0) + (hi - lo)
+            b += 1
+        self._newest = max(b - 1, self._newest if self._newest is not None else b - 1)
+        self._forget()
+        return True
+
+    def _forget(self) -> None:
+        """Only the periods that can still be read are kept: bounded in size."""
+        if self._newest is None:
+            return
+        oldest = self._newest - (self.periods + 1) * self.n
+        for b in [b for b in self._rows if b < oldest]:
+            del self._rows[b], self._seconds[b]
+
+    def _reject(self, why: str) -> bool:
+        self.rejected += 1
+        self.last_rejection = why
+        return False
+
+    def rate(self, b: int) -> float | None:
+        """The rate observed in bucket ``b``, if it was observed enough."""
+        seconds = self._seconds.get(b, 0.0)
+        if seconds < COVERED * self.bucket:
+            return None
+        return self._rows[b] / seconds
+
+    def saved(self) -> SavedLoad:
+        return SavedLoad(self.period, self.bucket, tuple(
+            (b, round(self._rows[b], 6), round(self._seconds[b], 6)) for b in sorted(self._rows)))
+
+    # -- what is expected ---------------------------------------------------------------
+    def whole_periods(self, now: int) -> tuple[int, ...]:
+        """The periods back (1 = the last ``period`` before bucket ``now``) observed whole
+        enough: ``min-coverage`` of their buckets."""
+        need = self.min_coverage * self.n
+        return tuple(k for k in range(1, self.periods + 1)
+                     if sum(self.rate(b) is not None
+                            for b in range(now - k * self.n, now - (k - 1) * self.n)) >= need)
+
+    def expected(self, b: int, lags: tuple[int, ...]) -> float | None:
+        """Bucket ``b``'s expected rate: the mean of the same bucket ``lags`` periods back,
+        where observed."""
+        seen = [r for k in lags if (r := self.rate(b - k * self.n)) is not None]
+        return sum(seen) / len(seen) if seen else None
+
+    def forecast(self, wall: float, horizon: float) -> Forecast:
+        """The highest rate expected from ``wall`` to ``wall + horizon``, and whether the
+        policy may act on it (the module doc's rows). Never raises.
+
+        It reads completed buckets only, so it is the same for every call within one
+        bucket (at one horizon): computed once per bucket."""
+        key = (math.floor(wall / self.bucket) if isinstance(wall, (int, float))
+               and math.isfinite(wall) else None, horizon)
+        if self._cached is not None and self._cached[0] == key:
+            return self._cached[1]
+        f = self._forecast(wall, horizon)
+        self._cached = (key, f)
+        return f
+
+    def _forecast(self, wall: float, horizon: float) -> Forecast:
+        if not (isinstance(wall, (int, float)) and math.isfinite(wall)
+                and isinstance(horizon, (int, float)) and math.isfinite(horizon)):
+            return Forecast(None, False, f"F1: no forecast at {wall!r} over {horizon!r}s")
+        if horizon >= self.period:
+            return Forecast(None, False, f"F1: the horizon ({horizon:.0f}s) is not shorter "
+                                         f"than the period ({self.period:.0f}s)", horizon)
+        now = math.floor(wall / self.bucket)
+        lags = self.whole_periods(now)
+        if not lags:
+            return Forecast(None, False, "F2: no period back observed whole enough "
+                                         f"({self.min_coverage:.0%} of its buckets)", horizon)
+        ahead = [e for b in range(now, math.floor((wall + horizon) / self.bucket) + 1)
+                 if (e := self.expected(b, lags)) is not None]
+        if not ahead:
+            return Forecast(None, False, "F2: the periods back did not observe the buckets "
+                                         "ahead", horizon, periods=len(lags))
+        rate = max(ahead)
+        error, checked = self._period_error(now)
+        base = Forecast(rate, False, "", horizon, error, len(lags))
+        if checked < MIN_CHECKED or error is None:
+            return _with(base, f"F3: {checked} buckets of the last period checked against "
+                               f"a forecast, fewer than {MIN_CHECKED}")
+        if error > self.max_error:
+            return _with(base, f"F4: the last period's forecast was off by {error:.0%}, "
+                               f"more than forecast.max-error={self.max_error:g}")
+        over = self._over_forecast(now, horizon)
+        if over is not None and over > self.max_error:
+            return _with(base, f"F5: the newest buckets read {over:.0%} less than "
+                               "forecast: the load forecast for them did not come")
+        return _with(base, f"F6: {len(lags)} periods back, their forecast off by "
+                           f"{error:.0%} over the last period", in_use=True)
+
+    def _period_error(self, now: int) -> tuple[float | None, int]:
+        """F4: over the buckets of the last period (before ``now``) that a forecast of them
+        can be checked against, the sum of absolute errors over the sum of what came; and
+        how many buckets that was. A bucket's forecast is the mean of the same bucket in
+        the periods before it that observed it."""
+        lags = tuple(range(1, self.periods + 1))
+        missed = came = 0.0
+        checked = 0
+        for b in range(now - self.n, now):
+            seen = self.rate(b)
+            guess = None if seen is None else self.expected(b, lags)
+            if seen is None or guess is None:
+                continue
+            missed += abs(guess - seen)
+            came += seen
+            checked += 1
+        if checked == 0:
+            return None, 0
+        if came <= 0:
+            return (0.0 if missed <= 0 else math.inf), checked
+        return missed / came, checked
+
+    def _over_forecast(self, now: int, horizon: float) -> float | None:
+        """F5: over the newest completed buckets (a horizon's worth, at least two), how much
+        less came than was forecast, relative to the forecast; None when none can tell."""
+        lags = self.whole_periods(now)
+        recent = max(2, math.ceil(horizon / self.bucket))
+        over = forecast = 0.0
+        for b in range(now - recent, now):
+            seen, guess = self.rate(b), self.expected(b, lags)
+            if seen is None or guess is None:
+                continue
+            over += max(0.0, guess - seen)
+            forecast += guess
+        return over / forecast if forecast > 0 else None
+
+
+def _with(f: Forecast, reason: str, in_use: bool = False) -> Forecast:
+    return Forecast(f.rate, in_use, reason, f.horizon, f.error, f.periods)
+
+
+def _fine(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) \
+        and x >= 0
