@@ -127,6 +127,7 @@ Measures
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -148,6 +149,7 @@ from spark_adaptive.core.autoscaler import (
     ScalingDecision,
 )
 from spark_adaptive.core.autoscaler.decision import DecisionInputs, Kind, Outcome
+from spark_adaptive.core.autoscaler.forecast import LoadRecurrence
 from spark_adaptive.core.autoscaler.window import effective_slots
 
 RESULTS = Path(__file__).parent / "results"
@@ -161,11 +163,20 @@ INPUT_NOISE = 0.05
 RATE_NOISE = 0.06
 RATE_NOISE_TAU = 120.0
 PROFILES = ("diurnal", "spike", "step", "random-walk", "ramps", "bursty")
+#: Profiles that recur day after day (run them with --hours 72): their period is a real day
+#: whatever --hours says, and they are not among the default profiles.
+RECURRING = ("daily", "spike-daily")
+FORECASTING = "spark-adaptive-forecast"
+"""spark-adaptive with autoscaler.forecast.enabled (period one day, buckets of 5 min)."""
+#: Executor start-up (seconds, uniform): a JVM on a standalone worker or YARN container,
+#: and a Kubernetes pod (scheduled, image present, JVM started).
+STARTUPS = {"jvm": (10.0, 30.0), "pods": (30.0, 90.0)}
 BOUND = "reactive-bound"
 FORESIGHT = "foresight-bound"
 BOUNDS = (BOUND, FORESIGHT)
 FORESIGHT_AHEAD = 40.0  # the evaluation interval and the longest start-up: executors run in time
 DAY = 86400.0
+EPOCH = 20_000 * DAY  # the wall clock at the simulation's start: a midnight (UTC)
 RAMP_RANGE = (0.1, 0.7)  # of the peak
 RAMP_SECONDS = (90.0, 150.0)
 RAMP_NOISE = 0.15  # a factor in [0.85, 1.15] drawn every step
@@ -318,6 +329,10 @@ def _shape_fn(profile: str, rng: random.Random, steps: int, day: float) -> tuple
                 j += 1
             m = bursts[j][2] if j < len(bursts) and bursts[j][0] <= t else 1.0
             out[k] = min(1.0, base * m)
+    elif profile == "daily":
+        _daily(out, rng)
+    elif profile == "spike-daily":
+        _spike_daily(out, rng)
     elif profile == "random-walk":
         lo, hi = math.log(0.15), 0.0
         x = math.log(rng.uniform(0.3, 0.7))
@@ -332,6 +347,57 @@ def _shape_fn(profile: str, rng: random.Random, steps: int, day: float) -> tuple
     else:
         raise SystemExit(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
     return out, changes
+
+
+def _daily(out: array[float], rng: random.Random) -> None:
+    """``daily``: a night at 0.15 of the peak, a steep morning rise (5-10 min) to 0.9, a
+    lunch dip to 0.7, an evening fall over an hour; the query's own phase (+-1 h), and each
+    day the rise shifted by up to +-10 min and its level by +-5%."""
+    phase = rng.uniform(-3600, 3600)
+    days = int(len(out) * STEP // DAY) + 1
+    shapes = [(8 * 3600 + phase + rng.uniform(-600, 600), rng.uniform(300, 600),
+               rng.uniform(0.95, 1.05)) for _ in range(days)]
+    for k in range(len(out)):
+        t = k * STEP
+        d, s = int(t // DAY), t % DAY
+        rise, length, level = shapes[d]
+        if s < rise:
+            x = 0.15
+        elif s < rise + length:
+            x = 0.15 + 0.75 * (s - rise) / length
+        elif 12 * 3600 + phase <= s < 13 * 3600 + phase:
+            x = 0.7
+        elif s < 18 * 3600 + phase:
+            x = 0.9
+        elif s < 19 * 3600 + phase:
+            x = 0.9 - 0.75 * (s - 18 * 3600 - phase) / 3600
+        else:
+            x = 0.15
+        out[k] = min(1.0, x * level)
+
+
+def _spike_daily(out: array[float], rng: random.Random) -> None:
+    """``spike-daily``: the ``spike`` profile's base and spikes (5 a day, 5-60 min, 2-3.3x),
+    drawn for the first day and repeated every day, each shifted by up to +-5 min and its
+    height by +-10%."""
+    phase = rng.uniform(0, 1)
+    first = []
+    t = rng.expovariate(5 / DAY)
+    while t < DAY:
+        dur = math.exp(rng.uniform(math.log(300), math.log(3600)))
+        first.append((t, dur, rng.uniform(2.0, 3.3)))
+        t += dur + rng.expovariate(5 / DAY)
+    days = int(len(out) * STEP // DAY) + 1
+    spikes = sorted((d * DAY + s + rng.uniform(-300, 300), dur, m * rng.uniform(0.9, 1.1))
+                    for d in range(days) for s, dur, m in first)
+    j = 0
+    for k in range(len(out)):
+        t = k * STEP
+        base = 0.3 * (1 + 0.15 * math.sin(2 * math.pi * (t / DAY - phase)))
+        while j < len(spikes) and spikes[j][0] + spikes[j][1] <= t:
+            j += 1
+        m = spikes[j][2] if j < len(spikes) and spikes[j][0] <= t else 1.0
+        out[k] = min(1.0, base * m)
 
 
 def ramp_levels(rng: random.Random, steps: int) -> tuple[array[float], list[float]]:
@@ -619,7 +685,7 @@ class SimQuery:
         "down_until", "pending_restart", "downtimes", "last_done", "live", "restarts",
         "lag_over", "max_lag", "sampled_at", "peak", "in_band_since", "rescale_starts",
         "steps_hist", "unsettled", "next_change", "changes", "last_end", "shape_key", "shape",
-        "follow",
+        "follow", "ahead",
     )
 
     def __init__(self, spec: Spec, policy: Policy, slots: int, partitions: int) -> None:
@@ -660,6 +726,7 @@ class SimQuery:
         self.shape: tuple[int, float, float, float] = (0, 0.0, 0.0, 0.0)
         # The bounds' free repartitioning: P is the slots running, as executors join too.
         self.follow = False
+        self.ahead = 0  # scale-ups taken ahead of a forecast rise
 
     # one step of micro-batches: arrivals at ``lam`` rows/s over [t0, t1)
     def advance(self, t0: float, t1: float, lam: float, noise: float) -> None:
@@ -777,6 +844,7 @@ class SimQuery:
     def start(self, d: ScalingDecision, t: float, free: int, rng: random.Random) -> int:
         """Carry out a decision; returns the executors taken from the free pool (<0: released)."""
         target, partitions = d.target_slots, d.target_partitions
+        self.ahead += d.ahead
         self.rescale_starts.append(t)
         taken = 0
         if target > self.held:
@@ -866,7 +934,15 @@ def run(profile: str, name: str, specs: list[Spec], load: Load, args: argparse.N
     steps = len(load.true[0])
     day = args.hours * 3600.0
     cfg: AutoscalerConfig = args.config
-    ours = name == "spark-adaptive"
+    ours = name in ("spark-adaptive", FORECASTING)
+    if name == FORECASTING:
+        cfg = dataclasses.replace(cfg, forecast_enabled=True)
+    recurrences: list[LoadRecurrence | None] = [
+        LoadRecurrence(cfg.forecast_period, cfg.forecast_bucket, cfg.forecast_periods,
+                       cfg.forecast_min_coverage, cfg.forecast_max_error)
+        if cfg.forecast_enabled else None for _ in specs]
+    per_day: list[dict[str, float]] = []
+    day_start = (0.0, 0.0)  # executor-seconds and query-seconds past the lag target so far
     band = ((cfg.utilization_min, cfg.utilization_max, cfg.utilization_target) if ours
             else (*FlinkOperatorBaseline.band, FlinkOperatorBaseline.target))
     eval_every = max(1, round((cfg.evaluation_interval if ours else 10.0) / STEP))
@@ -918,8 +994,17 @@ def run(profile: str, name: str, specs: list[Spec], load: Load, args: argparse.N
                     f"P {q.P} lag {lag:5.1f}s\n")
             if step_profile:
                 _track_convergence(q, t1, load.true[i][k], band)
+        for q in queries:  # what each query read this step, into its recurring load
+            rec = recurrences[q.spec.index]
+            if rec is not None:
+                rec.observe(EPOCH + t1, load.obs[q.spec.index][k] * STEP, STEP)
         oracle = load.oracle[k]
         exec_s += held * STEP
+        if t1 % DAY == 0 or k == steps - 1:
+            lag_s = sum(q.lag_over for q in queries)
+            per_day.append({"executor_seconds": exec_s - day_start[0],
+                            "seconds_over_lag_target": lag_s - day_start[1]})
+            day_start = (exec_s, lag_s)
         oracle_s += oracle * STEP
         # restarts that completed released their executors inside advance()
         free = args.executors - sum(q.held for q in queries)
@@ -935,10 +1020,16 @@ def run(profile: str, name: str, specs: list[Spec], load: Load, args: argparse.N
                 # A live scale-up in flight runs on the executors started so far; our
                 # policy may decide it again meanwhile (the others wait for it).
                 growing = ours and q.inflight is not None and q.inflight[0] == "live"
+                rec = recurrences[s.index]
+                forecast = None if rec is None or not isinstance(q.policy, QueryAutoscaler) \
+                    else rec.forecast(EPOCH + t1, max(
+                        cfg.forecast_horizon,
+                        q.policy.executor_startup + cfg.evaluation_interval))
                 view = QueryView(
                     t1, q.active if growing else q.held, q.P, 1, s.upper, s.source_cap,
                     s.can_restart,
-                    tuple(q.downtimes), q.inflight is not None, q.last_done, 1, q.held + free)
+                    tuple(q.downtimes), q.inflight is not None, q.last_done, 1, q.held + free,
+                    forecast=forecast)
                 a, c = perf(), cpu_clock()
                 d = q.policy.evaluate(view)
                 spent += perf() - a
@@ -990,6 +1081,8 @@ def run(profile: str, name: str, specs: list[Spec], load: Load, args: argparse.N
         "eval_round_cpu_ms_p99": 1000 * rc[min(len(rc) - 1, int(0.99 * len(rc)))] if rc else (
             math.nan),
         "series": {"hours": series_t, **series},
+        "per_day": per_day,
+        "ahead": sum(q.ahead for q in queries),
         "per_query": [{"query": q.spec.index, "live": q.live, "restarts": q.restarts,
                        "seconds_over_lag_target": q.lag_over, "max_lag": q.max_lag,
                        "can_restart": q.spec.can_restart, "partitions": q.P}
@@ -1289,6 +1382,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds in which the bounds plan to drain waiting rows")
     ap.add_argument("--bound-ahead", type=float, default=FORESIGHT_AHEAD,
                     help=f"seconds of true load the {FORESIGHT} sizes for ahead")
+    ap.add_argument("--startup", choices=sorted(STARTUPS), default="jvm",
+                    help="executor start-up: jvm 10-30 s (standalone, YARN), pods 30-90 s "
+                         "(Kubernetes)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                     help="override an autoscaler key for spark-adaptive, e.g. "
@@ -1301,9 +1397,11 @@ def main(argv: list[str] | None = None) -> int:
             key = "spark.adaptive.autoscaler." + key.removeprefix("autoscaler.")
         conf[key] = value
     args.config = AutoscalerConfig.from_conf(conf)
+    global START_DELAY
+    START_DELAY = STARTUPS[args.startup]
     profiles = [p.strip() for p in args.profiles.split(",") if p.strip()]
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    known = ("spark-adaptive", "flink-baseline", *BOUNDS)
+    known = ("spark-adaptive", FORECASTING, "flink-baseline", *BOUNDS)
     for p in policies:
         if p not in known:
             ap.error(f"unknown policy {p!r}; known: {', '.join(known)}")

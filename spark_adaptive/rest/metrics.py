@@ -213,6 +213,12 @@ def _autoscalers(view: MetricsView) -> Iterator[Metric]:
                         "last decision recommends.")
     decisions = _counter("autoscaler_decisions", "Evaluations of the query by outcome.",
                          ("query", "outcome"))
+    forecast = _gauge("autoscaler_forecast_rate", "Rows per second the query's recurring "
+                      "load is forecast to reach within the horizon ahead (forecast.enabled).")
+    forecast_in_use = _gauge("autoscaler_forecast_in_use", "1 while the autoscaler acts on "
+                             "the forecast (the periods back agree), else 0.")
+    ahead = _counter("autoscaler_forecast_scale_ups", "Scale-ups taken ahead of a forecast "
+                     "rise (trigger FORECAST).", ("query",))
     labels = query_labels(view.queries)
     for key, status in view.autoscalers.items():
         label = labels.get(key)
@@ -230,7 +236,14 @@ def _autoscalers(view: MetricsView) -> Iterator[Metric]:
         counts = dict(status.decisions)
         for outcome in _OUTCOMES:
             decisions.add_metric([label, outcome], counts.get(outcome, 0))
-    yield from (target, per_slot, utilization, slots, partitions, decisions)
+        f = status.forecast
+        if f is not None:
+            if f.rate is not None:
+                forecast.add_metric([label], f.rate)
+            forecast_in_use.add_metric([label], 1.0 if f.in_use else 0.0)
+            ahead.add_metric([label], status.ahead)
+    yield from (target, per_slot, utilization, slots, partitions, decisions, forecast,
+                forecast_in_use, ahead)
 
 
 def _le(bound: float) -> str:

@@ -94,8 +94,36 @@ def _inputs() -> dict[str, Any]:
                                                  "stop the query.")),
             "executorStartup": _nullable(_number("Seconds new executors are expected to take "
                                                  "to run tasks.")),
+            "forecastRate": _nullable(_number(
+                f"{rate} the query's recurring load is forecast to reach within the horizon "
+                "ahead, when the forecast is in use and reads above the input rate.")),
         },
     }
+
+
+def _forecast() -> dict[str, Any]:
+    """``Autoscaler.forecast``: the forecast of the query's recurring load."""
+    return _nullable({
+        "type": "object",
+        "required": ["rate", "inUse", "reason", "horizon", "error", "confidence", "periods",
+                     "aheadScaleUps"],
+        "description": "The forecast of the query's recurring load (autoscaler.forecast.*); "
+                       "null while forecast.enabled=false or before its first evaluation.",
+        "properties": {
+            "rate": _nullable(_number("Rows per second: the highest forecast over the "
+                                      "horizon.")),
+            "inUse": {"type": "boolean", "description": "The autoscaler acts on it: the "
+                      "periods back agree (rule F6)."},
+            "reason": {"type": "string", "description": "Why it is (not) in use: the rule, "
+                       "F1 to F6, and its figures."},
+            "horizon": _number("Seconds ahead it looks."),
+            "error": _nullable(_number("Its relative error over the last period.")),
+            "confidence": _nullable(_number("1 - error, at least 0.")),
+            "periods": _int("Whole periods back it rests on."),
+            "aheadScaleUps": _int("Scale-ups taken ahead of a forecast rise (trigger "
+                                  "FORECAST), by this driver."),
+        },
+    })
 
 
 def _policy() -> dict[str, Any]:
@@ -239,6 +267,8 @@ def _schemas() -> dict[str, Any]:
                 "reason": {"type": "string"},
                 "applied": {"type": "boolean", "description": "Carried out (false in "
                             "recommend-only mode and for outcomes that change nothing)."},
+                "ahead": {"type": "boolean", "description": "A scale-up taken ahead of a "
+                          "forecast rise (its rescales carry the trigger FORECAST)."},
                 "inputs": _inputs(),
             },
         },
@@ -281,6 +311,7 @@ def _schemas() -> dict[str, Any]:
                         "applied": {"type": "boolean", "description": "Carried out."},
                     }}),
                 "lastDecision": _nullable_ref("ScalingDecision"),
+                "forecast": _forecast(),
                 "policy": _policy(),
             },
         },
@@ -308,6 +339,10 @@ def _schemas() -> dict[str, Any]:
                                               "the source's latest offset, if it says."}),
                         "batchDuration": _nullable({"type": "number",
                                                     "description": "Seconds."}),
+                        "forecastRate": _nullable(_number(
+                            "Rows per second the autoscaler's forecast of the query's "
+                            "recurring load expects at most within its horizon "
+                            "(forecast.enabled).")),
                     }}},
             },
         },

@@ -162,6 +162,15 @@ def autoscaler_lines(status: dict[str, Any]) -> list[str]:
                      + ("" if rec.get("applied") or not _changes(rec) else ", not applied"))
     if decision:
         lines.append(f"  why             {decision.get('reason', '')}")
+    forecast = status.get("forecast")
+    if isinstance(forecast, dict):
+        use = "in use" if forecast.get("inUse") else "not in use"
+        conf = forecast.get("confidence")
+        lines.append(f"  forecast        {_rate(forecast.get('rate'))} within "
+                     f"{duration(forecast.get('horizon'))}, {use}"
+                     + ("" if conf is None else f", confidence {conf:.0%}")
+                     + f"; {forecast.get('aheadScaleUps', 0)} scale-ups ahead")
+        lines.append(f"                  {forecast.get('reason', '')}")
     if status.get("waitingForResources"):
         lines.append("  waiting for the slots it asked for to come")
     nxt = status.get("nextEvaluation")

@@ -88,7 +88,8 @@ def samples_json(view: SamplesView) -> dict[str, Any]:
             "samples": [{"time": s.time, "state": s.state, "parallelism": s.parallelism,
                          "slots": s.slots, "executors": s.executors,
                          "inputRate": s.input_rate, "processedRate": s.processed_rate,
-                         "backlog": s.backlog, "batchDuration": s.batch_duration}
+                         "backlog": s.backlog, "batchDuration": s.batch_duration,
+                         "forecastRate": s.forecast_rate}
                         for s in view.samples]}
 
 
@@ -122,6 +123,8 @@ def autoscaler_json(s: AutoscalerStatus) -> dict[str, Any]:
             "slots": d.target_slots, "partitions": d.target_partitions, "kind": d.kind,
             "outcome": d.outcome, "applied": d.applied},
         "lastDecision": None if d is None else scaling_decision_json(d),
+        "forecast": None if s.forecast is None else {**s.forecast.as_dict(),
+                                                     "aheadScaleUps": s.ahead},
         "policy": {_camel(k): v for k, v in s.policy.items() if k != "lastDecision"},
     }
 

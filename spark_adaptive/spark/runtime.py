@@ -159,7 +159,9 @@ class AdaptiveRuntime:
         if settings.rest.enabled:
             self.sampler = Sampler(self.scheduler, self.loop,
                                    interval=settings.rest.sample_interval,
-                                   capacity=settings.rest.sample_capacity)
+                                   capacity=settings.rest.sample_capacity,
+                                   forecast=None if self.autoscaling is None
+                                   else self.autoscaling.forecast_rate)
         self.facade = RuntimeFacade(self.loop, self.scheduler, self.persisted,
                                     autoscaling=self.autoscaling, sampler=self.sampler,
                                     app=self._figures)

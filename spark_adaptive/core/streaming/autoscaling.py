@@ -14,6 +14,13 @@ managed query it keeps a :class:`~spark_adaptive.core.autoscaler.QueryAutoscaler
   the first job of each batch: a jump in load makes the batch that reads it long,
   and its progress would show the jump only once it completes;
 * tells the policy when a rescale completed (its window starts again after it);
+* with ``autoscaler.forecast.enabled``, keeps each query's input rate per bucket of
+  its period (:class:`~spark_adaptive.core.autoscaler.forecast.LoadRecurrence`, under
+  the query's key, so a run started again from its checkpoint goes on with it), saves
+  it with the query's rescale history beside its checkpoint once per bucket, and puts
+  the forecast over the horizon (at least the query's executor start-up plus an
+  evaluation interval) in the view; a scale-up it takes ahead of a rise carries the
+  trigger ``FORECAST``;
 * gives a query ``autoscaler.initial-slots`` as soon as the scheduler takes it
   over, before its first micro-batch has a task running (the executors beyond go
   then, and do not run a part of that batch they would hold until it completes);
@@ -49,12 +56,14 @@ from spark_adaptive.core.autoscaler import (
     QueryView,
     ScalingDecision,
 )
+from spark_adaptive.core.autoscaler.forecast import Forecast, LoadRecurrence
 from spark_adaptive.core.clock import Cancellable, Timers
 from spark_adaptive.core.events import (
     Event,
     ExecutorAdded,
     ExecutorRemoved,
     JobStarted,
+    QueryIdle,
     QueryProgress,
 )
 from spark_adaptive.core.ports import OffsetLog, StartedBatch
@@ -86,6 +95,10 @@ class AutoscalerStatus:
     decisions: tuple[tuple[str, int], ...] = ()
     """Evaluations by outcome, of every run of the query under its key (one started again
     from its checkpoint counts on), finished ones included."""
+    forecast: Forecast | None = None
+    """The newest forecast of its recurring load; None with forecast.enabled=false."""
+    ahead: int = 0
+    """Scale-ups taken ahead of a forecast rise, under its key, by this driver."""
 
 
 class _Watched:
@@ -111,6 +124,17 @@ class _Watched:
         self.useful: int | None = None
 
 
+class _Recurring:
+    """A query's recurring load, kept under its key for the life of the driver."""
+
+    def __init__(self, recurrence: LoadRecurrence) -> None:
+        self.recurrence = recurrence
+        self.last: tuple[str, float] | None = None  # the run and wall time of its last batch
+        self.saved_bucket: int | None = None  # the bucket it was last saved in
+        self.forecast: Forecast | None = None  # the newest one read
+        self.ahead = 0  # scale-ups taken ahead of a forecast rise
+
+
 class Autoscaling:
     """Every managed query's autoscaler; all on the scheduler thread."""
 
@@ -132,6 +156,7 @@ class Autoscaling:
         # under that key: a query started again from its checkpoint (the same key) counts on,
         # as a counter exported for the life of the driver must.
         self._outcomes: dict[str, dict[str, int]] = {}
+        self._recurring: dict[str, _Recurring] = {}  # per query key, forecast.enabled only
         self._timer: Cancellable | None = None
         self._next_at: float | None = None
         scheduler.add_listener(self._on_state_change)
@@ -146,6 +171,11 @@ class Autoscaling:
             return
         if isinstance(event, JobStarted):
             self._batch_started(event)
+            return
+        if isinstance(event, QueryIdle):
+            idle = self._sched.query_of_run(event.run_id)
+            if idle is not None and not idle.finished:
+                self._learn(idle, event.run_id, 0)
             return
         if not isinstance(event, QueryProgress):
             return
@@ -162,6 +192,36 @@ class Autoscaling:
             tasks=batch.task_total or None,
             stage_tasks=(batch.tasks or None) if batch.stages == 1 else None)
         watched.policy.observe(sample)
+        self._learn(q, event.run_id, event.num_input_rows)
+
+    def _recurrence(self, q: QueryScheduler) -> _Recurring | None:
+        """The query's recurring load (None with forecast.enabled=false), continued from the
+        one saved with its history when this driver first sees its key."""
+        cfg = self.config
+        if not cfg.forecast_enabled:
+            return None
+        r = self._recurring.get(q.key)
+        if r is None:
+            r = self._recurring[q.key] = _Recurring(LoadRecurrence(
+                cfg.forecast_period, cfg.forecast_bucket, cfg.forecast_periods,
+                cfg.forecast_min_coverage, cfg.forecast_max_error, saved=q.history.load))
+        return r
+
+    def _learn(self, q: QueryScheduler, run: str, rows: int) -> None:
+        """``rows`` read by a batch of ``run`` (0: the query idles): into its recurring
+        load, over the wall time since the run's batch before (a run's first batch reads
+        what piled up while it did not run: not a rate). Saved once per bucket."""
+        r = self._recurrence(q)
+        if r is None:
+            return
+        wall = self._timers.wall()
+        if r.last is not None and r.last[0] == run:
+            r.recurrence.observe(wall, float(rows), wall - r.last[1])
+        r.last = (run, wall)
+        bucket = int(wall // r.recurrence.bucket)
+        if r.saved_bucket != bucket:
+            r.saved_bucket = bucket
+            q.history.keep_load(r.recurrence.saved())
 
     def _on_state_change(self, change: StateChange) -> None:
         """A query the scheduler has just taken over starts small at once (after the
@@ -276,6 +336,8 @@ class Autoscaling:
                 del self._queries[key]  # the scheduler forgot the query
             for key in [k for k in self._outcomes if k not in managed]:
                 del self._outcomes[key]
+            for key in [k for k in self._recurring if k not in managed]:
+                del self._recurring[key]
             for key in [k for k in self._failing if k not in managed]:
                 del self._failing[key]
             for q in self._sched.queries():
@@ -330,7 +392,11 @@ class Autoscaling:
             watched.asked = None
             if decision.kind == "live" and decision.target_slots > view.slots:
                 watched.asked = (view.now, decision.target_slots)
-            target = ScalingTarget(decision.target_slots, decision.target_partitions)
+            recurring = self._recurring.get(q.key)
+            if decision.ahead and recurring is not None:
+                recurring.ahead += 1
+            target = ScalingTarget(decision.target_slots, decision.target_partitions,
+                                   decision.ahead)
             self._sched.set_scaling_target(q.key, target)
         return decision
 
@@ -383,7 +449,21 @@ class Autoscaling:
             last_rescale_completed=None if last is None or last.duration is None
             else last.started + last.duration,
             slots_per_executor=self._sched.resources.slots_per_executor(1) or 1,
-            cluster_max_slots=watched.cluster_max_slots)
+            cluster_max_slots=watched.cluster_max_slots,
+            forecast=self._forecast(q, watched))
+
+    def _forecast(self, q: QueryScheduler, watched: _Watched) -> Forecast | None:
+        """The query's forecast over the horizon: ``forecast.horizon``, and at least its
+        executors' start-up (as tracked) plus an evaluation interval, so that the executors
+        asked for run when the rise comes."""
+        r = self._recurrence(q)
+        if r is None:
+            return None
+        cfg = self.config
+        horizon = max(cfg.forecast_horizon,
+                      watched.policy.executor_startup + cfg.evaluation_interval)
+        r.forecast = r.recurrence.forecast(self._timers.wall(), horizon)
+        return r.forecast
 
     def _log(self, q: QueryScheduler, watched: _Watched, d: ScalingDecision) -> None:
         key = (d.outcome, d.target_slots, d.target_partitions)
@@ -401,6 +481,7 @@ class Autoscaling:
         waiting = not q.finished and _short_of_target(q, share, q.slot_upper)
         cfg = self.config
         outcomes = self._outcomes.get(q.key, {})
+        recurring = self._recurring.get(q.key)
         return AutoscalerStatus(
             query_id=q.query_id or q.key, enabled=cfg.enabled, scaling_enabled=cfg.scaling_enabled,
             metrics_window=cfg.metrics_window, evaluation_interval=cfg.evaluation_interval,
@@ -409,7 +490,14 @@ class Autoscaling:
             waiting_for_resources=waiting,
             decision=None if watched is None else watched.policy.last_decision,
             policy={} if watched is None else watched.policy.snapshot(),
-            decisions=tuple(sorted(outcomes.items())))
+            decisions=tuple(sorted(outcomes.items())),
+            forecast=None if recurring is None else recurring.forecast,
+            ahead=0 if recurring is None else recurring.ahead)
+
+    def forecast_rate(self, key: str) -> float | None:
+        """The newest forecast rate of the query under ``key``, if any (for the samples)."""
+        r = self._recurring.get(key)
+        return None if r is None or r.forecast is None else r.forecast.rate
 
     def close(self) -> None:
         if self._timer is not None:

@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from spark_adaptive.core.autoscaler.forecast import SavedLoad
 from spark_adaptive.core.clock import Timers
 
 LOGGER_NAME = "spark_adaptive.scheduler"
@@ -55,6 +56,8 @@ class Trigger(str, enum.Enum):
     RESOURCES_LOST = "RESOURCES_LOST"
     REQUIREMENTS_CHANGED = "REQUIREMENTS_CHANGED"
     AUTOSCALER = "AUTOSCALER"
+    FORECAST = "FORECAST"
+    """The autoscaler, ahead of a rise its forecast of the query's recurring load shows."""
     FAILURE = "FAILURE"
 
 
@@ -138,6 +141,8 @@ class SavedHistory:
     counters: Counters = Counters()
     tallies: Tallies = Tallies()
     next_id: int = 1
+    load: SavedLoad | None = None
+    """The query's input rate per bucket of its forecast period (autoscaler.forecast.*)."""
 
 
 STOPPED_DRIVER = "the driver stopped before it completed"
@@ -164,6 +169,7 @@ class RescaleHistory:
         self._records: deque[RescaleRecord] = deque(maxlen=limit)
         self._next_id = 1
         self._pending: RescaleRecord | None = None
+        self._load: SavedLoad | None = None
         self.counters = Counters()
         self.tallies = Tallies()
         if saved is not None:
@@ -189,10 +195,22 @@ class RescaleHistory:
         self._next_id = max([saved.next_id, *(r.id + 1 for r in saved.records)])
         self.counters = saved.counters
         self.tallies = tallies
+        self._load = saved.load
 
     def saved(self) -> SavedHistory:
         """The history as it is kept beside the checkpoint."""
-        return SavedHistory(tuple(self._records), self.counters, self.tallies, self._next_id)
+        return SavedHistory(tuple(self._records), self.counters, self.tallies, self._next_id,
+                            self._load)
+
+    @property
+    def load(self) -> SavedLoad | None:
+        """The input rate per forecast bucket, as last kept (:meth:`keep_load`)."""
+        return self._load
+
+    def keep_load(self, load: SavedLoad) -> None:
+        """Keep the query's input rate per forecast bucket with its history (saved with it)."""
+        self._load = load
+        self._changed()
 
     def _changed(self) -> None:
         if self._on_change is not None:

@@ -11,7 +11,12 @@ driver's. The layout is one JSON file::
      "counters": {"restarts": 1, "rescales": 1, "liveRescales": 0, "failures": 0},
      "tallies": {"opened": [...], "finished": [...], "durations": [...],
                  "lastDuration": 15.5},
-     "records": [{"id": 1, "time": 1.7e9, "trigger": "INITIAL_SCHEDULE", ...}, ...]}
+     "records": [{"id": 1, "time": 1.7e9, "trigger": "INITIAL_SCHEDULE", ...}, ...],
+     "load": {"period": 86400, "bucket": 300, "buckets": [[5760000, 1.2e6, 300.0], ...]}}
+
+``load`` (with ``autoscaler.forecast.enabled``) is the query's input rate per bucket of
+its forecast period (:class:`~spark_adaptive.core.autoscaler.forecast.SavedLoad`):
+rows and seconds observed per wall-clock bucket index.
 
 Records are stored as ``GET /queries/{id}/rescales`` shows them (wall-clock
 ``time``, ``duration`` in seconds, ``timings`` as ordered pairs), so a restored
@@ -44,6 +49,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol, get_args
 
+from spark_adaptive.core.autoscaler.forecast import SavedLoad
 from spark_adaptive.core.ports import QueryInfo
 from spark_adaptive.core.streaming.history import (
     DURATION_BUCKETS,
@@ -102,6 +108,10 @@ def encode(history: SavedHistory, updated: float | None = None) -> str:
             "lastDuration": t.last_duration},
         "records": [_record(r) for r in history.records],
     }
+    if history.load is not None:
+        load = history.load
+        doc["load"] = {"period": load.period, "bucket": load.bucket,
+                       "buckets": [list(b) for b in load.buckets]}
     return json.dumps(doc, sort_keys=True, allow_nan=False) + "\n"
 
 
@@ -250,7 +260,24 @@ def decode(text: str) -> SavedHistory:
     next_id = _int(doc, "nextId", "")
     if next_id < 1:
         raise ValueError(f"'nextId' must be at least 1: {next_id}")
-    return SavedHistory(records, counters, tallies, next_id)
+    return SavedHistory(records, counters, tallies, next_id, _decode_load(doc))
+
+
+def _decode_load(doc: dict[str, Any]) -> SavedLoad | None:
+    """The forecast's buckets, if saved: an unreadable part of them is left out (and said),
+    never the history with it; the forecast then learns again."""
+    load = doc.get("load")
+    if load is None:
+        return None
+    try:
+        period, bucket = float(load["period"]), float(load["bucket"])
+        buckets = tuple((int(i), float(rows), float(seconds))
+                        for i, rows, seconds in load["buckets"])
+    except (TypeError, ValueError, KeyError) as e:
+        log.warning("the forecast's input rates in the history file cannot be read (%s: %s); "
+                    "the forecast learns them again", type(e).__name__, e)
+        return None
+    return SavedLoad(period, bucket, buckets)
 
 
 @dataclass(frozen=True)

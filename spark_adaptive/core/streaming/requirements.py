@@ -19,7 +19,7 @@ the bounds it found to :func:`validate`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from spark_adaptive.errors import RequirementsError
 
@@ -51,6 +51,10 @@ class ScalingTarget:
 
     slots: int
     partitions: int
+    ahead: bool = field(default=False, compare=False)
+    """Set ahead of a rise the autoscaler's forecast shows: its rescales carry the trigger
+    FORECAST. Not part of what the target is (the same slots and partitions are the same
+    target)."""
 
     def __post_init__(self) -> None:
         if self.slots < 1 or self.partitions < 1:
@@ -66,7 +70,8 @@ class ScalingTarget:
         partitions = self.partitions
         if not bounds.lower <= partitions <= bounds.upper:
             partitions = max(bounds.lower, min(running_partitions, bounds.upper))
-        return ScalingTarget(max(bounds.lower, min(self.slots, slot_upper)), partitions)
+        return ScalingTarget(max(bounds.lower, min(self.slots, slot_upper)), partitions,
+                             self.ahead)
 
 
 def _bound_reasons(name: str, value: int, max_parallelism: int) -> list[str]:

@@ -19,6 +19,7 @@ take a copy through the event loop.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from spark_adaptive.core.clock import Cancellable, Timers
@@ -41,6 +42,9 @@ class Sample:
     processed_rate: float | None
     backlog: float | None
     batch_duration: float | None
+    forecast_rate: float | None = None
+    """The autoscaler's forecast of the query's recurring load: the highest rate expected
+    within its horizon (None without one)."""
 
 
 class SampleRing:
@@ -69,7 +73,9 @@ class Sampler:
     """Samples every managed query every ``interval`` seconds into its ring."""
 
     def __init__(self, scheduler: AdaptiveScheduler, timers: Timers, *,
-                 interval: float = 2.0, capacity: int = 300) -> None:
+                 interval: float = 2.0, capacity: int = 300,
+                 forecast: Callable[[str], float | None] | None = None) -> None:
+        """``forecast``: a query key's forecast rate, if the autoscaler forecasts it."""
         if interval <= 0:
             raise ValueError(f"the sampling interval must be positive, not {interval}")
         self._sched = scheduler
@@ -77,6 +83,7 @@ class Sampler:
         self.interval = interval
         self.capacity = capacity
         self._rings: dict[str, SampleRing] = {}
+        self._forecast = forecast
         self._timer: Cancellable | None = self._timers.call_later(interval, self._tick)
 
     def _tick(self) -> None:
@@ -108,7 +115,8 @@ class Sampler:
                 input_rate=None if p is None else p.input_rows_per_second,
                 processed_rate=None if p is None else p.processed_rows_per_second,
                 backlog=None if p is None else backlog_rows(p),
-                batch_duration=None if p is None else p.batch_duration))
+                batch_duration=None if p is None else p.batch_duration,
+                forecast_rate=None if self._forecast is None else self._forecast(q.key)))
 
     def samples(self, key: str) -> tuple[Sample, ...]:
         """A query's samples, oldest first (none yet: empty)."""

@@ -316,6 +316,9 @@ const PANEL_A = [
 ];
 const PANEL_B = [
   { key: "inputRate", label: "Input rate", cls: "s-in" },
+  // The autoscaler's forecast of the query's recurring load (forecast.enabled): the highest
+  // rate it expects within its horizon; in the legend only when there is one
+  { key: "forecastRate", label: "Forecast", cls: "s-fc", optional: true },
   { key: "processedRate", label: "Processed rate", cls: "s-proc" },
   { key: "backlog", label: "Backlog (right axis)", cls: "s-backlog", right: true,
     none: "Backlog (not reported)" },
@@ -403,6 +406,7 @@ function drawPanel(chart, p, series, samples, o, title) {
   chart.append(head);
   let lx = o.L + (head.getComputedTextLength() || title.length * 7.5) + 24;
   for (const s of series) {
+    if (s.optional && !samples.some((d) => isNum(d[s.key]))) continue;
     chart.append(svg("line", { x1: lx, x2: lx + 22, y1: p.top - 16, y2: p.top - 16, class: "line " + s.cls }));
     const label = s.none && samples.length && !hasRight ? s.none : s.label;
     const text = svg("text", { x: lx + 27, y: p.top - 12, class: "legend" }, label);

@@ -134,7 +134,8 @@ class Executing(State):
         self.timing.on_change()
 
     def on_requirements_changed(self, *, autoscaler: bool = False) -> None:
-        self._changed_by = Trigger.AUTOSCALER if autoscaler else Trigger.REQUIREMENTS_CHANGED
+        self._changed_by = (self._autoscaler_trigger() if autoscaler
+                            else Trigger.REQUIREMENTS_CHANGED)
         self.on_resources_changed()
 
     def decide(self) -> RescaleDecision:
@@ -173,12 +174,17 @@ class Executing(State):
                                    or d.current_slots > d.target_slots >= target.slots):
             # Executors the autoscaler asked for join (or leave) one by one: each step
             # toward its target is its rescale.
-            return Trigger.AUTOSCALER
+            return self._autoscaler_trigger()
         if d.target_slots != d.current_slots:
             grew = d.target_slots > d.current_slots
         else:
             grew = d.target_parallelism > d.current_parallelism
         return Trigger.NEW_RESOURCES if grew else Trigger.RESOURCES_LOST
+
+    def _autoscaler_trigger(self) -> Trigger:
+        """FORECAST for a target set ahead of a forecast rise, else AUTOSCALER."""
+        target = self._ctx.target
+        return Trigger.FORECAST if target is not None and target.ahead else Trigger.AUTOSCALER
 
     def _asked(self) -> tuple[int, int]:
         """The slots and partitions the query's requirements and target ask for now: the
