@@ -136,6 +136,13 @@ def ramps_shape(duration: float = RAMPS_SECONDS, seed: int = 1) -> list[tuple[fl
 
 
 PROFILES["ramps"] = (RAMPS_SECONDS, ramps_shape())
+#: "recurring": three compressed days of RECURRING_PERIOD seconds, each a night at 0.08 of
+#: the capacity, a steep rise (5 s) at 40% of the day to 0.85 (the whole cluster at
+#: utilization.target), a plateau and a fall. The forecast mode learns the first day.
+RECURRING_PERIOD = 240.0
+RECURRING_DAY = [(0.0, 0.08), (0.40, 0.08), (0.42, 0.85), (0.70, 0.85), (0.75, 0.08)]
+PROFILES["recurring"] = (3 * RECURRING_PERIOD, [
+    *((round((d + f) / 3, 6), c) for d in range(3) for f, c in RECURRING_DAY), (1.0, 0.08)])
 #: The calibration's static runs: two constant rates (fractions of the cluster's capacity).
 CALIBRATION = {"calibrate-low": 0.15, "calibrate-high": 0.6}
 CALIBRATION_SECONDS = 90.0
@@ -154,6 +161,15 @@ MODES: dict[str, dict[str, str]] = {
     "autoscaler": {"spark.adaptive.enabled": "true",
                    "spark.adaptive.autoscaler.enabled": "true"},
 }
+# The forecast's recipe for a load that recurs every RECURRING_PERIOD seconds: buckets of a
+# fiftieth of it (docs/autoscaler.md), looking ahead no further than the executors' start-up
+# and an evaluation interval (horizon 0: that is the least it looks ahead).
+MODES["forecast"] = {**MODES["autoscaler"],
+                     "spark.adaptive.autoscaler.forecast.enabled": "true",
+                     "spark.adaptive.autoscaler.forecast.period": f"{RECURRING_PERIOD:g}s",
+                     "spark.adaptive.autoscaler.forecast.bucket": "5s",
+                     "spark.adaptive.autoscaler.forecast.horizon": "0s"}
+AUTOSCALED = ("autoscaler", "forecast")
 # A load that changes over minutes wants windows of seconds (docs/autoscaler.md), and a
 # query that starts at night starts small.
 AUTOSCALER_CONF = {
@@ -339,13 +355,13 @@ def run_once(cluster: LocalCluster, profile: str, mode: str, work: Path,
     out = work / f"{profile}-{mode}"
     shutil.rmtree(out, ignore_errors=True)
     conf = {**COMMON_CONF, "spark.sql.shuffle.partitions": str(partitions), **MODES[mode],
-            **(AUTOSCALER_CONF if mode == "autoscaler" else {}),
-            **(extra if mode == "autoscaler" else {})}
+            **(AUTOSCALER_CONF if mode in AUTOSCALED else {}),
+            **(extra if mode in AUTOSCALED else {})}
     run = Run(profile, mode, partitions)
     app = submit(cluster, APP, "--profile", json.dumps(points), "--out", str(out / "data"),
                  "--checkpoint", str(out / "checkpoint"), "--partitions", str(partitions),
                  "--cost", str(COST), "--trigger", TRIGGER, conf=conf, log_path=out / "app.log")
-    watcher = AppWatch(cluster, app, rest=mode == "autoscaler")
+    watcher = AppWatch(cluster, app, rest=mode in AUTOSCALED)
     run.samples = watcher.samples
     watcher.start()
     print(f"  {profile}/{mode}: submitted, {duration:.0f}s profile; log {out / 'app.log'}",
@@ -449,7 +465,52 @@ def summarize(run: Run, rows: dict[str, np.ndarray],
         "calibrated_window": (calibrated_tracking(window, calibration, trigger_seconds(),
                                                   run.partitions, extra)
                               if calibration else None),
+        "forecast_scale_ups": sum(1 for r in run.rescales if r.get("trigger") == "FORECAST"),
+        "periods": (period_figures(run, rows, lag, oldest, seconds, until)
+                    if run.profile == "recurring" else None),
     }
+
+
+def period_figures(run: Run, rows: dict[str, np.ndarray], lag: np.ndarray,
+                   oldest: np.ndarray, seconds: np.ndarray, until: float
+                   ) -> list[dict[str, Any]]:
+    """The recurring profile's figures per day: the rows that arrived in it (their lag), the
+    seconds of it over the lag target, the executor-seconds (the last day's to the drain's
+    end), and the rescales taken ahead of a forecast rise in it."""
+    out = []
+    for d in range(3):
+        lo = run.start + d * RECURRING_PERIOD
+        hi = lo + RECURRING_PERIOD if d < 2 else until
+        mine = (rows["ts"] >= lo) & (rows["ts"] < hi)
+        span = (seconds >= lo) & (seconds < hi)
+        ahead = [r for r in run.rescales if r.get("trigger") == "FORECAST"
+                 and lo <= float(r.get("time", 0.0)) < hi]
+        out.append({"period": d + 1,
+                    "executor_seconds": executor_seconds(run.samples, lo, hi),
+                    "lag_p99": float(np.percentile(lag[mine], 99)) if mine.any() else None,
+                    "seconds_over_target": int(np.sum(oldest[span] > LAG_TARGET)),
+                    "forecast_scale_ups": len(ahead)})
+    return out
+
+
+def period_table(summaries: list[dict[str, Any]]) -> str:
+    """The recurring profile per day: each run's executor-seconds, p99 lag and seconds over
+    the lag target, and against the reactive autoscaler's and static allocation's."""
+    by_mode = {s["mode"]: s for s in summaries if s.get("periods")}
+    lines = [f"{'run':<11} {'day':>3} {'exec-s':>7} {'/autoscaler':>11} {'p99':>6} "
+             f"{'-static p99':>11} {'s>30s':>6} {'ahead':>6}"]
+    for s in by_mode.values():
+        for p in s["periods"]:
+            ref = by_mode.get("autoscaler", {}).get("periods")
+            st = by_mode.get("static", {}).get("periods")
+            i = p["period"] - 1
+            rel = f"{p['executor_seconds'] / ref[i]['executor_seconds']:.2f}x" if ref else "-"
+            dp = (f"{p['lag_p99'] - st[i]['lag_p99']:+.1f}s"
+                  if st and p["lag_p99"] is not None and st[i]["lag_p99"] is not None else "-")
+            lines.append(f"{s['mode']:<11} {p['period']:>3} {p['executor_seconds']:7.0f} "
+                         f"{rel:>11} {p['lag_p99'] or 0:5.1f}s {dp:>11} "
+                         f"{p['seconds_over_target']:6d} {p['forecast_scale_ups']:6d}")
+    return "\n".join(lines)
 
 
 def window_table(summaries: list[dict[str, Any]]) -> str:
@@ -491,6 +552,16 @@ def median_summary(rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
         out[key] = int(round(out[key]))
     out["exactly_once"] = all(r["exactly_once"] for r in rounds)
     out["rounds"] = len(rounds)
+    if rounds[0].get("periods"):
+        out["periods"] = [
+            {key: (float(np.median(vs)) if (vs := [r["periods"][i][key] for r in rounds
+                                                    if r["periods"][i][key] is not None])
+                   else None) for key in rounds[0]["periods"][i]}
+            for i in range(len(rounds[0]["periods"]))]
+        for p in out["periods"]:
+            p["period"] = int(p["period"])
+            p["seconds_over_target"] = int(round(p["seconds_over_target"]))
+            p["forecast_scale_ups"] = int(round(p["forecast_scale_ups"]))
     return out
 
 
@@ -685,7 +756,9 @@ def write_profile(results: dict[str, Any], results_dir: Path, profile: str,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--profiles", default="day,steps,ramps")
-    parser.add_argument("--modes", default="static,dynamic,autoscaler")
+    parser.add_argument("--modes", default="static,dynamic,autoscaler",
+                        help="of static, dynamic, autoscaler and forecast (the autoscaler with "
+                             "its forecast of recurring load, for the recurring profile)")
     parser.add_argument("--conf", action="append", default=[],
                         help="extra spark.adaptive.* KEY=VALUE for the autoscaler run")
     parser.add_argument("--partitions", type=int, default=PARTITIONS,
@@ -766,6 +839,8 @@ def main() -> None:
         medians = [median_summary([x[2] for x in done[profile][m]]) for m in modes]
         print(f"\nprofile {profile}, median of {args.rounds} round(s):\n{table(medians)}\n"
               f"{window_table(medians)}\n", flush=True)
+        if profile == "recurring":
+            print(f"per day:\n{period_table(medians)}\n", flush=True)
     print(f"wrote {results_dir / 'autoscale.json'} and the plots beside it")
 
 

@@ -1345,13 +1345,16 @@ def summary_table(summary: list[dict[str, Any]]) -> str:
 
 
 def plan_runs(policies: list[str], utilizations: list[float] | None,
-              target: float) -> list[tuple[str, float | None, str]]:
+              target: float, bounds: bool = True) -> list[tuple[str, float | None, str]]:
     """(policy, the bound's utilization, label) for each run of a profile: the policies
-    named, then both bounds at the policy's utilization target, named or not; a bound named
-    in ``policies`` runs at each of ``utilizations`` too (labelled ``name@u``)."""
+    named, then both bounds at the policy's utilization target, named or not (unless
+    ``bounds`` is false); a bound named in ``policies`` runs at each of ``utilizations``
+    too (labelled ``name@u``)."""
     runs: list[tuple[str, float | None, str]] = [(p, None, p) for p in policies
                                                  if p not in BOUNDS]
     for name in BOUNDS:
+        if not bounds and name not in policies:
+            continue
         us = sorted({target, *(utilizations or [])}) if name in policies else [target]
         runs += [(name, u, name if len(us) == 1 else f"{name}@{u:g}") for u in us]
     return runs
@@ -1382,6 +1385,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds in which the bounds plan to drain waiting rows")
     ap.add_argument("--bound-ahead", type=float, default=FORESIGHT_AHEAD,
                     help=f"seconds of true load the {FORESIGHT} sizes for ahead")
+    ap.add_argument("--no-bounds", action="store_true",
+                    help="leave out the bounds not named in --policies (a comparison of "
+                         "policies alone, as spark-adaptive with and without its forecast)")
     ap.add_argument("--startup", choices=sorted(STARTUPS), default="jvm",
                     help="executor start-up: jvm 10-30 s (standalone, YARN), pods 30-90 s "
                          "(Kubernetes)")
@@ -1407,7 +1413,8 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"unknown policy {p!r}; known: {', '.join(known)}")
     seeds = args.seeds or [args.seed]
     steps = int(args.hours * 3600 / STEP)
-    runs = plan_runs(policies, args.bound_utilization, args.config.utilization_target)
+    runs = plan_runs(policies, args.bound_utilization, args.config.utilization_target,
+                     not args.no_bounds)
     results = []
     t_start = time.perf_counter()
     total = len(seeds) * len(profiles) * len(runs)

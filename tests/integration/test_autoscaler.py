@@ -197,3 +197,45 @@ def test_with_reactive_mode_the_app_refuses_to_start_naming_both_keys(
     assert code != 0
     assert "spark.adaptive.autoscaler.enabled" in log and "spark.adaptive.scheduler.mode" in log
     assert not (tmp_path / "out" / "_spark_metadata").exists()  # no query ran
+
+
+def test_a_recurring_rise_finds_its_executors_running_the_second_time_exactly_once(
+        local_cluster_factory: Any, tmp_path: Path) -> None:
+    cluster = local_cluster_factory(4)
+    # Two compressed days of 80 s: 20 rows/s (a tenth of a slot), at 50 s a step to 800
+    # rows/s (more than 3 slots at the utilization target) for 15 s, then 20 again. The
+    # first day's rise is met as it comes; the forecast learns it, and the second day's
+    # executors are asked for before it.
+    period = 80.0
+    day = [[0, 20], [50, 20], [51, 800], [65, 800], [66, 20]]
+    profile = [[d * period + t, r] for d in range(2) for t, r in day] + [[2 * period + 20, 20]]
+    conf = {**FAST, "spark.sql.shuffle.partitions": "4",
+            "spark.adaptive.autoscaler.forecast.enabled": "true",
+            "spark.adaptive.autoscaler.forecast.period": f"{period:g}s",
+            "spark.adaptive.autoscaler.forecast.bucket": "5s",
+            "spark.adaptive.autoscaler.forecast.horizon": "0s"}
+    app, sampler = _run(cluster, tmp_path, profile, conf)
+    start = next(float(line.split()[3].rstrip(":")) for line in app.log_path.read_text(
+        ).splitlines() if line.startswith("source started at "))
+    rise2 = start + period + 50
+
+    ahead = [r for r in sampler.rescales if r["trigger"] == "FORECAST"]
+    # Not before a whole day was seen; on the second day, before its rise, up to the slots
+    # it needs, live.
+    assert ahead and all(start + period <= r["time"] < rise2 for r in ahead), (
+        start, sampler.rescales)
+    assert max(r["toSlots"] for r in ahead) >= 3 and all(r["kind"] == "live" for r in ahead)
+    # The executors run when the rise comes: the query's slots in the second before it.
+    before = [s.slots for s in sampler.samples if rise2 - 3 <= s.time < rise2
+              and s.slots is not None]
+    assert before and min(before) >= 3, (before, sampler.rescales)
+    # Shown by the REST API: the forecast, in use, and the scale-ups it took.
+    forecasts = [a["forecast"] for a in sampler.autoscaler if a.get("forecast")]
+    assert any(f["inUse"] for f in forecasts), forecasts[-5:]
+    assert forecasts[-1]["aheadScaleUps"] >= 1, forecasts[-1]
+    assert "scale-up" in app.log_path.read_text() and "is forecast within" in \
+        app.log_path.read_text()
+
+    ids = _written_ids(tmp_path / "out")
+    total = _total_rows(app)
+    assert len(ids) == total and len(np.unique(ids)) == total
