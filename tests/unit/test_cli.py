@@ -13,6 +13,7 @@ from rest_fakes import QUERY_ID, FailingStore, FakeQuery, FakeScheduler, serving
 
 from spark_adaptive import cli
 from spark_adaptive.core.autoscaler import AutoscalerConfig, QueryAutoscaler, QueryView
+from spark_adaptive.core.autoscaler.forecast import Forecast
 from spark_adaptive.core.streaming.autoscaling import AutoscalerStatus
 from spark_adaptive.core.streaming.requirements import ResourceRequirements
 from spark_adaptive.rest import tables
@@ -362,3 +363,21 @@ def test_autoscaler_lines_and_its_absence(sched: FakeScheduler, url: str,
     assert lines[-1] == "  next evaluation in 4.5s"
     code, out, _ = run(capsys, "--url", url, "autoscaler", "orders", "--json")
     assert json.loads(out)["lastDecision"]["outcome"] == "not-ready"
+    assert json.loads(out)["forecast"] is None  # forecast.enabled=false
+
+
+def test_autoscaler_lines_show_the_forecast(sched: FakeScheduler, url: str,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    sched.autoscaler_status = AutoscalerStatus(
+        QUERY_ID, True, True, 180.0, 10.0, 4.5, False, None, {},
+        forecast=Forecast(1200.0, False, "F5: the newest buckets read 40% less than forecast",
+                          900.0, 0.1, 2), ahead=3)
+    code, out, _ = run(capsys, "--url", url, "autoscaler", "orders")
+    assert code == 0
+    lines = out.splitlines()
+    at = lines.index("  forecast        1,200.0 rows/s within 15m00s, not in use, confidence 90%; "
+                     "3 scale-ups ahead")
+    assert lines[at + 1].strip().startswith("F5: the newest buckets")
+    code, out, _ = run(capsys, "--url", url, "autoscaler", "orders", "--json")
+    f = json.loads(out)["forecast"]
+    assert (f["rate"], f["inUse"], f["aheadScaleUps"], f["confidence"]) == (1200.0, False, 3, 0.9)

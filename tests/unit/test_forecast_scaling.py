@@ -7,13 +7,13 @@ import itertools
 from typing import Any
 
 from scheduler_fakes import App, FakeDriver, query_info
+from test_autoscaling import QUICK, Load
 
 from spark_adaptive.core.autoscaler import AutoscalerConfig
 from spark_adaptive.core.streaming.autoscaling import Autoscaling
 from spark_adaptive.core.streaming.history import RescaleRecord, Trigger
 from spark_adaptive.core.streaming.history_store import MemoryHistoryStore
 from spark_adaptive.settings import Settings
-from test_autoscaling import QUICK, Load
 
 PERIOD, BUCKET, RISE, FALL = 120.0, 10.0, 60.0, 100.0
 FORECAST = dict(forecast_enabled=True, forecast_period=PERIOD, forecast_bucket=BUCKET,

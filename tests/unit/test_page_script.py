@@ -15,8 +15,11 @@ from typing import Any
 import pytest
 from rest_fakes import FakeQuery, FakeScheduler, serving
 
+from spark_adaptive.core.autoscaler.forecast import Forecast
 from spark_adaptive.core.streaming import requirements as req
+from spark_adaptive.core.streaming.autoscaling import AutoscalerStatus
 from spark_adaptive.core.streaming.history import RescaleRecord, Trigger
+from spark_adaptive.core.streaming.samples import Sample
 from spark_adaptive.rest.facade import RescaleView
 
 pytestmark = pytest.mark.timeout(120)
@@ -92,3 +95,50 @@ def test_the_page_shows_the_live_query_first_and_a_dash_for_an_unknown_duration(
             page.close()
     durations = {row[-1]: row[5] for row in rows}  # newest first; the reason is last
     assert durations == {"under way": "…", "done": "2.5", "cut short": "–"}
+
+
+class Forecasting(FakeScheduler):
+    """One query whose samples carry the autoscaler's forecast: it expects the rise a
+    minute before the input shows it."""
+
+    def __init__(self, forecast: bool = True) -> None:
+        super().__init__()
+        q = self.queries_by_key["query-1"]
+        t0 = 1.7e9
+        q.samples = tuple(Sample(
+            time=t0 + 2 * i, state="EXECUTING", parallelism=4, slots=1 if i < 40 else 4,
+            executors=1 if i < 30 else 4, input_rate=100.0 if i < 60 else 900.0,
+            processed_rate=100.0 if i < 60 else 880.0, backlog=None, batch_duration=1.0,
+            forecast_rate=(900.0 if 30 <= i < 90 else 100.0) if forecast else None)
+            for i in range(90))
+        self.autoscaler_status = AutoscalerStatus(
+            q.id, True, True, 20.0, 2.0, 1.0, False, None, {},
+            forecast=Forecast(900.0, True, "F6: 1 period back, the forecast off by 4% over "
+                              "the last period", 60.0, 0.04, 1) if forecast else None,
+            ahead=1 if forecast else 0)
+
+
+def test_the_page_draws_the_forecast_beside_the_input_rate_and_only_when_there_is_one(
+        browser: Any, tmp_path: Path) -> None:
+    for scheduler, shown in ((Forecasting(), True), (Forecasting(forecast=False), False)):
+        with serving(scheduler) as server:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            try:
+                page.goto(server.url + "/")
+                page.wait_for_selector("#chart path.s-in")  # the samples are drawn
+                page.wait_for_selector("#autoscaler dl")
+                box = page.inner_text("#autoscaler")
+                legends = page.eval_on_selector_all(
+                    "#chart .legend", "ts => ts.map(t => t.textContent)")
+                lines = page.eval_on_selector_all("#chart path.s-fc", "ps => ps.length")
+                if shown:
+                    page.screenshot(path=str(tmp_path / "forecast.png"), full_page=True)
+            finally:
+                page.close()
+        assert ("Forecast" in legends) is shown, legends
+        assert ("in use, confidence 96 %; 1 scale-up ahead (F6" in box) is shown, box
+        assert (lines > 0) is shown, lines
+    if os.environ.get("SPARK_ADAPTIVE_SCREENSHOTS"):
+        Path(os.environ["SPARK_ADAPTIVE_SCREENSHOTS"]).mkdir(parents=True, exist_ok=True)
+        (tmp_path / "forecast.png").replace(
+            Path(os.environ["SPARK_ADAPTIVE_SCREENSHOTS"]) / "forecast.png")

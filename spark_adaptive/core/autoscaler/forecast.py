@@ -232,7 +232,7 @@ class LoadRecurrence:
         if over is not None and over > self.max_error:
             return _with(base, f"F5: the newest buckets read {over:.0%} less than "
                                "forecast: the load forecast for them did not come")
-        return _with(base, f"F6: {len(lags)} periods back, their forecast off by "
+        return _with(base, f"F6: {periods_phrase(len(lags))} back, the forecast off by "
                            f"{error:.0%} over the last period", in_use=True)
 
     def _period_error(self, now: int) -> tuple[float | None, int]:
@@ -270,6 +270,11 @@ class LoadRecurrence:
             over += max(0.0, guess - seen)
             forecast += guess
         return over / forecast if forecast > 0 else None
+
+
+def periods_phrase(n: int) -> str:
+    """'1 period', '2 periods'."""
+    return f"{n} period" if n == 1 else f"{n} periods"
 
 
 def _with(f: Forecast, reason: str, in_use: bool = False) -> Forecast:

@@ -108,7 +108,7 @@ from spark_adaptive.core.autoscaler.decision import (
     ScalingDecision,
     make_decision,
 )
-from spark_adaptive.core.autoscaler.forecast import Forecast
+from spark_adaptive.core.autoscaler.forecast import Forecast, periods_phrase
 from spark_adaptive.core.autoscaler.planning import (
     Choice,
     Plan,
@@ -912,7 +912,7 @@ def _ahead_head(view: QueryView, inputs: DecisionInputs, utilization_max: float)
     rate = inputs.forecast_rate or 0.0
     conf = f.confidence if f is not None and f.confidence is not None else 0.0
     return (f"a rise to {rate:.0f} rows/s is forecast within {f.horizon if f else 0:.0f}s "
-            f"(confidence {conf:.2f}, {f.periods if f else 0} periods back; input now "
+            f"(confidence {conf:.2f}, {periods_phrase(f.periods if f else 0)} back; input now "
             f"{inputs.input_rate or 0:.0f} rows/s): on the capacity now that is utilization "
             f"{rate / cap:.2f}, above {utilization_max:g}, so the executors are asked for "
             "before it comes")

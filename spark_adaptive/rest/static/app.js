@@ -298,6 +298,13 @@ function renderAutoscaler(r) {
     rec.kind + (rec.applied || !["scale-up", "scale-down"].includes(rec.outcome) ? "" : " (not applied)") : "–");
   add("Next evaluation", isNum(a.nextEvaluation) ? "in " + a.nextEvaluation.toFixed(0) + " s" : "–");
   add("Waiting for resources", a.waitingForResources ? "yes" : "no");
+  const f = a.forecast;  // null with forecast.enabled=false
+  if (f) {
+    add("Forecast", rate(f.rate) + " within " + Math.round(f.horizon) + " s, " +
+      (f.inUse ? "in use" : "not in use") +
+      (isNum(f.confidence) ? ", confidence " + Math.round(f.confidence * 100) + " %" : "") +
+      "; " + plural(f.aheadScaleUps, "scale-up") + " ahead (" + f.reason + ")");
+  }
   const dl = el("dl");
   dl.append(...rows);
   box.replaceChildren(el("h3", "Autoscaler"), dl);
