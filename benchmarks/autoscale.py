@@ -161,13 +161,14 @@ MODES: dict[str, dict[str, str]] = {
     "autoscaler": {"spark.adaptive.enabled": "true",
                    "spark.adaptive.autoscaler.enabled": "true"},
 }
-# The forecast's recipe for a load that recurs every RECURRING_PERIOD seconds: buckets of a
-# fiftieth of it (docs/autoscaler.md), looking ahead no further than the executors' start-up
-# and an evaluation interval (horizon 0: that is the least it looks ahead).
+# The forecast's recipe for a load that recurs every RECURRING_PERIOD seconds and to the
+# second: buckets of two or more trigger intervals (docs/autoscaler.md), looking ahead no
+# further than the executors' start-up and an evaluation interval (horizon 0: the least it
+# looks ahead).
 MODES["forecast"] = {**MODES["autoscaler"],
                      "spark.adaptive.autoscaler.forecast.enabled": "true",
                      "spark.adaptive.autoscaler.forecast.period": f"{RECURRING_PERIOD:g}s",
-                     "spark.adaptive.autoscaler.forecast.bucket": "5s",
+                     "spark.adaptive.autoscaler.forecast.bucket": "10s",
                      "spark.adaptive.autoscaler.forecast.horizon": "0s"}
 AUTOSCALED = ("autoscaler", "forecast")
 # A load that changes over minutes wants windows of seconds (docs/autoscaler.md), and a

@@ -31,8 +31,9 @@ F6     otherwise                                                            in u
 
 The expected rate of a bucket is the mean of the same bucket one, two, ... periods
 back, over the periods that are whole enough; the forecast is the highest expected
-rate from the bucket of now to the one of now plus the horizon. Confidence is one minus
-F4's relative error.
+rate from the bucket of now to the one after that of now plus the horizon (a rise is
+known to a bucket's resolution, and the first bucket it shows in may hold only its
+start). Confidence is one minus F4's relative error.
 
 Buckets are indexed by wall-clock time (``floor(wall / bucket)``), so they survive a
 driver restart and an app's resubmission (:class:`SavedLoad`, persisted beside the
@@ -53,9 +54,10 @@ MIN_CHECKED = 3
 COVERED = 0.5
 """A bucket counts as observed once this fraction of its seconds was (its rate is then
 rows over the seconds observed)."""
-MAX_SPAN_BUCKETS = 2.0
-"""A batch is spread over the buckets of the time since the one before, up to this many
-buckets; more is a gap (a stopped query), whose rows are not spread over it."""
+MAX_SPAN = 600.0
+"""A batch's rows are spread over the time since the batch before, up to this many seconds
+or two buckets, whichever is longer; more is a gap (the clock jumped, the query was
+stopped), whose rows are not spread over it."""
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,8 @@ class LoadRecurrence:
         self._seconds: dict[int, float] = {}
         self._newest: int | None = None
         self._last_wall: float | None = None
-        self._cached: tuple[tuple[int | None, float], Forecast] | None = None
+        self._cached: tuple[tuple[int | None, float, int], Forecast] | None = None
+        self._version = 0  # counts changes to completed buckets
         self.rejected = 0
         self.last_rejection = ""
         if saved is not None and saved.period == self.period and saved.bucket == self.bucket:
@@ -133,12 +136,14 @@ class LoadRecurrence:
         last = self._last_wall
         if last is not None and wall < last - self.bucket:
             return self._reject(f"the clock went back from {last:.0f} to {wall:.0f}")
-        if seconds <= 0 or seconds > MAX_SPAN_BUCKETS * self.bucket:
+        if seconds <= 0 or seconds > max(MAX_SPAN, 2 * self.bucket):
             self._last_wall = max(wall, last or wall)
             return self._reject(f"{seconds:.0f}s since the batch before: a gap, not a rate")
         self._last_wall = max(wall, last or wall)
         start, rate = wall - seconds, rows / seconds
         b = math.floor(start / self.bucket)
+        if self._newest is not None and b < self._newest:
+            self._version += 1  # a bucket the forecast may have read changed
         while b * self.bucket < wall:
             lo, hi = max(start, b * self.bucket), min(wall, (b + 1) * self.bucket)
             if hi > lo:
@@ -192,10 +197,10 @@ class LoadRecurrence:
         """The highest rate expected from ``wall`` to ``wall + horizon``, and whether the
         policy may act on it (the module doc's rows). Never raises.
 
-        It reads completed buckets only, so it is the same for every call within one
-        bucket (at one horizon): computed once per bucket."""
+        It reads completed buckets only, so it is computed again only in a new bucket, at
+        another horizon, or once a batch spread its rows back into a completed bucket."""
         key = (math.floor(wall / self.bucket) if isinstance(wall, (int, float))
-               and math.isfinite(wall) else None, horizon)
+               and math.isfinite(wall) else None, horizon, self._version)
         if self._cached is not None and self._cached[0] == key:
             return self._cached[1]
         f = self._forecast(wall, horizon)
@@ -214,7 +219,9 @@ class LoadRecurrence:
         if not lags:
             return Forecast(None, False, "F2: no period back observed whole enough "
                                          f"({self.min_coverage:.0%} of its buckets)", horizon)
-        ahead = [e for b in range(now, math.floor((wall + horizon) / self.bucket) + 1)
+        # to the bucket after that of now + horizon: a rise is known to a bucket's
+        # resolution, and the first bucket it shows in may hold only its start
+        ahead = [e for b in range(now, math.floor((wall + horizon) / self.bucket) + 2)
                  if (e := self.expected(b, lags)) is not None]
         if not ahead:
             return Forecast(None, False, "F2: the periods back did not observe the buckets "

@@ -482,9 +482,15 @@ class QueryAutoscaler:
             return self._scale_up(view, inputs, rate, need_live, need_restart, target.downtime,
                                   again.slots if again is not None else None,
                                   (target.piled(lam), target.stretches))
-        if ahead is not None and cap < ahead / cfg.utilization_max + r.catch_up:
-            return self._scale_up(view, inputs, rate, need_live, need_restart, target.downtime,
-                                  again.slots if again is not None else None, ahead=True)
+        if ahead is not None:
+            # sized at the rate per slot of the load forecast: a batch's fixed cost, which
+            # dominates a light load's, is spread over the rise's rows
+            at, _ = w.rate_per_slot_at(ahead + r.catch_up)
+            rate_ahead = at if at is not None and at > rate else rate
+            if rate_ahead * eff < ahead / cfg.utilization_max + r.catch_up:
+                return self._scale_up(view, inputs, rate_ahead, need_live, need_restart,
+                                      target.downtime,
+                                      again.slots if again is not None else None, ahead=True)
         if not full:  # only falling behind may cut the collection short, and only upwards
             return self._collecting(view, inputs)
         if cap > band.down_at and not behind:

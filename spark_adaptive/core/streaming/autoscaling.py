@@ -46,6 +46,7 @@ query's evaluation succeeds again or fails otherwise.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -175,7 +176,7 @@ class Autoscaling:
         if isinstance(event, QueryIdle):
             idle = self._sched.query_of_run(event.run_id)
             if idle is not None and not idle.finished:
-                self._learn(idle, event.run_id, 0)
+                self._learn(idle, event.run_id, 0, 0.0, 0.0)
             return
         if not isinstance(event, QueryProgress):
             return
@@ -192,7 +193,8 @@ class Autoscaling:
             tasks=batch.task_total or None,
             stage_tasks=(batch.tasks or None) if batch.stages == 1 else None)
         watched.policy.observe(sample)
-        self._learn(q, event.run_id, event.num_input_rows)
+        self._learn(q, event.run_id, event.num_input_rows, event.input_rows_per_second,
+                    event.batch_duration)
 
     def _recurrence(self, q: QueryScheduler) -> _Recurring | None:
         """The query's recurring load (None with forecast.enabled=false), continued from the
@@ -207,17 +209,23 @@ class Autoscaling:
                 cfg.forecast_min_coverage, cfg.forecast_max_error, saved=q.history.load))
         return r
 
-    def _learn(self, q: QueryScheduler, run: str, rows: int) -> None:
-        """``rows`` read by a batch of ``run`` (0: the query idles): into its recurring
-        load, over the wall time since the run's batch before (a run's first batch reads
-        what piled up while it did not run: not a rate). Saved once per bucket."""
+    def _learn(self, q: QueryScheduler, run: str, rows: int, rate: float,
+               duration: float) -> None:
+        """A batch of ``run`` read ``rows`` (0 and no batch: the query idles): into its
+        recurring load. Its rows arrived between the start of the batch before and its own
+        start (``duration`` before now), Spark's ``inputRowsPerSecond`` over that time;
+        a run's first batch reads what piled up while it did not run, not a rate. Saved
+        once per bucket."""
         r = self._recurrence(q)
         if r is None:
             return
         wall = self._timers.wall()
+        end = wall - max(0.0, duration) if math.isfinite(duration) else wall
         if r.last is not None and r.last[0] == run:
-            r.recurrence.observe(wall, float(rows), wall - r.last[1])
-        r.last = (run, wall)
+            seconds = rows / rate if rows > 0 and rate > 0 and math.isfinite(rate) \
+                else end - r.last[1]
+            r.recurrence.observe(end, float(rows), seconds)
+        r.last = (run, end)
         bucket = int(wall // r.recurrence.bucket)
         if r.saved_bucket != bucket:
             r.saved_bucket = bucket

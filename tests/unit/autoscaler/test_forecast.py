@@ -137,7 +137,7 @@ def test_a_gap_is_not_spread_and_a_clock_gone_back_is_refused() -> None:
     rec = recurrence()
     feed(rec, morning, T0, T0 + PERIOD)
     # the query stopped for ten minutes: its first batch's rows are not a rate
-    assert not rec.observe(T0 + 2 * PERIOD, 5e6, PERIOD)
+    assert not rec.observe(T0 + 2 * PERIOD, 5e6, PERIOD + 1)
     assert "gap" in rec.last_rejection
     # the clock went back by more than a bucket: refused, the buckets kept
     kept = rec.saved()
