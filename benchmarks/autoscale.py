@@ -636,7 +636,8 @@ def plot(profile: str, runs: list[tuple[Run, dict[str, np.ndarray]]], path: Path
     axes[0].plot(t, rate, color="black", label="input rate")
     axes[0].plot(t, np.ceil(rate * COST - 1e-9) / COST, color="grey", ls=":",
                  label="oracle capacity")
-    colors = {"static": "tab:blue", "dynamic": "tab:orange", "autoscaler": "tab:green"}
+    colors = {"static": "tab:blue", "dynamic": "tab:orange", "autoscaler": "tab:green",
+              "forecast": "tab:purple"}
     for run, rows in runs:
         c = colors.get(run.mode, None)
         if len(rows["done"]):
