@@ -235,7 +235,7 @@ class LoadRecurrence:
         if error > self.max_error:
             return _with(base, f"F4: the last period's forecast was off by {error:.0%}, "
                                f"more than forecast.max-error={self.max_error:g}")
-        over = self._over_forecast(now, horizon)
+        over = self._over_forecast(now, horizon, lags)
         if over is not None and over > self.max_error:
             return _with(base, f"F5: the newest buckets read {over:.0%} less than "
                                "forecast: the load forecast for them did not come")
@@ -264,10 +264,11 @@ class LoadRecurrence:
             return (0.0 if missed <= 0 else math.inf), checked
         return missed / came, checked
 
-    def _over_forecast(self, now: int, horizon: float) -> float | None:
+    def _over_forecast(self, now: int, horizon: float, lags: tuple[int, ...]
+                       ) -> float | None:
         """F5: over the newest completed buckets (a horizon's worth, at least two), how much
-        less came than was forecast, relative to the forecast; None when none can tell."""
-        lags = self.whole_periods(now)
+        less came than was forecast, relative to the forecast (``lags``: the whole periods
+        back, as :meth:`forecast` read them); None when none can tell."""
         recent = max(2, math.ceil(horizon / self.bucket))
         over = forecast = 0.0
         for b in range(now - recent, now):
