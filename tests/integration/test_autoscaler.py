@@ -202,17 +202,20 @@ def test_with_reactive_mode_the_app_refuses_to_start_naming_both_keys(
 def test_a_recurring_rise_finds_its_executors_running_the_second_time_exactly_once(
         local_cluster_factory: Any, tmp_path: Path) -> None:
     cluster = local_cluster_factory(4)
-    # Two compressed days of 90 s: 20 rows/s (a tenth of a slot), at 60 s a step to 800
-    # rows/s (more than 3 slots at the utilization target) for 15 s, then 20 again. The
+    # Two compressed days of 90 s: 20 rows/s (a tenth of a slot), at 70 s a step to 800
+    # rows/s (more than 3 slots at the utilization target) for 10 s, then 20 again. The
     # first day's rise is met as it comes; the forecast learns it, and the second day's
-    # executors are asked for before it.
-    period, rise = 90.0, 60.0
-    day = [[0, 20], [rise, 20], [rise + 1, 800], [rise + 15, 800], [rise + 16, 20]]
-    profile = [[d * period + t, r] for d in range(2) for t, r in day] + [[2 * period + 20, 20]]
+    # executors are asked for before it. The app's start leaves up to the first 30 s of
+    # the first day unobserved: in 5 s buckets, the second day's buckets from 30 s on
+    # are checked against the first day's (rule F3 wants 3) well before the rise shows
+    # within the horizon (the executors' start-up plus an evaluation interval).
+    period, rise = 90.0, 70.0
+    day = [[0, 20], [rise, 20], [rise + 1, 800], [rise + 10, 800], [rise + 11, 20]]
+    profile = [[d * period + t, r] for d in range(2) for t, r in day] + [[2 * period + 15, 20]]
     conf = {**FAST, "spark.sql.shuffle.partitions": "4",
             "spark.adaptive.autoscaler.forecast.enabled": "true",
             "spark.adaptive.autoscaler.forecast.period": f"{period:g}s",
-            "spark.adaptive.autoscaler.forecast.bucket": "10s",
+            "spark.adaptive.autoscaler.forecast.bucket": "5s",
             "spark.adaptive.autoscaler.forecast.horizon": "0s"}
     app, sampler = _run(cluster, tmp_path, profile, conf)
     # what the REST API showed each second, for the record of a failure

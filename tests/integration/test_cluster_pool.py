@@ -18,12 +18,15 @@ def test_a_cluster_given_back_comes_back_as_a_fresh_start(
     pool = _ClusterPool(tmp_path_factory, settle_timeout=5.0)
     try:
         cluster = pool.take(2)
+        bigger = cluster.add_worker(cores=2)
         spark: Any = session.cluster_session(cluster, "pool-test")
         assert spark.sparkContext.parallelize(range(4), 2).sum() == 6
         app = spark.sparkContext.applicationId
-        frozen = cluster.freeze_executor(cluster.executors(app)[0].executor_id, app)
+        own = next(e for e in cluster.executors(app) if e.worker != bigger.name)
+        # Its worker kills it 10 s after the app ends (SIGTERM, then SIGKILL): given back
+        # at once, it is still there when the pool looks, 5 s at most after the app ended.
+        frozen = cluster.freeze_executor(own.executor_id, app)
         session.stop_session(spark)
-        bigger = cluster.add_worker(cores=2)
         pool.give_back(cluster)
 
         again = pool.take(3)
