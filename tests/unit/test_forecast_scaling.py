@@ -130,3 +130,23 @@ def test_a_driver_restarted_mid_period_forecasts_the_next_from_the_persisted_his
     fresh = Cluster(start=PERIOD + PERIOD / 4 + 5, **FORECAST)
     fresh.run_until(2 * PERIOD + RISE - 1)
     assert not fresh.records(Trigger.FORECAST) and fresh.slots == 1
+
+
+def test_a_resubmitted_run_s_first_two_batches_are_not_learnt_as_a_rate() -> None:
+    first = Cluster(**FORECAST)
+    first.run_until(30.0)
+    store = MemoryHistoryStore()
+    store.save("/cp/q", first.app.scheduler.query("q").history.saved())
+    # resubmitted 15 s later: its first batch is the one the first run planned and did
+    # not commit, run again; its second reads the 15 s since that plan, in one second
+    second = Cluster(history=store.load("/cp/q"), start=45.0, **FORECAST)
+    second.load.rate = 50.0
+    second.load.second()
+    second.load.rate = 50.0 * 15
+    second.load.second()
+    second.run_until(58.0)  # 50 rows/s again
+    load = second.app.scheduler.query("q").history.load
+    assert load is not None
+    rates = [rows / seconds for _, rows, seconds in load.buckets if seconds > 0]
+    assert rates and max(rates) == 50.0, load.buckets  # the pile is not a rise
+    assert any(b * BUCKET >= 40.0 for b, _, _ in load.buckets)  # the new run's were learnt

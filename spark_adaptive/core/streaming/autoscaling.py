@@ -130,7 +130,8 @@ class _Recurring:
 
     def __init__(self, recurrence: LoadRecurrence) -> None:
         self.recurrence = recurrence
-        self.last: tuple[str, float] | None = None  # the run and wall time of its last batch
+        # the run, the wall time of its last batch's start and how many it has had
+        self.last: tuple[str, float, int] | None = None
         self.saved_bucket: int | None = None  # the bucket it was last saved in
         self.forecast: Forecast | None = None  # the newest one read
         self.ahead = 0  # scale-ups taken ahead of a forecast rise
@@ -213,19 +214,22 @@ class Autoscaling:
                duration: float) -> None:
         """A batch of ``run`` read ``rows`` (0 and no batch: the query idles): into its
         recurring load. Its rows arrived between the start of the batch before and its own
-        start (``duration`` before now), Spark's ``inputRowsPerSecond`` over that time;
-        a run's first batch reads what piled up while it did not run, not a rate. Saved
-        once per bucket."""
+        start (``duration`` before now), Spark's ``inputRowsPerSecond`` over that time.
+        A run's first two batches are no rate: the first reads what piled up while no run
+        planned batches, or is the batch the run before planned and did not commit, run
+        again (Spark's offset log); then the second reads what arrived since that earlier
+        plan, not since the first's start. Saved once per bucket."""
         r = self._recurrence(q)
         if r is None:
             return
         wall = self._timers.wall()
         end = wall - max(0.0, duration) if math.isfinite(duration) else wall
-        if r.last is not None and r.last[0] == run:
+        batches = r.last[2] + 1 if r.last is not None and r.last[0] == run else 1
+        if batches > 2 and r.last is not None:
             seconds = rows / rate if rows > 0 and rate > 0 and math.isfinite(rate) \
                 else end - r.last[1]
             r.recurrence.observe(end, float(rows), seconds)
-        r.last = (run, end)
+        r.last = (run, end, batches)
         bucket = int(wall // r.recurrence.bucket)
         if r.saved_bucket != bucket:
             r.saved_bucket = bucket
