@@ -130,8 +130,9 @@ class _Recurring:
 
     def __init__(self, recurrence: LoadRecurrence) -> None:
         self.recurrence = recurrence
-        # the run, the wall time of its last batch's start and how many it has had
-        self.last: tuple[str, float, int] | None = None
+        self.run: str | None = None  # the run whose batches it reads now
+        self.batches = 0  # how many of that run's batches it has read
+        self.last_start = 0.0  # the wall time that run's last batch started
         self.saved_bucket: int | None = None  # the bucket it was last saved in
         self.forecast: Forecast | None = None  # the newest one read
         self.ahead = 0  # scale-ups taken ahead of a forecast rise
@@ -224,12 +225,14 @@ class Autoscaling:
             return
         wall = self._timers.wall()
         end = wall - max(0.0, duration) if math.isfinite(duration) else wall
-        batches = r.last[2] + 1 if r.last is not None and r.last[0] == run else 1
-        if batches > 2 and r.last is not None:
+        if r.run != run:
+            r.run, r.batches = run, 0
+        r.batches += 1
+        if r.batches > 2:
             seconds = rows / rate if rows > 0 and rate > 0 and math.isfinite(rate) \
-                else end - r.last[1]
+                else end - r.last_start
             r.recurrence.observe(end, float(rows), seconds)
-        r.last = (run, end, batches)
+        r.last_start = end
         bucket = int(wall // r.recurrence.bucket)
         if r.saved_bucket != bucket:
             r.saved_bucket = bucket
