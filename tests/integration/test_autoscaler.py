@@ -208,7 +208,9 @@ def test_a_recurring_rise_finds_its_executors_running_the_second_time_exactly_on
     # executors are asked for before it. The app's start leaves up to the first 30 s of
     # the first day unobserved: in 5 s buckets, the second day's buckets from 30 s on
     # are checked against the first day's (rule F3 wants 3) well before the rise shows
-    # within the horizon (the executors' start-up plus an evaluation interval).
+    # within the horizon (the executors' start-up plus an evaluation interval). The query
+    # starts on 1 slot (`initial-slots`, as the docs advise for a query that starts
+    # light): on all 4, its first scale-down could come as late as the first rise.
     period, rise = 90.0, 70.0
     day = [[0, 20], [rise, 20], [rise + 1, 800], [rise + 10, 800], [rise + 11, 20]]
     profile = [[d * period + t, r] for d in range(2) for t, r in day] + [[2 * period + 15, 20]]
@@ -216,7 +218,8 @@ def test_a_recurring_rise_finds_its_executors_running_the_second_time_exactly_on
             "spark.adaptive.autoscaler.forecast.enabled": "true",
             "spark.adaptive.autoscaler.forecast.period": f"{period:g}s",
             "spark.adaptive.autoscaler.forecast.bucket": "5s",
-            "spark.adaptive.autoscaler.forecast.horizon": "0s"}
+            "spark.adaptive.autoscaler.forecast.horizon": "0s",
+            "spark.adaptive.autoscaler.initial-slots": "1"}
     app, sampler = _run(cluster, tmp_path, profile, conf)
     # what the REST API showed each second, for the record of a failure
     (tmp_path / "autoscaler.json").write_text(json.dumps(sampler.autoscaler))
