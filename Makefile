@@ -69,9 +69,8 @@ lint: setup
 test-unit: setup chromium
 	$(BIN)/pytest tests/unit -q $(PYTEST_ARGS)
 
-# In two lanes side by side: the tests that wait on a clock, and the rest (lanes.py).
 test-integration: setup chromium
-	$(BIN)/python tests/integration/lanes.py -q --durations=15 $(PYTEST_ARGS)
+	$(BIN)/pytest tests/integration -q --durations=15 $(PYTEST_ARGS)
 
 # The tests load the jar compiled against the newest pyspark (one jar for all); compiling
 # the sources against the oldest too catches a Spark API that release lacks.
