@@ -81,10 +81,11 @@ def test_a_load_step_takes_the_executors_of_the_source_s_tasks_and_gives_them_ba
     # A stateless query with no shuffle: its micro-batches run its source's 4 partitions as
     # 4 tasks, past its 2 configured partitions (its default upper bound), as plain Spark
     # runs them. 20 rows/s (a tenth of a slot) for 90 s, 800 rows/s (3.2 slots of work,
-    # more than 4 slots at the utilization target) for 75 s, then 20 rows/s for 70 s.
+    # more than 4 slots at the utilization target) for 75 s, then 20 rows/s for 100 s (the
+    # last scale-down comes 40-70 s after the step ends, as the step's backlog drains).
     # A 6 s trigger keeps the fixed cost of each batch (its four tasks, whatever their rows)
     # small beside the rows' work, so the night load is clearly one slot's.
-    profile: list[list[float]] = [[0, 20], [90, 20], [91, 800], [165, 800], [166, 20], [235, 20]]
+    profile: list[list[float]] = [[0, 20], [90, 20], [91, 800], [165, 800], [166, 20], [265, 20]]
     app, sampler = _run(cluster, tmp_path, profile, {**FAST, "spark.sql.shuffle.partitions": "2"})
 
     ours = [r for r in sampler.rescales if r["trigger"] == "AUTOSCALER"]
@@ -102,6 +103,10 @@ def test_a_load_step_takes_the_executors_of_the_source_s_tasks_and_gives_them_ba
     done = [r for r in ups if r["outcome"] == "completed"]
     assert done and 2 < max(r["toSlots"] for r in done) <= 4, ours
     assert all(r["kind"] == "live" and r["toParallelism"] == 2 for r in ours), ours
+    # Before the first decision, once its batches have run: the slots its 4 tasks run on.
+    first = [s.slots for s in sampler.samples if sampler.since(s) >= 20
+             and s.time < downs[0]["time"] and s.slots is not None]
+    assert first and set(first) == {4}, (first, ours)
 
     def executors_between(a: float, b: float) -> list[int]:
         return [s.executors for s in sampler.samples if a <= sampler.since(s) <= b]
@@ -126,7 +131,9 @@ def test_recommend_only_shows_decisions_and_changes_nothing(
         local_cluster_factory: Any, tmp_path: Path) -> None:
     cluster = local_cluster_factory(2)
     conf = {**FAST, "spark.adaptive.autoscaler.scaling.enabled": "false"}
-    app, sampler = _run(cluster, tmp_path, [[0, 20], [80, 20]], conf)
+    # Its first recommendation to scale down comes once the window is full and the
+    # scale-down interval is over (45 s and more after the query's start).
+    app, sampler = _run(cluster, tmp_path, [[0, 20], [110, 20]], conf)
 
     assert not [r for r in sampler.rescales if r["trigger"] == "AUTOSCALER"], sampler.rescales
     # While the query ran: executors that exit as the app stops are replaced by the master.
@@ -138,7 +145,9 @@ def test_recommend_only_shows_decisions_and_changes_nothing(
     last = decided[-1]
     assert last["scalingEnabled"] is False and last["recommendation"]["applied"] is False
     assert last["recommendation"]["slots"] == 1
-    assert "recommend" in app.log_path.read_text()
+    # and the app's log says it was not applied
+    assert any("autoscaler scale-down" in line and "[not applied]" in line
+               for line in app.log_path.read_text().splitlines())
     ids = _written_ids(tmp_path / "out")
     assert len(ids) == _total_rows(app) == len(np.unique(ids))
 
@@ -202,16 +211,19 @@ def test_with_reactive_mode_the_app_refuses_to_start_naming_both_keys(
 def test_a_recurring_rise_finds_its_executors_running_the_second_time_exactly_once(
         local_cluster_factory: Any, tmp_path: Path) -> None:
     cluster = local_cluster_factory(4)
-    # Two compressed days of 90 s: 20 rows/s (a tenth of a slot), at 70 s a step to 800
+    # Two compressed days of 120 s: 20 rows/s (a tenth of a slot), at 70 s a step to 800
     # rows/s (more than 3 slots at the utilization target) for 10 s, then 20 again. The
     # first day's rise is met as it comes; the forecast learns it, and the second day's
-    # executors are asked for before it. The app's start leaves up to the first 30 s of
+    # executors are asked for before it. After the first rise the reactive rules give the
+    # executors back (its backlog drained, the window clear of it, the scale-down interval
+    # over: 40-70 s) well before the forecast asks for them again, ahead of the second
+    # (the night between is 110 s). The app's start leaves up to the first 30 s of
     # the first day unobserved: in 5 s buckets, the second day's buckets from 30 s on
     # are checked against the first day's (rule F3 wants 3) well before the rise shows
     # within the horizon (the executors' start-up plus an evaluation interval). The query
     # starts on 1 slot (`initial-slots`, as the docs advise for a query that starts
     # light): on all 4, its first scale-down could come as late as the first rise.
-    period, rise = 90.0, 70.0
+    period, rise = 120.0, 70.0
     day = [[0, 20], [rise, 20], [rise + 1, 800], [rise + 10, 800], [rise + 11, 20]]
     profile = [[d * period + t, r] for d in range(2) for t, r in day] + [[2 * period + 15, 20]]
     conf = {**FAST, "spark.sql.shuffle.partitions": "4",

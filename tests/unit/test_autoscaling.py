@@ -81,13 +81,13 @@ class Load:
 
 
 def _setup(executors: int = 1, resource_wait: float = 60.0, conf: dict[str, str] | None = None,
-           **config: Any) -> tuple[App, FakeDriver, Autoscaling, Load]:
+           partitions: int = 8, **config: Any) -> tuple[App, FakeDriver, Autoscaling, Load]:
     acting = AutoscalerConfig(**{**QUICK, **config}).acting  # as the runtime builds it
     app = App(Settings.from_conf({"spark.adaptive.scheduler.executing.cooldown-after-rescaling":
                                   "5s", **(conf or {})}), autoscaled=acting)
     for e in range(1, executors + 1):
         app.add(str(e))
-    driver = FakeDriver(query_info("q", partitions=8))
+    driver = FakeDriver(query_info("q", partitions=partitions))
     app.register(driver)
     autoscaling = Autoscaling(AutoscalerConfig(**{**QUICK, **config}), app.scheduler, app.vt,
                               resource_wait=resource_wait)
@@ -831,6 +831,23 @@ def test_bounds_lowered_and_raised_again_bring_back_no_slots_from_before() -> No
     app.scheduler.update_requirements("b", 1, 8)
     _batches(app, da, db, rounds=5)
     assert b.running_slots == 2 and app.actuator.requested[-1] == 6  # 4 for a, b's 2
+
+
+def test_a_stateless_query_shows_the_slots_its_source_s_tasks_run_on_before_any_decision(
+        ) -> None:
+    # 4 source partitions on 2 configured ones, 5 executors: plain Spark runs its 4 tasks on
+    # 4 of them. Before the autoscaler's first decision its snapshot showed 2 slots (its
+    # default upper bound, its configured partitions) while its tasks ran on 4.
+    app, driver, autoscaling, load = _setup(executors=5, partitions=2)
+    q = app.scheduler.query("q")
+    assert q.snapshot().slots == 2  # no batch yet: its tasks are not known
+    load.tasks = 4
+    load.run(2)
+    assert q.target is None and autoscaling.status(q).decision is None
+    assert q.allocation == ResourceRequirements(1, 4)
+    assert q.requirements == ResourceRequirements(1, 2)  # its bounds stay its own
+    assert q.snapshot().slots == 4 and q.running_slots == 4
+    assert driver.calls == [("start", 2)]
 
 
 def test_a_stateless_query_of_4_source_partitions_is_planned_on_its_4_tasks() -> None:

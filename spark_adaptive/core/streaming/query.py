@@ -375,13 +375,17 @@ class QueryScheduler:
 
     @property
     def allocation(self) -> ResourceRequirements:
-        """What the application's slots are shared by: the bounds, with the upper one at
-        the autoscaler's slots when it set a target (at most :attr:`slot_upper`)."""
+        """What the application's slots are shared by: the bounds; with the autoscaler, the
+        upper one at the autoscaler's slots when it set a target, at most :attr:`slot_upper`,
+        and at that before its first target (a stateless query's source tasks past a
+        default bound run on as many slots). Without the autoscaler those tasks count for
+        the executors declared only (``QueryDemand.source_tasks``)."""
         r = self._requirements
-        if self._target is None:
-            return r
-        return ResourceRequirements(r.lower,
-                                    max(r.lower, min(self.slot_upper, self._target.slots)))
+        if self._target is not None:
+            upper = max(r.lower, min(self.slot_upper, self._target.slots))
+        else:
+            upper = self.slot_upper if self._autoscaled else r.upper
+        return r if upper == r.upper else ResourceRequirements(r.lower, upper)
 
     @property
     def target_partitions(self) -> int | None:
