@@ -14,6 +14,6 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 # Every JVM the tests start (the clusters' daemons and executors, the drivers, local
 # sessions) is short-lived and shares a few cores: with the client compiler alone and the
-# serial collector they start in about half the CPU time (docs/testing.md). The java
+# serial collector they take about 40% less CPU time (docs/testing.md). The java
 # launcher reads this; set it (even empty) to run them otherwise.
 os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
