@@ -56,8 +56,19 @@ class SubmittedApp:
         self.kill()
 
     def get(self, path: str) -> Any:
-        with loopback_urlopen(self.rest_url + path, timeout=5) as r:
-            return json.load(r)
+        """``GET path`` of the app's REST API, as JSON. When the driver has ended, the
+        connection's error says so with the end of its log, where the reason is (still an
+        :class:`OSError`, as callers that wait for the server expect)."""
+        try:
+            with loopback_urlopen(self.rest_url + path, timeout=5) as r:
+                return json.load(r)
+        except OSError as e:
+            if self.running():
+                raise
+            raise ConnectionError(
+                f"GET {self.rest_url}{path}: {e}; the app has ended (exit "
+                f"{self.process.returncode}); the end of {self.log_path}:\n{self.tail()}"
+            ) from e
 
     def queries(self) -> list[dict[str, Any]]:
         result = self.get("/queries")

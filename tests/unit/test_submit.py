@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import time
 import types
@@ -71,3 +72,20 @@ def test_leaving_the_with_block_kills_the_driver_also_when_the_test_fails(
             process.kill()
             process.wait()
     assert wait_ended([process.pid]) == []
+
+
+def test_a_rest_call_to_an_ended_app_says_so_with_the_end_of_its_log(tmp_path: Path) -> None:
+    log = tmp_path / "app.log"
+    log.write_text("starting\nERROR the query failed: Python worker failed to connect back\n")
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nothing listens there: the connection is refused
+    app = SubmittedApp(ended, log, f"http://127.0.0.1:{port}")
+    with pytest.raises(ConnectionError) as refused:
+        app.queries()
+    message = str(refused.value)
+    assert "the app has ended (exit 0)" in message and "/queries" in message
+    assert "Python worker failed to connect back" in message
