@@ -16,7 +16,9 @@ spark-adaptive's autoscaler) and compares what each costs.
   work finished (``done``).
 
 When the profile is over the app waits for the query to process everything,
-stops it and ends.
+stops it and ends. ``--start`` (seconds since the epoch) sets the profile's start: an
+app resubmitted on the same checkpoint with the first one's start goes on with the
+same profile where it was (by default the profile starts as the app does).
 
     spark-submit examples/varying_load.py --profile '[[0, 50], [60, 400]]' --out DIR
 """
@@ -136,12 +138,14 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=12)
     parser.add_argument("--cost", type=float, default=0.004, help="seconds of work per row")
     parser.add_argument("--trigger", default="2 seconds")
+    parser.add_argument("--start", type=float, default=None,
+                        help="the profile's start, seconds since the epoch (default: now)")
     args = parser.parse_args()
     profile = Profile(json.loads(args.profile))
 
     spark = SparkSession.builder.appName("autoscale-benchmark").getOrCreate()
     spark.dataSource.register(ProfiledSource)
-    start = time.time()
+    start = time.time() if args.start is None else args.start
     rows = (spark.readStream.format("profiled")
             .option("profile", args.profile).option("start", repr(start))
             .option("partitions", str(args.partitions)).load())

@@ -6,13 +6,16 @@ gives them back after the scale-down interval, and every row is written exactly
 once across it all; recommend-only mode shows its decisions and changes nothing;
 with reactive mode the app refuses to start, naming both keys; with
 ``autoscaler.initial-slots`` an app holds that few executors from its start until
-its first query, and its own batch job before then gets the others back.
+its first query, and its own batch job before then gets the others back; with the
+forecast, a rise that recurs daily finds its executors running, also after a driver
+crash and a resubmission.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -46,13 +49,19 @@ FAST = {
 }
 
 
-def _run(cluster: LocalCluster, tmp_path: Path, profile: list[list[float]],
-         conf: dict[str, str]) -> tuple[SubmittedApp, AppWatch]:
+def _submit(cluster: LocalCluster, tmp_path: Path, profile: list[list[float]],
+            conf: dict[str, str], *extra: str, log: str = "app.log") -> SubmittedApp:
     app = submit(cluster, APP, "--profile", json.dumps(profile), "--out", str(tmp_path / "out"),
                  "--checkpoint", str(tmp_path / "cp"), "--partitions", "4",
-                 "--cost", str(COST), "--trigger", "6 seconds", conf=conf,
-                 log_path=tmp_path / "app.log")
+                 "--cost", str(COST), "--trigger", "6 seconds", *extra, conf=conf,
+                 log_path=tmp_path / log)
     app.wait_for_query()
+    return app
+
+
+def _run(cluster: LocalCluster, tmp_path: Path, profile: list[list[float]],
+         conf: dict[str, str]) -> tuple[SubmittedApp, AppWatch]:
+    app = _submit(cluster, tmp_path, profile, conf)
     sampler = AppWatch(cluster, app, autoscaler=True)
     sampler.start()
     try:
@@ -68,11 +77,16 @@ def _written_ids(out: Path) -> np.ndarray:
     return np.concatenate([pq.read_table(f)["id"].to_numpy() for f in file_sink_files(out)])
 
 
-def _total_rows(app: SubmittedApp) -> int:
+def _source_start(app: SubmittedApp) -> tuple[float, int]:
+    """The profile's start (seconds since the epoch) and its rows, as the app reported them."""
     for line in app.log_path.read_text().splitlines():
         if line.startswith("source started at "):
-            return int(line.split()[4])
+            return float(line.split()[3].rstrip(":")), int(line.split()[4])
     raise AssertionError("the app did not report its source")
+
+
+def _total_rows(app: SubmittedApp) -> int:
+    return _source_start(app)[1]
 
 
 def test_a_load_step_takes_the_executors_of_the_source_s_tasks_and_gives_them_back_exactly_once(
@@ -154,27 +168,6 @@ def test_recommend_only_shows_decisions_and_changes_nothing(
     assert len(ids) == _total_rows(app) == len(np.unique(ids))
 
 
-def test_initial_slots_start_the_query_small_and_give_the_other_executors_back(
-        local_cluster_factory: Any, tmp_path: Path) -> None:
-    cluster = local_cluster_factory(2)
-    conf = {**FAST, "spark.adaptive.autoscaler.initial-slots": "1"}
-    app, sampler = _run(cluster, tmp_path, [[0, 20], [45, 20]], conf)
-
-    log = app.log_path.read_text()
-    assert "autoscaler.initial-slots=1" in log
-    # Held from the app's start; the query's micro-batch jobs (grouped by its run id)
-    # never count as batch work of the app's own, which would end the hold.
-    assert "until its first query" in log
-    assert "runs before any managed streaming query" not in log and "gets back" not in log
-    # The app started on both workers; within seconds of the query's start it runs on one.
-    late = [s for s in sampler.samples if sampler.since(s) > 30 and s.state == "Executing"]
-    assert late and {(s.executors, s.slots) for s in late} == {(1, 1)}, late
-    ours = [r for r in sampler.rescales if r["trigger"] == "AUTOSCALER"]
-    assert all(r["kind"] == "live" for r in ours), ours
-    ids = _written_ids(tmp_path / "out")
-    assert len(ids) == _total_rows(app) == len(np.unique(ids))
-
-
 def test_initial_slots_hold_an_idle_app_small_until_its_own_batch_job_runs(
         local_cluster_factory: Any, tmp_path: Path) -> None:
     cluster = local_cluster_factory(2)
@@ -210,10 +203,10 @@ def test_with_reactive_mode_the_app_refuses_to_start_naming_both_keys(
     assert not (tmp_path / "out" / "_spark_metadata").exists()  # no query ran
 
 
-def test_a_recurring_rise_finds_its_executors_running_the_second_time_exactly_once(
+def test_a_recurring_rise_finds_its_executors_running_each_day_after_it_across_a_driver_crash(
         local_cluster_factory: Any, tmp_path: Path) -> None:
     cluster = local_cluster_factory(4)
-    # Two compressed days of 120 s: 20 rows/s (a tenth of a slot), at 70 s a step to 800
+    # Three compressed days of 120 s: 20 rows/s (a tenth of a slot), at 70 s a step to 800
     # rows/s (more than 3 slots at the utilization target) for 10 s, then 20 again. The
     # first day's rise is met as it comes; the forecast learns it, and the second day's
     # executors are asked for before it. After the first rise the reactive rules give the
@@ -222,42 +215,81 @@ def test_a_recurring_rise_finds_its_executors_running_the_second_time_exactly_on
     # (the night between is 110 s). The app's start leaves up to the first 30 s of
     # the first day unobserved: in 5 s buckets, the second day's buckets from 30 s on
     # are checked against the first day's (rule F3 wants 3) well before the rise shows
-    # within the horizon (the executors' start-up plus an evaluation interval). The query
-    # starts on 1 slot (`initial-slots`, as the docs advise for a query that starts
-    # light): on all 4, its first scale-down could come as late as the first rise.
+    # within the horizon (the executors' start-up plus an evaluation interval).
+    # The driver is then killed after the second day's rise, and the app resubmitted on
+    # the same checkpoint, going on with the same profile: it has run less than a day
+    # when the third day's rise comes, which it forecasts from the history the first
+    # persisted. Both start the query on 1 slot (`initial-slots`, as the docs advise for
+    # a query that starts light): on all 4, the first scale-down could come as late as
+    # the first rise, and the second app would hold the executors it needs ahead anyway.
     period, rise = 120.0, 70.0
     day = [[0, 20], [rise, 20], [rise + 1, 800], [rise + 10, 800], [rise + 11, 20]]
-    profile = [[d * period + t, r] for d in range(2) for t, r in day] + [[2 * period + 15, 20]]
+    profile = [[d * period + t, r] for d in range(3) for t, r in day] + [
+        [2 * period + rise + 26, 20]]
     conf = {**FAST, "spark.sql.shuffle.partitions": "4",
             "spark.adaptive.autoscaler.forecast.enabled": "true",
             "spark.adaptive.autoscaler.forecast.period": f"{period:g}s",
             "spark.adaptive.autoscaler.forecast.bucket": "5s",
             "spark.adaptive.autoscaler.forecast.horizon": "0s",
             "spark.adaptive.autoscaler.initial-slots": "1"}
-    app, sampler = _run(cluster, tmp_path, profile, conf)
+    first = _submit(cluster, tmp_path, profile, conf, log="first.log")
+    start, total = _source_start(first)
+    watch = AppWatch(cluster, first, autoscaler=True)
+    watch.start()
+    try:
+        # the second day's rise is over and its backlog drained
+        time.sleep(max(0.0, start + period + rise + 25 - time.time()))
+        assert first.running(), first.tail(60)
+    finally:
+        watch.stop()
+        first.kill()  # SIGKILL to the driver's process group: a driver crash
+    crash = time.time()
+    second = _submit(cluster, tmp_path, profile, conf, "--start", repr(start), log="second.log")
+    again = AppWatch(cluster, second, autoscaler=True)
+    again.start()
+    try:
+        assert second.wait(timeout=profile[-1][0] + start - time.time() + 240) == 0, \
+            second.tail(60)
+    finally:
+        again.stop()
+        second.kill()
     # what the REST API showed each second, for the record of a failure
-    (tmp_path / "autoscaler.json").write_text(json.dumps(sampler.autoscaler))
-    start = next(float(line.split()[3].rstrip(":")) for line in app.log_path.read_text(
-        ).splitlines() if line.startswith("source started at "))
-    rise2 = start + period + rise
+    (tmp_path / "autoscaler.json").write_text(json.dumps(watch.autoscaler + again.autoscaler))
+    assert _source_start(second) == (start, total)  # the same profile, gone on with
 
-    ahead = [r for r in sampler.rescales if r["trigger"] == "FORECAST"]
-    # Not before a whole day was seen; on the second day, before its rise, up to the slots
-    # it needs, live.
-    assert ahead and all(start + period <= r["time"] < rise2 for r in ahead), (
-        start, sampler.rescales)
-    assert max(r["toSlots"] for r in ahead) >= 3 and all(r["kind"] == "live" for r in ahead)
-    # The executors run when the rise comes: the query's slots in the second before it.
-    before = [s.slots for s in sampler.samples if rise2 - 3 <= s.time < rise2
-              and s.slots is not None]
-    assert before and min(before) >= 3, (before, sampler.rescales)
-    # Shown by the REST API: the forecast, in use, and the scale-ups it took.
-    forecasts = [a["forecast"] for a in sampler.autoscaler if a.get("forecast")]
-    assert any(f["inUse"] for f in forecasts), forecasts[-5:]
-    assert forecasts[-1]["aheadScaleUps"] >= 1, forecasts[-1]
-    assert "scale-up" in app.log_path.read_text() and "is forecast within" in \
-        app.log_path.read_text()
-
+    # The first app: held on 1 slot from its start until the first rise (initial-slots);
+    # the query's micro-batch jobs never count as batch work of the app's own.
+    log = first.log_path.read_text()
+    assert "autoscaler.initial-slots=1" in log and "until its first query" in log
+    assert "runs before any managed streaming query" not in log and "gets back" not in log
+    night = [(s.executors, s.slots) for s in watch.samples
+             if watch.since(s) > 30 and s.time < start + rise - 2 and s.state == "Executing"]
+    assert night and set(night) == {(1, 1)}, night
+    # Each day after the first: the forecast asks for the slots the rise needs, live, after
+    # a whole day was seen and before the rise, and they run in the seconds before it.
+    for app, sampler, day_start in ((first, watch, start + period),
+                                    (second, again, start + 2 * period)):
+        ahead = [r for r in sampler.rescales
+                 if r["trigger"] == "FORECAST" and day_start <= r["time"] < day_start + rise]
+        assert ahead, (day_start, sampler.rescales)
+        assert max(r["toSlots"] for r in ahead) >= 3 and all(r["kind"] == "live"
+                                                               for r in ahead), ahead
+        before = [s.slots for s in sampler.samples if day_start + rise - 3 <= s.time
+                  < day_start + rise and s.slots is not None]
+        assert before and min(before) >= 3, (before, sampler.rescales)
+        # Shown by the REST API: the forecast, in use, and the scale-ups it took.
+        forecasts = [a["forecast"] for a in sampler.autoscaler if a.get("forecast")]
+        assert any(f["inUse"] for f in forecasts), forecasts[-5:]
+        assert forecasts[-1]["aheadScaleUps"] >= 1, forecasts[-1]
+        assert "is forecast within" in app.log_path.read_text()
+    # The second app forecast the third day's rise from a whole day the first one saw:
+    # it had run less than a day itself.
+    third = [r for r in again.rescales if r["trigger"] == "FORECAST"
+             and start + 2 * period <= r["time"] < start + 2 * period + rise]
+    assert third and all(r["time"] - crash < period for r in third), third
+    used = [a["forecast"] for a in again.autoscaler
+            if a.get("forecast") and a["forecast"]["inUse"]]
+    assert used and min(f["periods"] for f in used) >= 1, used
+    # Every row written exactly once, across the crash.
     ids = _written_ids(tmp_path / "out")
-    total = _total_rows(app)
     assert len(ids) == total and len(np.unique(ids)) == total

@@ -147,6 +147,6 @@ def test_a_resubmitted_run_s_first_two_batches_are_not_learnt_as_a_rate() -> Non
     second.run_until(58.0)  # 50 rows/s again
     load = second.app.scheduler.query("q").history.load
     assert load is not None
-    rates = [rows / seconds for _, rows, seconds in load.buckets if seconds > 0]
+    rates = [rows / seconds for _, rows, seconds, _ in load.buckets if seconds > 0]
     assert rates and max(rates) == 50.0, load.buckets  # the pile is not a rise
-    assert any(b * BUCKET >= 40.0 for b, _, _ in load.buckets)  # the new run's were learnt
+    assert any(b[0] * BUCKET >= 40.0 for b in load.buckets)  # the new run's were learnt

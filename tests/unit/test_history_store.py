@@ -11,6 +11,7 @@ import time
 import pytest
 from scheduler_fakes import App, FakeDriver, query_info
 
+from spark_adaptive.core.autoscaler.forecast import SavedLoad
 from spark_adaptive.core.clock import VirtualTime
 from spark_adaptive.core.streaming.history import (
     DURATION_BUCKETS,
@@ -107,6 +108,27 @@ def test_durations_counted_in_other_buckets_start_over() -> None:
     back = decode(json.dumps(doc))
     assert back.tallies.durations == ()
     assert back.tallies.last_duration == 15.5 and back.counters.restarts == 2
+
+
+def test_the_forecast_s_buckets_round_trip_and_older_three_figure_buckets_read() -> None:
+    load = SavedLoad(600.0, 30.0, ((1, 300.0, 30.0, 120.0), (2, 3000.0, 30.0, 0.0)))
+    back = decode(encode(SavedHistory(load=load)))
+    assert back.load == load
+    # a file saved before the rows spread were kept: none were
+    doc = json.loads(encode(SavedHistory(load=load)))
+    doc["load"]["buckets"] = [[1, 300.0, 30.0], [2, 3000.0, 30.0]]
+    assert decode(json.dumps(doc)).load == SavedLoad(
+        600.0, 30.0, ((1, 300.0, 30.0, 0.0), (2, 3000.0, 30.0, 0.0)))
+
+
+def test_unreadable_forecast_buckets_are_left_out_and_the_history_kept(
+        caplog: pytest.LogCaptureFixture) -> None:
+    doc = json.loads(encode(lived_history()))
+    doc["load"] = {"period": 600.0, "bucket": 30.0, "buckets": [[1, 300.0, 30.0, 0.0, 9.0]]}
+    with caplog.at_level(logging.WARNING):
+        back = decode(json.dumps(doc))
+    assert back.load is None and back.counters.restarts == 2
+    assert "a bucket is 3 or 4 figures" in caplog.text and "learns them again" in caplog.text
 
 
 def _doc(**changes: object) -> str:

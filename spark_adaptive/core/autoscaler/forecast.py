@@ -21,8 +21,8 @@ F2     no period back is observed whole enough (``min-coverage`` of its     off
 F3     fewer than :data:`MIN_CHECKED` buckets of the last period could be   off
        checked against the periods before them
 F4     the last period's forecast, checked bucket by bucket against what    off
-       came, is off by more than ``max-error`` (sum of absolute errors over
-       the sum of what came)
+       came, is off by more than ``max-error`` (the rows unmatched either
+       way over the rows that came; loose rows match in a bucket beside)
 F5     the newest buckets read less than was forecast for them by more      off
        than ``max-error`` of the forecast: a forecast rise that did not
        come, off until they agree again
@@ -34,6 +34,16 @@ back, over the periods that are whole enough; the forecast is the highest expect
 rate from the bucket of now to the one after that of now plus the horizon (a rise is
 known to a bucket's resolution, and the first bucket it shows in may hold only its
 start). Confidence is one minus F4's relative error.
+
+Loose rows. A micro-batch's rows are spread evenly over the seconds since the batch
+before, so when a batch spans more than one bucket, which of them its rows came in is not
+known: those rows are loose. A batch that spans a rise (a long trigger, or one that
+lagged behind the rise) spreads some of the rise's rows into the bucket before it, and
+differently each period. Checked bucket by bucket, that reads as an error as large as the
+moved rows; :func:`match` lets loose rows, and loose rows only, match the forecast in the
+bucket beside theirs (F4, F5). Rows of batches within one bucket are matched in their own
+bucket only: a rise that did not come, or came earlier or later, and a level that
+differs, stay errors.
 
 Buckets are indexed by wall-clock time (``floor(wall / bucket)``), so they survive a
 driver restart and an app's resubmission (:class:`SavedLoad`, persisted beside the
@@ -63,11 +73,12 @@ stopped), whose rows are not spread over it."""
 @dataclass(frozen=True)
 class SavedLoad:
     """A :class:`LoadRecurrence` as persisted: its period and bucket (seconds) and each
-    bucket observed, as (index, rows, seconds observed)."""
+    bucket observed, as (index, rows, seconds observed, rows spread into it by micro-batches
+    that spanned more than one bucket)."""
 
     period: float
     bucket: float
-    buckets: tuple[tuple[int, float, float], ...] = ()
+    buckets: tuple[tuple[int, float, float, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -113,6 +124,7 @@ class LoadRecurrence:
         self.min_coverage, self.max_error = min_coverage, max_error
         self._rows: dict[int, float] = {}
         self._seconds: dict[int, float] = {}
+        self._spread: dict[int, float] = {}  # rows of batches that spanned several buckets
         self._newest: int | None = None
         self._last_wall: float | None = None
         self._cached: tuple[tuple[int | None, float, int], Forecast] | None = None
@@ -120,9 +132,10 @@ class LoadRecurrence:
         self.rejected = 0
         self.last_rejection = ""
         if saved is not None and saved.period == self.period and saved.bucket == self.bucket:
-            for index, rows, seconds in saved.buckets:
-                if _fine(rows) and _fine(seconds) and isinstance(index, int):
+            for index, rows, seconds, spread in saved.buckets:
+                if _fine(rows) and _fine(seconds) and _fine(spread) and isinstance(index, int):
                     self._rows[index], self._seconds[index] = rows, seconds
+                    self._spread[index] = min(spread, rows)
             self._newest = max(self._rows, default=None)
 
     # -- what was observed -------------------------------------------------------------
@@ -144,12 +157,17 @@ class LoadRecurrence:
         b = math.floor(start / self.bucket)
         if self._newest is not None and b < self._newest:
             self._version += 1  # a bucket the forecast may have read changed
+        parts: list[tuple[int, float]] = []
         while b * self.bucket < wall:
             lo, hi = max(start, b * self.bucket), min(wall, (b + 1) * self.bucket)
             if hi > lo:
-                self._rows[b] = self._rows.get(b, 0.0) + rate * (hi - lo)
-                self._seconds[b] = self._seconds.get(b, 0.0) + (hi - lo)
+                parts.append((b, hi - lo))
             b += 1
+        for k, part in parts:
+            self._rows[k] = self._rows.get(k, 0.0) + rate * part
+            self._seconds[k] = self._seconds.get(k, 0.0) + part
+            if len(parts) > 1:  # which of its buckets these rows came in is not known
+                self._spread[k] = self._spread.get(k, 0.0) + rate * part
         self._newest = max(b - 1, self._newest if self._newest is not None else b - 1)
         self._forget()
         return True
@@ -161,6 +179,7 @@ class LoadRecurrence:
         oldest = self._newest - (self.periods + 1) * self.n
         for b in [b for b in self._rows if b < oldest]:
             del self._rows[b], self._seconds[b]
+            self._spread.pop(b, None)
 
     def _reject(self, why: str) -> bool:
         self.rejected += 1
@@ -174,9 +193,18 @@ class LoadRecurrence:
             return None
         return self._rows[b] / seconds
 
+    def spread(self, b: int) -> float:
+        """The part of bucket ``b``'s rate that micro-batches spanning more than one bucket
+        spread into it: rows that may have come in a neighbouring bucket."""
+        seconds = self._seconds.get(b, 0.0)
+        if seconds < COVERED * self.bucket:
+            return 0.0
+        return self._spread.get(b, 0.0) / seconds
+
     def saved(self) -> SavedLoad:
         return SavedLoad(self.period, self.bucket, tuple(
-            (b, round(self._rows[b], 6), round(self._seconds[b], 6)) for b in sorted(self._rows)))
+            (b, round(self._rows[b], 6), round(self._seconds[b], 6),
+             round(self._spread.get(b, 0.0), 6)) for b in sorted(self._rows)))
 
     # -- what is expected ---------------------------------------------------------------
     def whole_periods(self, now: int) -> tuple[int, ...]:
@@ -192,6 +220,12 @@ class LoadRecurrence:
         where observed."""
         seen = [r for k in lags if (r := self.rate(b - k * self.n)) is not None]
         return sum(seen) / len(seen) if seen else None
+
+    def _expected_spread(self, b: int, lags: tuple[int, ...]) -> float:
+        """The part of :meth:`expected` that micro-batches spread into bucket ``b``."""
+        spread = [self.spread(k) for lag in lags
+                  if self.rate(k := b - lag * self.n) is not None]
+        return sum(spread) / len(spread) if spread else 0.0
 
     def forecast(self, wall: float, horizon: float) -> Forecast:
         """The highest rate expected from ``wall`` to ``wall + horizon``, and whether the
@@ -244,40 +278,99 @@ class LoadRecurrence:
 
     def _period_error(self, now: int) -> tuple[float | None, int]:
         """F4: over the buckets of the last period (before ``now``) that a forecast of them
-        can be checked against, the sum of absolute errors over the sum of what came; and
-        how many buckets that was. A bucket's forecast is the mean of the same bucket in
-        the periods before it that observed it."""
+        can be checked against, the rows left unmatched either way, give or take a bucket
+        (:func:`match`), over the rows that came; and how many buckets that was. A
+        bucket's forecast is the mean of the same bucket in the periods before it that
+        observed it."""
         lags = tuple(range(1, self.periods + 1))
-        missed = came = 0.0
-        checked = 0
+        buckets: list[Bucket] = []
         for b in range(now - self.n, now):
             seen = self.rate(b)
             guess = None if seen is None else self.expected(b, lags)
-            if seen is None or guess is None:
-                continue
-            missed += abs(guess - seen)
-            came += seen
-            checked += 1
+            if seen is not None and guess is not None:
+                buckets.append(self._checked(b, seen, guess, lags))
+        checked = len(buckets)
         if checked == 0:
             return None, 0
+        left = match(buckets)
+        missed = left.seen + left.forecast  # not the pending: they may come in this bucket
+        came = sum(x.seen for x in buckets)
         if came <= 0:
             return (0.0 if missed <= 0 else math.inf), checked
         return missed / came, checked
 
     def _over_forecast(self, now: int, horizon: float, lags: tuple[int, ...]
                        ) -> float | None:
-        """F5: over the newest completed buckets (a horizon's worth, at least two), how much
-        less came than was forecast, relative to the forecast (``lags``: the whole periods
-        back, as :meth:`forecast` read them); None when none can tell."""
+        """F5: over the newest completed buckets (a horizon's worth, at least two), the
+        forecast rows that nothing came for within a bucket (:func:`match`), relative to
+        the forecast (``lags``: the whole periods back, as :meth:`forecast` read them);
+        None when none can tell."""
         recent = max(2, math.ceil(horizon / self.bucket))
-        over = forecast = 0.0
-        for b in range(now - recent, now):
-            seen, guess = self.rate(b), self.expected(b, lags)
-            if seen is None or guess is None:
-                continue
-            over += max(0.0, guess - seen)
-            forecast += guess
-        return over / forecast if forecast > 0 else None
+        buckets = [self._checked(b, seen, guess, lags) for b in range(now - recent, now)
+                   if (seen := self.rate(b)) is not None
+                   and (guess := self.expected(b, lags)) is not None]
+        forecast = sum(x.forecast for x in buckets)
+        # the newest bucket's loose forecast rows may yet come in the next one
+        return match(buckets).forecast / forecast if forecast > 0 else None
+
+    def _checked(self, b: int, seen: float, guess: float, lags: tuple[int, ...]) -> Bucket:
+        return Bucket(b, seen, guess, self.spread(b), self._expected_spread(b, lags))
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """One bucket as :func:`match` checks it: the rates that came and were forecast (over
+    buckets of one length, rows in the same unit), and how much of each may have come in a
+    neighbouring bucket instead."""
+
+    index: int
+    seen: float
+    forecast: float
+    seen_loose: float = 0.0
+    forecast_loose: float = 0.0
+
+
+@dataclass(frozen=True)
+class Unmatched:
+    """What :func:`match` left: rows that came with no forecast rows to match, forecast
+    rows that nothing came for, and the newest bucket's forecast rows still unmatched that
+    the bucket after it, not seen yet, could still match."""
+
+    seen: float
+    forecast: float
+    pending: float
+
+
+def match(buckets: list[Bucket]) -> Unmatched:
+    """Match the rows that came with the rows forecast, in their own bucket or, for the
+    loose ones, in the next.
+
+    ``buckets`` in increasing index. Left to right, what a bucket leaves unmatched, up to
+    its loose rows, may match the very next bucket's, before anything else there; then a
+    bucket's own rows match. Whatever can no longer match is counted. In one dimension,
+    with rows that move by one bucket at most, matching the oldest first leaves the least
+    unmatched."""
+    seen_left = forecast_left = 0.0
+    carry_seen = carry_forecast = 0.0
+    previous: int | None = None
+    for x in buckets:
+        if previous is None or x.index != previous + 1:  # a gap: carries match nothing
+            seen_left += carry_seen
+            forecast_left += carry_forecast
+            carry_seen = carry_forecast = 0.0
+        m = min(carry_forecast, x.seen)
+        seen = x.seen - m
+        forecast_left += carry_forecast - m
+        m = min(carry_seen, x.forecast)
+        guess = x.forecast - m
+        seen_left += carry_seen - m
+        m = min(seen, guess)
+        seen, guess = seen - m, guess - m
+        carry_seen, carry_forecast = min(seen, x.seen_loose), min(guess, x.forecast_loose)
+        seen_left += seen - carry_seen
+        forecast_left += guess - carry_forecast
+        previous = x.index
+    return Unmatched(seen_left + carry_seen, forecast_left, carry_forecast)
 
 
 def periods_phrase(n: int) -> str:

@@ -12,11 +12,12 @@ driver's. The layout is one JSON file::
      "tallies": {"opened": [...], "finished": [...], "durations": [...],
                  "lastDuration": 15.5},
      "records": [{"id": 1, "time": 1.7e9, "trigger": "INITIAL_SCHEDULE", ...}, ...],
-     "load": {"period": 86400, "bucket": 300, "buckets": [[5760000, 1.2e6, 300.0], ...]}}
+     "load": {"period": 86400, "bucket": 300, "buckets": [[5760000, 1.2e6, 300.0, 0.0], ...]}}
 
 ``load`` (with ``autoscaler.forecast.enabled``) is the query's input rate per bucket of
 its forecast period (:class:`~spark_adaptive.core.autoscaler.forecast.SavedLoad`):
-rows and seconds observed per wall-clock bucket index.
+rows and seconds observed per wall-clock bucket index, and the rows of them that
+micro-batches spanning more than one bucket spread into it.
 
 Records are stored as ``GET /queries/{id}/rescales`` shows them (wall-clock
 ``time``, ``duration`` in seconds, ``timings`` as ordered pairs), so a restored
@@ -271,13 +272,20 @@ def _decode_load(doc: dict[str, Any]) -> SavedLoad | None:
         return None
     try:
         period, bucket = float(load["period"]), float(load["bucket"])
-        buckets = tuple((int(i), float(rows), float(seconds))
-                        for i, rows, seconds in load["buckets"])
+        buckets = tuple(_bucket(b) for b in load["buckets"])
     except (TypeError, ValueError, KeyError) as e:
         log.warning("the forecast's input rates in the history file cannot be read (%s: %s); "
                     "the forecast learns them again", type(e).__name__, e)
         return None
     return SavedLoad(period, bucket, buckets)
+
+
+def _bucket(entry: Any) -> tuple[int, float, float, float]:
+    """(index, rows, seconds, rows spread); a file saved before the fourth has three."""
+    if not isinstance(entry, list) or len(entry) not in (3, 4):
+        raise ValueError(f"a bucket is 3 or 4 figures, not {entry!r}")
+    spread = float(entry[3]) if len(entry) == 4 else 0.0
+    return int(entry[0]), float(entry[1]), float(entry[2]), spread
 
 
 @dataclass(frozen=True)
