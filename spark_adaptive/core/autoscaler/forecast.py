@@ -221,12 +221,6 @@ class LoadRecurrence:
         seen = [r for k in lags if (r := self.rate(b - k * self.n)) is not None]
         return sum(seen) / len(seen) if seen else None
 
-    def _expected_spread(self, b: int, lags: tuple[int, ...]) -> float:
-        """The part of :meth:`expected` that micro-batches spread into bucket ``b``."""
-        spread = [self.spread(k) for lag in lags
-                  if self.rate(k := b - lag * self.n) is not None]
-        return sum(spread) / len(spread) if spread else 0.0
-
     def forecast(self, wall: float, horizon: float) -> Forecast:
         """The highest rate expected from ``wall`` to ``wall + horizon``, and whether the
         policy may act on it (the module doc's rows). Never raises.
@@ -283,12 +277,7 @@ class LoadRecurrence:
         bucket's forecast is the mean of the same bucket in the periods before it that
         observed it."""
         lags = tuple(range(1, self.periods + 1))
-        buckets: list[Bucket] = []
-        for b in range(now - self.n, now):
-            seen = self.rate(b)
-            guess = None if seen is None else self.expected(b, lags)
-            if seen is not None and guess is not None:
-                buckets.append(self._checked(b, seen, guess, lags))
+        buckets = [x for b in range(now - self.n, now) if (x := self._checked(b, lags))]
         checked = len(buckets)
         if checked == 0:
             return None, 0
@@ -306,15 +295,23 @@ class LoadRecurrence:
         the forecast (``lags``: the whole periods back, as :meth:`forecast` read them);
         None when none can tell."""
         recent = max(2, math.ceil(horizon / self.bucket))
-        buckets = [self._checked(b, seen, guess, lags) for b in range(now - recent, now)
-                   if (seen := self.rate(b)) is not None
-                   and (guess := self.expected(b, lags)) is not None]
+        buckets = [x for b in range(now - recent, now) if (x := self._checked(b, lags))]
         forecast = sum(x.forecast for x in buckets)
         # the newest bucket's loose forecast rows may yet come in the next one
         return match(buckets).forecast / forecast if forecast > 0 else None
 
-    def _checked(self, b: int, seen: float, guess: float, lags: tuple[int, ...]) -> Bucket:
-        return Bucket(b, seen, guess, self.spread(b), self._expected_spread(b, lags))
+    def _checked(self, b: int, lags: tuple[int, ...]) -> Bucket | None:
+        """Bucket ``b`` as observed and as forecast (:meth:`expected`), each with its loose
+        part (:meth:`spread`); None unless both are known."""
+        seen = self.rate(b)
+        if seen is None:
+            return None
+        back = [(rate, self.spread(k)) for lag in lags
+                if (rate := self.rate(k := b - lag * self.n)) is not None]
+        if not back:
+            return None
+        return Bucket(b, seen, sum(r for r, _ in back) / len(back), self.spread(b),
+                      sum(loose for _, loose in back) / len(back))
 
 
 @dataclass(frozen=True)
