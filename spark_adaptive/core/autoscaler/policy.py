@@ -32,7 +32,8 @@ Each evaluation, in order (Flink's operator, ``ScalingMetricCollector`` ->
    / utilization.target``, scales up again (the batch that decided it
    straddled the rise). The same rise read by the batch that starts while the
    scale-up is still in flight, or stabilizing, decides it again at once
-   (:meth:`_again`).
+   (:meth:`_again`), and so does a forecast in use that reads more than a
+   scale-up taken ahead of it was sized for.
 2. **Rates.** Arrival rate = consumption + backlog growth, over the window and
    over its newest batches; the higher one is used, so a rise is seen at once
    and a fall only once the whole window shows it; the newest batch alone sets
@@ -370,13 +371,18 @@ class QueryAutoscaler:
     def _in_flight(self, view: QueryView) -> ScalingDecision:
         return self._again(view, "a rescale is in flight", in_flight=True)
 
-    def _again_basis(self, in_flight: bool = False) -> tuple[int, MetricsWindow] | None:
-        """The slots a scale-up reaches and the window to decide it again on, when the batch
-        running now reads more than that scale-up's headroom covers (``utilization.max /
+    def _again_basis(self, in_flight: bool = False, forecast: Forecast | None = None
+                     ) -> tuple[int, MetricsWindow] | None:
+        """The slots a scale-up reaches and the window to decide it again on, when the rate
+        read now (the batch running now's, or a ``forecast`` in use, whichever is higher)
+        is more than that scale-up's headroom covers (``utilization.max /
         utilization.target`` times the rate it was sized for); else None."""
-        lam_s, cfg = self._running_rate(), self.config
-        if lam_s is None:
+        cfg = self.config
+        ahead = forecast.rate if forecast is not None and forecast.in_use else None
+        read = [x for x in (self._running_rate(), ahead) if x is not None]
+        if not read:
             return None
+        lam_s = max(read)
         up, before, after = self._scaled_up, self._before, self._after_up
         if in_flight and up is not None:
             (slots, sized, _), w = up, self._window
@@ -392,14 +398,15 @@ class QueryAutoscaler:
                ) -> ScalingDecision:
         """Nothing is decided while a rescale is in flight or stabilizing, but for one case:
         the last scale-up was sized on a batch that straddled a rise (it read part of it),
-        and the batch started since reads more than its headroom covers. Waiting for its
+        or on a forecast that read its start only (the rise's first bucket), and the batch
+        started since, or the forecast, reads more than its headroom covers. Waiting for its
         executors, a stabilization interval and two batches before the next step would
         leave the query short all that time, so the scale-up is decided again now: in
         flight on the slots running and the window it was decided on, carried out only
         when it asks for more slots than the one in flight; once completed, on the window
         it was decided on (its rate per slot, which the scalability model is not told
         again) and the slots it reached."""
-        basis = self._again_basis(in_flight)
+        basis = self._again_basis(in_flight, view.forecast)
         if basis is None:
             return self._not_ready(view, waiting)
         slots, window = basis

@@ -282,6 +282,29 @@ def test_a_rise_forecast_within_the_horizon_scales_up_ahead_at_the_target() -> N
     assert not q2.evaluate().ahead
 
 
+def test_a_forecast_that_reads_more_of_the_rise_decides_the_scale_up_again_at_once() -> None:
+    # The first scale-up ahead read only the start of the rise (its first bucket): 200
+    # rows/s -> 3 slots. While its executors start, the forecast reads all of it: decided
+    # again now, not after them, a stabilization interval and a batch.
+    q = _settled()
+    first = q.evaluate(forecast=_in_use(200.0))
+    assert (first.outcome, first.target_slots) == ("scale-up", 3) and first.ahead
+    d = q.evaluate(rescale_in_flight=True, forecast=_in_use(600.0))
+    assert d.outcome == "scale-up" and d.ahead and d.target_slots >= 8, d.reason
+    # within that scale-up's headroom (200 x 0.9 / 0.8 = 225 rows/s): it suffices
+    q = _settled()
+    q.evaluate(forecast=_in_use(200.0))
+    d = q.evaluate(rescale_in_flight=True, forecast=_in_use(220.0))
+    assert (d.outcome, d.reason) == ("not-ready", "a rescale is in flight")
+    # its executors came: while stabilizing, the same
+    q = _settled()
+    first = q.evaluate(forecast=_in_use(200.0))
+    q.apply(first)
+    assert q.evaluate(forecast=_in_use(200.0)).reason.startswith("stabilizing")
+    d = q.evaluate(forecast=_in_use(600.0))
+    assert d.outcome == "scale-up" and d.ahead and d.target_slots >= 8, d.reason
+
+
 def test_a_forecast_fall_or_a_forecast_not_in_use_changes_nothing() -> None:
     for f in (_in_use(30.0), Forecast(600.0, False, "F4: off", 40.0, 0.6, 2), None):
         q = _settled()
