@@ -5,8 +5,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # The oldest pyspark the package supports (the lower bound of its pyspark range; a unit
-# test keeps the two equal): `make test-oldest` runs the unit tests and the integration
-# tests marked `internals` on it, in a venv of its own, with the same shim jar.
+# test keeps the two equal): `make test-oldest` runs the unit tests that touch pyspark and
+# the integration tests marked `internals` on it, in a venv of its own, with the same shim jar.
 OLDEST_PYSPARK := 4.2.0
 VENV_OLDEST    := .venv-oldest
 BIN_OLDEST     := $(VENV_OLDEST)/bin
@@ -73,10 +73,15 @@ test-integration: setup chromium
 	$(BIN)/pytest tests/integration -q --durations=15 $(PYTEST_ARGS)
 
 # The tests load the jar compiled against the newest pyspark (one jar for all); compiling
-# the sources against the oldest too catches a Spark API that release lacks.
+# the sources against the oldest too catches a Spark API that release lacks. Of the unit
+# tests, those whose module names pyspark, py4j, a SparkSession or the package's layers
+# over them (spark_adaptive.spark, .testing): the others test pure Python (the core
+# imports neither pyspark nor py4j, a unit test checks it), which no pyspark changes.
+OLDEST_UNIT = $(shell grep -lE 'pyspark|py4j|SparkSession|spark_adaptive\.(spark|testing)' \
+	tests/unit/test_*.py tests/unit/*/test_*.py)
 test-oldest: setup-oldest
 	$(BIN_OLDEST)/python jvm-shim/build_shim.py --out jvm-shim/target/against-oldest.jar
-	$(BIN_OLDEST)/pytest tests/unit -q $(PYTEST_ARGS)
+	$(BIN_OLDEST)/pytest $(OLDEST_UNIT) -q $(PYTEST_ARGS)
 	$(BIN_OLDEST)/pytest tests/integration -m internals -q --durations=15 $(PYTEST_ARGS)
 
 # The sdist and the wheel (built from that sdist, with the shim compiled in) into dist/.

@@ -1,14 +1,14 @@
 """The autoscaler on a real cluster, with an unmodified app (``examples/varying_load.py``).
 
-A load step up gives a query that runs its source's 4 tasks more executors and
-slots, past its configured partitions and never past its tasks; a step down
-gives them back after the scale-down interval, and every row is written exactly
-once across it all; recommend-only mode shows its decisions and changes nothing;
-with reactive mode the app refuses to start, naming both keys; with
+A load step that recurs daily: on the first day it gives a query that runs its
+source's 4 tasks more executors and slots as it comes, past its configured
+partitions and never past its tasks, and gives them back after the scale-down
+interval; on the days after, the forecast has them running before it comes, also
+after a driver crash and a resubmission, and every row is written exactly once
+across it all. Recommend-only mode shows its decisions and changes nothing; with
+reactive mode the app refuses to start, naming both keys; with
 ``autoscaler.initial-slots`` an app holds that few executors from its start until
-its first query, and its own batch job before then gets the others back; with the
-forecast, a rise that recurs daily finds its executors running, also after a driver
-crash and a resubmission.
+its first query, and its own batch job before then gets the others back.
 """
 
 from __future__ import annotations
@@ -89,67 +89,16 @@ def _total_rows(app: SubmittedApp) -> int:
     return _source_start(app)[1]
 
 
-def test_a_load_step_takes_the_executors_of_the_source_s_tasks_and_gives_them_back_exactly_once(
-        local_cluster_factory: Any, tmp_path: Path) -> None:
-    cluster = local_cluster_factory(5)
-    # A stateless query with no shuffle: its micro-batches run its source's 4 partitions as
-    # 4 tasks, past its 2 configured partitions (its default upper bound), as plain Spark
-    # runs them. 20 rows/s (a tenth of a slot) for 90 s, 800 rows/s (3.2 slots of work,
-    # more than 4 slots at the utilization target) for 75 s, then 20 rows/s for 100 s (the
-    # last scale-down comes 40-70 s after the step ends, as the step's backlog drains).
-    # A 6 s trigger keeps the fixed cost of each batch (its four tasks, whatever their rows)
-    # small beside the rows' work, so the night load is clearly one slot's.
-    profile: list[list[float]] = [[0, 20], [90, 20], [91, 800], [165, 800], [166, 20], [265, 20]]
-    app, sampler = _run(cluster, tmp_path, profile, {**FAST, "spark.sql.shuffle.partitions": "2"})
-
-    ours = [r for r in sampler.rescales if r["trigger"] == "AUTOSCALER"]
-    downs = [r for r in ours if r["toSlots"] < r["fromSlots"]]
-    ups = [r for r in ours if r["toSlots"] > r["fromSlots"]]
-    assert downs and ups, sampler.rescales
-    # Executors asked for join one by one, each a live step of the same scale-up: a step
-    # may be superseded by the next, none fails, and the last of each direction completes.
-    assert not [r for r in ours if r["outcome"] not in ("completed", "superseded")], ours
-    assert ups[-1]["outcome"] == downs[-1]["outcome"] == "completed", ours
-    # Down to one slot on the night load, up on the step, down again after it.
-    assert downs[0]["time"] < ups[0]["time"] < downs[-1]["time"], ours
-    assert downs[0]["toSlots"] == 1 and downs[-1]["toSlots"] == 1, ours
-    # Planned on its 4 tasks: past its 2 partitions on the step, never past its 4 tasks.
-    done = [r for r in ups if r["outcome"] == "completed"]
-    assert done and 2 < max(r["toSlots"] for r in done) <= 4, ours
-    assert all(r["kind"] == "live" and r["toParallelism"] == 2 for r in ours), ours
-    # Before the first decision, once its first micro-batch has run: the slots its 4 tasks
-    # run on (its 2 configured partitions before, when its tasks are not known yet). A
-    # sample is stamped as its reading starts: the one just before the decision may show it.
-    first = [s.slots for s in sampler.samples if s.time < downs[0]["time"] - 2
-             and s.slots is not None]
-    assert 4 in first and set(first[first.index(4):]) == {4}, (first, ours)
-
-    def executors_between(a: float, b: float) -> list[int]:
-        return [s.executors for s in sampler.samples if a <= sampler.since(s) <= b]
-
-    assert max(executors_between(0, 10)) == 5  # the app started with every worker
-    assert min(executors_between(60, 90)) == 1  # given back on the night load
-    assert max(executors_between(130, 170)) > 2  # taken for the step
-    # Spark gave the app the fifth worker's executor at its start; spark-adaptive never
-    # asks for more than the 4 executors the 4 tasks run on.
-    asked = [int(m) for m in re.findall(r"request (\d+) executors in total",
-                                          app.log_path.read_text())]
-    assert asked and max(asked) == 4, asked
-    running = [s for s in sampler.samples if s.slots is not None]  # the REST API answered
-    assert running[-1].executors == 1  # and given back
-
-    ids = _written_ids(tmp_path / "out")
-    total = _total_rows(app)
-    assert len(ids) == total and len(np.unique(ids)) == total
-
-
 def test_recommend_only_shows_decisions_and_changes_nothing(
         local_cluster_factory: Any, tmp_path: Path) -> None:
     cluster = local_cluster_factory(2)
-    conf = {**FAST, "spark.adaptive.autoscaler.scaling.enabled": "false"}
-    # Its first recommendation to scale down comes once the window is full and the
-    # scale-down interval is over (45 s and more after the query's start).
-    app, sampler = _run(cluster, tmp_path, [[0, 20], [110, 20]], conf)
+    # A shorter window and scale-down interval than the other tests': its first
+    # recommendation to scale down comes once the window is full and the interval is over
+    # (25 s and more after the query's start).
+    conf = {**FAST, "spark.adaptive.autoscaler.scaling.enabled": "false",
+            "spark.adaptive.autoscaler.metrics.window": "15s",
+            "spark.adaptive.autoscaler.scale-down.interval": "10s"}
+    app, sampler = _run(cluster, tmp_path, [[0, 20], [70, 20]], conf)
 
     assert not [r for r in sampler.rescales if r["trigger"] == "AUTOSCALER"], sampler.rescales
     # While the query ran: executors that exit as the app stops are replaced by the master.
@@ -203,48 +152,54 @@ def test_with_reactive_mode_the_app_refuses_to_start_naming_both_keys(
     assert not (tmp_path / "out" / "_spark_metadata").exists()  # no query ran
 
 
-def test_a_recurring_rise_finds_its_executors_running_each_day_after_it_across_a_driver_crash(
+def test_a_daily_load_step_is_met_on_its_source_s_tasks_then_ahead_each_day_across_a_crash(
         local_cluster_factory: Any, tmp_path: Path) -> None:
-    cluster = local_cluster_factory(4)
-    # Three compressed days of 120 s: 20 rows/s (a tenth of a slot), at 70 s a step to 800
-    # rows/s (more than 3 slots at the utilization target) for 10 s, then 20 again. The
-    # first day's rise is met as it comes; the forecast learns it, and the second day's
-    # executors are asked for before it. After the first rise the reactive rules give the
-    # executors back (its backlog drained, the window clear of it, the scale-down interval
-    # over: 40-70 s) well before the forecast asks for them again, ahead of the second
-    # (the night between is 110 s). The app's start leaves up to the first 30 s of
-    # the first day unobserved: in 5 s buckets, the second day's buckets from 30 s on
-    # are checked against the first day's (rule F3 wants 3) well before the rise shows
-    # within the horizon (the executors' start-up plus an evaluation interval).
-    # The driver is then killed after the second day's rise, and the app resubmitted on
+    cluster = local_cluster_factory(5)
+    # Three compressed days of 120 s: 20 rows/s (a tenth of a slot), at 90 s a step to 800
+    # rows/s (more than 3 slots at the utilization target) for 10 s, then 20 again.
+    # The query is stateless with no shuffle: its micro-batches run its source's 4
+    # partitions as 4 tasks, past its 2 configured partitions (its default upper bound), as
+    # plain Spark runs them. A 6 s trigger keeps the fixed cost of each batch (its four
+    # tasks, whatever their rows) small beside the rows' work, so the night load is
+    # clearly one slot's.
+    # Day 1, reactive: the app starts on every worker, gives all but one back on the night
+    # load (45-60 s in), takes the executors of the 4 tasks for the step as it comes, and
+    # gives them back once the step's backlog drained, the window is clear of it and the
+    # scale-down interval is over (40-70 s after it), well before the forecast asks for
+    # them again ahead of the second day's step (the night between is 110 s). The app's
+    # start leaves up to the first 30 s of the first day unobserved: in 5 s buckets, the
+    # second day's buckets from 30 s on are checked against the first day's (rule F3 wants
+    # 3) well before the step shows within the horizon (the executors' start-up plus an
+    # evaluation interval).
+    # The driver is then killed after the second day's step, and the app resubmitted on
     # the same checkpoint, going on with the same profile: it has run less than a day
-    # when the third day's rise comes, which it forecasts from the history the first
-    # persisted. Both start the query on 1 slot (`initial-slots`, as the docs advise for
-    # a query that starts light): on all 4, the first scale-down could come as late as
-    # the first rise, and the second app would hold the executors it needs ahead anyway.
-    period, rise = 120.0, 70.0
+    # when the third day's step comes, which it forecasts from the history the first
+    # persisted. It starts the query on 1 slot (`initial-slots`, as the docs advise for a
+    # query that starts light); on every executor it would hold what the step needs anyway.
+    period, rise = 120.0, 90.0
     day = [[0, 20], [rise, 20], [rise + 1, 800], [rise + 10, 800], [rise + 11, 20]]
     profile = [[d * period + t, r] for d in range(3) for t, r in day] + [
         [2 * period + rise + 26, 20]]
-    conf = {**FAST, "spark.sql.shuffle.partitions": "4",
+    conf = {**FAST, "spark.sql.shuffle.partitions": "2",
             "spark.adaptive.autoscaler.forecast.enabled": "true",
             "spark.adaptive.autoscaler.forecast.period": f"{period:g}s",
             "spark.adaptive.autoscaler.forecast.bucket": "5s",
-            "spark.adaptive.autoscaler.forecast.horizon": "0s",
-            "spark.adaptive.autoscaler.initial-slots": "1"}
+            "spark.adaptive.autoscaler.forecast.horizon": "0s"}
     first = _submit(cluster, tmp_path, profile, conf, log="first.log")
     start, total = _source_start(first)
     watch = AppWatch(cluster, first, autoscaler=True)
     watch.start()
     try:
-        # the second day's rise is over and its backlog drained
+        # the second day's step is over and its backlog drained
         time.sleep(max(0.0, start + period + rise + 25 - time.time()))
         assert first.running(), first.tail(60)
     finally:
         watch.stop()
         first.kill()  # SIGKILL to the driver's process group: a driver crash
     crash = time.time()
-    second = _submit(cluster, tmp_path, profile, conf, "--start", repr(start), log="second.log")
+    second = _submit(cluster, tmp_path, profile,
+                     {**conf, "spark.adaptive.autoscaler.initial-slots": "1"},
+                     "--start", repr(start), log="second.log")
     again = AppWatch(cluster, second, autoscaler=True)
     again.start()
     try:
@@ -257,23 +212,65 @@ def test_a_recurring_rise_finds_its_executors_running_each_day_after_it_across_a
     (tmp_path / "autoscaler.json").write_text(json.dumps(watch.autoscaler + again.autoscaler))
     assert _source_start(second) == (start, total)  # the same profile, gone on with
 
-    # The first app: held on 1 slot from its start until the first rise (initial-slots);
-    # the query's micro-batch jobs never count as batch work of the app's own.
-    log = first.log_path.read_text()
+    # Day 1, reactive, on the source's 4 tasks: down to one slot on the night load, up on
+    # the step, down again after it.
+    ours = [r for r in watch.rescales if r["trigger"] == "AUTOSCALER"
+            and r["time"] < start + period + rise - 15]
+    downs = [r for r in ours if r["toSlots"] < r["fromSlots"]]
+    ups = [r for r in ours if r["toSlots"] > r["fromSlots"]]
+    assert downs and ups, watch.rescales
+    # Executors asked for join one by one, each a live step of the same scale-up: a step
+    # may be superseded by the next, none fails, and the last of each direction completes.
+    assert not [r for r in ours if r["outcome"] not in ("completed", "superseded")], ours
+    assert ups[-1]["outcome"] == downs[-1]["outcome"] == "completed", ours
+    assert downs[0]["time"] < ups[0]["time"] < downs[-1]["time"], ours
+    assert downs[0]["toSlots"] == 1 and downs[-1]["toSlots"] == 1, ours
+    # Planned on its 4 tasks: past its 2 partitions on the step, never past its 4 tasks.
+    done = [r for r in ups if r["outcome"] == "completed"]
+    assert done and 2 < max(r["toSlots"] for r in done) <= 4, ours
+    mine = [r for r in watch.rescales + again.rescales
+            if r["trigger"] in ("AUTOSCALER", "FORECAST")]
+    assert all(r["kind"] == "live" and r["toParallelism"] == 2 for r in mine), mine
+    # Before the first decision, once its first micro-batch has run: the slots its 4 tasks
+    # run on (its 2 configured partitions before, when its tasks are not known yet). A
+    # sample is stamped as its reading starts: the one just before the decision may show it.
+    first_slots = [s.slots for s in watch.samples if s.time < downs[0]["time"] - 2
+                   and s.slots is not None]
+    assert 4 in first_slots and set(first_slots[first_slots.index(4):]) == {4}, (
+        first_slots, ours)
+
+    def executors_between(a: float, b: float) -> list[int]:
+        return [s.executors for s in watch.samples if a <= s.time - start <= b]
+
+    assert max(executors_between(-10, 10)) == 5  # the app started with every worker
+    assert min(executors_between(60, rise)) == 1  # given back on the night load
+    assert max(executors_between(rise + 5, rise + 25)) > 2  # taken for the step
+    assert min(executors_between(rise + 80, period + rise - 20)) == 1  # and given back
+    # Spark gave the app the fifth worker's executor at its start; spark-adaptive never
+    # asks for more than the 4 executors the 4 tasks run on, reactive or ahead.
+    for app in (first, second):
+        asked = [int(m) for m in re.findall(r"request (\d+) executors in total",
+                                              app.log_path.read_text())]
+        assert asked and max(asked) == 4, asked
+
+    # The second app: held on 1 slot from its start until the third day's step is
+    # forecast (initial-slots); the query's micro-batch jobs never count as batch work of
+    # the app's own.
+    log = second.log_path.read_text()
     assert "autoscaler.initial-slots=1" in log and "until its first query" in log
     assert "runs before any managed streaming query" not in log and "gets back" not in log
-    night = [(s.executors, s.slots) for s in watch.samples
-             if watch.since(s) > 30 and s.time < start + rise - 2 and s.state == "Executing"]
+    night = [(s.executors, s.slots) for s in again.samples
+             if again.since(s) > 30 and s.time < start + 2 * period + rise - 25
+             and s.state == "Executing"]
     assert night and set(night) == {(1, 1)}, night
-    # Each day after the first: the forecast asks for the slots the rise needs, live, after
-    # a whole day was seen and before the rise, and they run in the seconds before it.
+    # Each day after the first: the forecast asks for the slots the step needs, live, after
+    # a whole day was seen and before the step, and they run in the seconds before it.
     for app, sampler, day_start in ((first, watch, start + period),
                                     (second, again, start + 2 * period)):
         ahead = [r for r in sampler.rescales
                  if r["trigger"] == "FORECAST" and day_start <= r["time"] < day_start + rise]
         assert ahead, (day_start, sampler.rescales)
-        assert max(r["toSlots"] for r in ahead) >= 3 and all(r["kind"] == "live"
-                                                               for r in ahead), ahead
+        assert max(r["toSlots"] for r in ahead) >= 3, ahead
         before = [s.slots for s in sampler.samples if day_start + rise - 3 <= s.time
                   < day_start + rise and s.slots is not None]
         assert before and min(before) >= 3, (before, sampler.rescales)
@@ -282,7 +279,7 @@ def test_a_recurring_rise_finds_its_executors_running_each_day_after_it_across_a
         assert any(f["inUse"] for f in forecasts), forecasts[-5:]
         assert forecasts[-1]["aheadScaleUps"] >= 1, forecasts[-1]
         assert "is forecast within" in app.log_path.read_text()
-    # The second app forecast the third day's rise from a whole day the first one saw:
+    # The second app forecast the third day's step from a whole day the first one saw:
     # it had run less than a day itself.
     third = [r for r in again.rescales if r["trigger"] == "FORECAST"
              and start + 2 * period <= r["time"] < start + 2 * period + rise]
