@@ -177,7 +177,8 @@ def test_a_daily_load_step_is_met_on_its_source_s_tasks_then_ahead_each_day_acro
     # persisted. It starts the query on 1 slot (`initial-slots`, as the docs advise for a
     # query that starts light); on every executor it would hold what the step needs anyway.
     period, rise = 120.0, 90.0
-    day = [[0, 20], [rise, 20], [rise + 1, 800], [rise + 10, 800], [rise + 11, 20]]
+    day: list[list[float]] = [[0, 20], [rise, 20], [rise + 1, 800], [rise + 10, 800],
+                              [rise + 11, 20]]
     profile = [[d * period + t, r] for d in range(3) for t, r in day] + [
         [2 * period + rise + 26, 20]]
     conf = {**FAST, "spark.sql.shuffle.partitions": "2",
@@ -248,10 +249,11 @@ def test_a_daily_load_step_is_met_on_its_source_s_tasks_then_ahead_each_day_acro
     assert min(executors_between(rise + 80, period + rise - 20)) == 1  # and given back
     # Spark gave the app the fifth worker's executor at its start; spark-adaptive never
     # asks for more than the 4 executors the 4 tasks run on, reactive or ahead.
-    for app in (first, second):
-        asked = [int(m) for m in re.findall(r"request (\d+) executors in total",
-                                              app.log_path.read_text())]
-        assert asked and max(asked) == 4, asked
+    asked = {name: [int(m) for m in re.findall(r"request (\d+) executors in total",
+                                                app.log_path.read_text())]
+             for name, app in (("first", first), ("second", second))}
+    assert asked["first"] and max(asked["first"]) == 4, asked
+    assert asked["second"] and max(asked["second"]) <= 4, asked
 
     # The second app: held on 1 slot from its start until the third day's step is
     # forecast (initial-slots); the query's micro-batch jobs never count as batch work of
