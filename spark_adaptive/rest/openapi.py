@@ -113,9 +113,9 @@ def _forecast() -> dict[str, Any]:
             "rate": _nullable(_number("Rows per second: the highest forecast over the "
                                       "horizon.")),
             "inUse": {"type": "boolean", "description": "The autoscaler acts on it: the "
-                      "periods back agree (rule F6)."},
+                      "periods back agree and a rise is forecast (rule F7)."},
             "reason": {"type": "string", "description": "Why it is (not) in use: the rule, "
-                       "F1 to F6, and its figures."},
+                       "F1 to F7, and its figures."},
             "horizon": _number("Seconds ahead it looks."),
             "error": _nullable(_number("Its relative error over the last period.")),
             "confidence": _nullable(_number("1 - error, at least 0.")),

@@ -113,8 +113,9 @@ class Forecasting(FakeScheduler):
             for i in range(90))
         self.autoscaler_status = AutoscalerStatus(
             q.id, True, True, 20.0, 2.0, 1.0, False, None, {},
-            forecast=Forecast(900.0, True, "F6: 1 period back, the forecast off by 4% over "
-                              "the last period", 60.0, 0.04, 1) if forecast else None,
+            forecast=Forecast(900.0, True, "F7: a rise forecast within 60s, 1 period back, "
+                              "the forecast off by 4% over the last period", 60.0, 0.04, 1)
+            if forecast else None,
             ahead=1 if forecast else 0)
 
 
@@ -136,7 +137,7 @@ def test_the_page_draws_the_forecast_beside_the_input_rate_and_only_when_there_i
             finally:
                 page.close()
         assert ("Forecast" in legends) is shown, legends
-        assert ("in use, confidence 96 %; 1 scale-up ahead (F6" in box) is shown, box
+        assert ("in use, confidence 96 %; 1 scale-up ahead (F7" in box) is shown, box
         assert (lines > 0) is shown, lines
     if os.environ.get("SPARK_ADAPTIVE_SCREENSHOTS"):
         Path(os.environ["SPARK_ADAPTIVE_SCREENSHOTS"]).mkdir(parents=True, exist_ok=True)

@@ -26,7 +26,11 @@ F4     the last period's forecast, checked bucket by bucket against what    off
 F5     the newest buckets read less than was forecast for them by more      off
        than ``max-error`` of the forecast: a forecast rise that did not
        come, off until they agree again
-F6     otherwise                                                            in use
+F6     no rise ahead: the highest rate expected over the horizon is not     off
+       above the lowest expected in the bucket of now and the one before
+       by more than F4's error (a fall, a plateau, a level the periods
+       disagree on within their error: the reactive rules meet it)
+F7     otherwise: a rise forecast within the horizon                        in use
 =====  ===================================================================  ============
 
 The expected rate of a bucket is the mean of the same bucket one, two, ... periods
@@ -267,8 +271,22 @@ class LoadRecurrence:
         if over is not None and over > self.max_error:
             return _with(base, f"F5: the newest buckets read {over:.0%} less than "
                                "forecast: the load forecast for them did not come")
-        return _with(base, f"F6: {periods_phrase(len(lags))} back, the forecast off by "
+        low = self._low_now(now, lags)
+        if low is not None and rate <= low * (1 + error):
+            return _with(base, f"F6: no rise forecast within {horizon:.0f}s: the highest "
+                               f"rate expected, {rate:.0f} rows/s, is within the last "
+                               f"period's error ({error:.0%}) of the lowest expected now, "
+                               f"{low:.0f}")
+        return _with(base, f"F7: a rise forecast within {horizon:.0f}s, "
+                           f"{periods_phrase(len(lags))} back, the forecast off by "
                            f"{error:.0%} over the last period", in_use=True)
+
+    def _low_now(self, now: int, lags: tuple[int, ...]) -> float | None:
+        """F6: the lowest rate expected in bucket ``now`` and the one before. A rise is read
+        from there, not from now's alone: a rise that comes later than the periods before
+        had it (within F5's bucket) is still ahead of a load that has not risen."""
+        known = [e for b in (now - 1, now) if (e := self.expected(b, lags)) is not None]
+        return min(known) if known else None
 
     def _period_error(self, now: int) -> tuple[float | None, int]:
         """F4: over the buckets of the last period (before ``now``) that a forecast of them

@@ -114,6 +114,44 @@ def test_a_rise_that_did_not_come_turns_it_off_until_the_buckets_agree_again() -
     assert f.in_use, f.reason
 
 
+def test_only_a_rise_ahead_is_acted_on_not_a_plateau_a_fall_or_a_level() -> None:
+    rec = recurrence()
+    # on the plateau, and before the fall at the period's end: nothing rises ahead
+    start = T0
+    for t in (T0 + PERIOD + RISE + 90, T0 + 2 * PERIOD - 40):
+        feed(rec, morning, start, t)
+        start = t
+        f = rec.forecast(t, 45.0)
+        assert not f.in_use and f.reason.startswith("F6"), f.reason
+        assert f.rate == pytest.approx(1000.0) and f.error == pytest.approx(0.0, abs=1e-9)
+    # the next rise is one again
+    feed(rec, morning, T0 + 2 * PERIOD - 40, T0 + 2 * PERIOD + RISE - 40)
+    f = rec.forecast(T0 + 2 * PERIOD + RISE - 40, 45.0)
+    assert f.in_use and f.reason.startswith("F7"), f.reason
+
+    # A second period 20% below the first (within max-error): the level the first one had
+    # is no rise of today's, but the rise the periods agree on still is.
+    low = recurrence(max_error=0.25)
+    feed(low, morning, T0, T0 + PERIOD)
+    feed(low, lambda t: 0.8 * morning(t), T0 + PERIOD, T0 + PERIOD + RISE - 120)
+    f = low.forecast(T0 + PERIOD + RISE - 120, 45.0)
+    assert not f.in_use and f.reason.startswith("F6") and f.rate == pytest.approx(100.0), \
+        f.reason
+    feed(low, lambda t: 0.8 * morning(t), T0 + PERIOD + RISE - 120, T0 + PERIOD + RISE - 40)
+    f = low.forecast(T0 + PERIOD + RISE - 40, 45.0)
+    assert f.in_use and f.rate == pytest.approx(1000.0), f.reason
+
+
+def test_a_rise_later_than_the_periods_before_had_it_is_still_ahead_within_a_bucket() -> None:
+    rec = recurrence()
+    feed(rec, short_rise(), T0, T0 + PERIOD)
+    # the second period's rise comes a bucket late: in the first bucket of the rise the
+    # periods before had, the load has not risen yet, and it is still a rise ahead
+    feed(rec, short_rise(late=1), T0 + PERIOD, T0 + PERIOD + RISE + 10)
+    f = rec.forecast(T0 + PERIOD + RISE + 10, 45.0)
+    assert f.in_use and f.rate == pytest.approx(1000.0), f.reason
+
+
 def short_rise(late: int = 0) -> Callable[[float], float]:
     """100 rows/s, and 1,000 for two buckets from half-way through each period, ``late``
     buckets later in the periods after the first."""
@@ -168,14 +206,16 @@ def test_rows_batches_spread_over_a_rise_s_buckets_are_no_error() -> None:
     # as an error of 17%; those rows are loose, and within a bucket they match.
     rec = recurrence(max_error=0.1)
     feed(rec, short_rise(), T0, T0 + PERIOD)
-    feed_batches(rec, short_rise(), T0 + PERIOD, T0 + 2 * PERIOD - 60, every=45.0)
-    f = rec.forecast(T0 + 2 * PERIOD - 60, 45.0)
+    # to just before the third period's rise: the last period holds the second one's
+    end = T0 + 2 * PERIOD + RISE - 60
+    feed_batches(rec, short_rise(), T0 + PERIOD, end, every=45.0)
+    f = rec.forecast(end, 45.0)
     assert f.in_use and f.error is not None and f.error < 0.05, f.reason
     # The same batches with a rise that did not come: not loose enough to match it.
     gone = recurrence(max_error=0.1)
     feed(gone, short_rise(), T0, T0 + PERIOD)
-    feed_batches(gone, lambda t: 100.0, T0 + PERIOD, T0 + 2 * PERIOD - 60, every=45.0)
-    f = gone.forecast(T0 + 2 * PERIOD - 60, 45.0)
+    feed_batches(gone, lambda t: 100.0, T0 + PERIOD, end, every=45.0)
+    f = gone.forecast(end, 45.0)
     assert not f.in_use and f.reason.startswith("F4"), f.reason
 
 
@@ -265,7 +305,7 @@ def _settled(**kw: float) -> FakeQuery:
 
 
 def _in_use(rate: float, horizon: float = 40.0) -> Forecast:
-    return Forecast(rate, True, "F6: test", horizon, 0.05, 2)
+    return Forecast(rate, True, "F7: test", horizon, 0.05, 2)
 
 
 def test_a_rise_forecast_within_the_horizon_scales_up_ahead_at_the_target() -> None:
