@@ -378,8 +378,7 @@ class QueryAutoscaler:
         is more than that scale-up's headroom covers (``utilization.max /
         utilization.target`` times the rate it was sized for); else None."""
         cfg = self.config
-        ahead = forecast.rate if forecast is not None and forecast.in_use else None
-        read = [x for x in (self._running_rate(), ahead) if x is not None]
+        read = [x for x in (self._running_rate(), _in_use(forecast)) if x is not None]
         if not read:
             return None
         lam_s = max(read)
@@ -912,11 +911,15 @@ class QueryAutoscaler:
         }
 
 
+def _in_use(forecast: Forecast | None) -> float | None:
+    """The rate a forecast reads ahead, when the policy may act on it."""
+    return forecast.rate if forecast is not None and forecast.in_use else None
+
+
 def _ahead(forecast: Forecast | None, lam: float | None) -> float | None:
     """The rate a forecast in use reads ahead, when above the measured input ``lam``."""
-    if forecast is None or not forecast.in_use or forecast.rate is None or lam is None:
-        return None
-    return forecast.rate if forecast.rate > lam else None
+    rate = _in_use(forecast)
+    return rate if rate is not None and lam is not None and rate > lam else None
 
 
 def _ahead_head(view: QueryView, inputs: DecisionInputs, utilization_max: float) -> str:
