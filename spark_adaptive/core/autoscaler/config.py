@@ -225,16 +225,16 @@ class AutoscalerConfig:
         "forecast at this resolution; at most 10080 buckets per period.", unit="s",
         minimum=1.0)
     forecast_horizon: float = option(
-        "autoscaler.forecast.horizon", "duration", 600.0,
+        "autoscaler.forecast.horizon", "duration", 300.0,
         "How far ahead the forecast looks: the highest rate expected up to the bucket after "
         "the one this far ahead is scaled for. At least the query's executor start-up (as "
         "tracked, else executor-startup.time) plus an evaluation interval is looked ahead "
         "whatever this says, so that new executors run when the rise comes. A daily rise "
-        "comes minutes earlier or later from day to day: 10min (with 5-minute buckets, "
-        "10-15 min ahead) meets one that comes up to about 10 min earlier than on the days "
-        "before, for 1-3% more executor-seconds (docs/benchmarks.md); 0 looks no further "
-        "than the executors' start-up, for a load that recurs to the second. Shorter than "
-        "forecast.period.",
+        "comes minutes earlier or later from day to day: 5min (with 5-minute buckets, 5-10 "
+        "min ahead) meets most such rises for 1-3% more executor-seconds; 10min meets a "
+        "few more of the early ones for about 2% more again (docs/benchmarks.md); 0 looks "
+        "no further than the executors' start-up, for a load that recurs to the second. "
+        "Shorter than forecast.period.",
         unit="s")
     forecast_periods: int = option(
         "autoscaler.forecast.periods", "int", 3,

@@ -44,7 +44,7 @@ def test_keys_and_defaults_are_pinned() -> None:
         P + "forecast.enabled": False,
         P + "forecast.period": 86400.0,
         P + "forecast.bucket": 300.0,
-        P + "forecast.horizon": 600.0,
+        P + "forecast.horizon": 300.0,
         P + "forecast.periods": 3,
         P + "forecast.min-coverage": 0.8,
         P + "forecast.max-error": 0.25,
