@@ -231,9 +231,9 @@ class AutoscalerConfig:
         "tracked, else executor-startup.time) plus an evaluation interval is looked ahead "
         "whatever this says, so that new executors run when the rise comes. A daily rise "
         "comes minutes earlier or later from day to day: 5min (with 5-minute buckets, 5-10 "
-        "min ahead) meets most such rises for 1-3% more executor-seconds; 10min meets a "
-        "few more of the early ones for about 2% more again (docs/benchmarks.md); 0 looks "
-        "no further than the executors' start-up, for a load that recurs to the second. "
+        "min ahead) meets most such rises; 10min meets more of the early ones and holds "
+        "each rise's executors longer before it (docs/benchmarks.md, Forecast); 0 looks no "
+        "further than the executors' start-up, for a load that recurs to the second. "
         "Shorter than forecast.period.",
         unit="s")
     forecast_periods: int = option(
