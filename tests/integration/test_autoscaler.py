@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from spark_adaptive.testing.cluster import LocalCluster
-from spark_adaptive.testing.streaming import file_sink_files
+from spark_adaptive.testing.streaming import file_sink_files, wait_until
 from spark_adaptive.testing.submit import SubmittedApp, submit
 from spark_adaptive.testing.watch import AppWatch
 
@@ -77,19 +77,21 @@ def _written_ids(out: Path) -> np.ndarray:
     return np.concatenate([pq.read_table(f)["id"].to_numpy() for f in file_sink_files(out)])
 
 
-def _source_start(app: SubmittedApp, timeout: float = 30.0) -> tuple[float, int]:
+def _source_start(app: SubmittedApp) -> tuple[float, int]:
     """The profile's start (seconds since the epoch) and its rows, as the app reported them.
 
     The app prints them once its ``start()`` has returned, which can be after the REST API
     lists the query (``wait_for_query``): the line is waited for."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def reported() -> tuple[float, int] | None:
         for line in app.log_path.read_text().splitlines():
             if line.startswith("source started at "):
                 return float(line.split()[3].rstrip(":")), int(line.split()[4])
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the app did not report its source within {timeout:g}s")
-        time.sleep(0.2)
+        return None
+
+    found = wait_until(reported, timeout=30, what="the app's 'source started at' line")
+    assert found is not None  # wait_until returns only what is truthy
+    return found
 
 
 def _total_rows(app: SubmittedApp) -> int:
